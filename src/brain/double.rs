@@ -1,0 +1,262 @@
+//! Test doubles and fixtures of the brain's tests: a scripted HTTP server in
+//! place of a served model (for faults a real model cannot produce on
+//! demand), a duplicate set, a log capture, and the repository's menu.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing_subscriber::fmt::MakeWriter;
+
+use super::DuplicateCheck;
+use crate::config;
+use crate::ledger::{ExperimentId, LedgerError};
+use crate::menu::{Menu, MenuId, Proposal};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub(crate) enum Reply {
+    /// 200 with a chat completion whose `choices[0].message.content` is this.
+    Content(String),
+    /// This status with this body.
+    Status(u16, String),
+    /// 200 with this body as it is.
+    Body(String),
+    /// The reply after a pause (to be slower than the client's timeout).
+    Delay(Duration, Box<Reply>),
+}
+
+/// A request as the double received it.
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    /// The request line and headers, as sent.
+    pub head: String,
+    pub body: Value,
+}
+
+impl Received {
+    /// The contents of the chat messages, in order.
+    pub fn message_contents(&self) -> Vec<String> {
+        self.body["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Stands in for the served model: an HTTP/1.1 server on loopback that
+/// answers each request with the next scripted reply (HTTP 500 once the
+/// script is exhausted) and records what it received.
+pub(crate) struct ScriptedModelServerDouble {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ScriptedModelServerDouble {
+    pub async fn start(script: Vec<Reply>) -> ScriptedModelServerDouble {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(script.into_iter()));
+        let log = received.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (script, log) = (script.clone(), log.clone());
+                tokio::spawn(async move {
+                    let _ = serve_one(stream, script, log).await;
+                });
+            }
+        });
+        ScriptedModelServerDouble {
+            addr,
+            received,
+            task,
+        }
+    }
+
+    /// The `[model] base_url` to configure, ending in `/v1`.
+    pub fn base_url(&self) -> reqwest::Url {
+        format!("http://{}/v1", self.addr).parse().unwrap()
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ScriptedModelServerDouble {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_one(
+    mut stream: TcpStream,
+    script: Arc<Mutex<std::vec::IntoIter<Reply>>>,
+    log: Arc<Mutex<Vec<Received>>>,
+) -> io::Result<()> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
+    log.lock().unwrap().push(Received { head, body });
+    let reply = script.lock().unwrap().next();
+    let mut reply = reply.unwrap_or(Reply::Status(500, "script exhausted".to_string()));
+    while let Reply::Delay(pause, inner) = reply {
+        tokio::time::sleep(pause).await;
+        reply = *inner;
+    }
+    let (status, body) = match reply {
+        Reply::Content(content) => (
+            200,
+            json!({
+                "id": "chatcmpl-double",
+                "object": "chat.completion",
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop"
+                }]
+            })
+            .to_string(),
+        ),
+        Reply::Status(status, body) => (status, body),
+        Reply::Body(body) => (200, body),
+        Reply::Delay(..) => unreachable!("delays are unwrapped above"),
+    };
+    let response = format!(
+        "HTTP/1.1 {status} Scripted\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// A loopback address nothing listens on.
+pub(crate) async fn dead_address() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    addr
+}
+
+/// `[model]` for a test: short timeouts.
+pub(crate) fn model_config(
+    base_url: reqwest::Url,
+    api_key_env: Option<&str>,
+    request_timeout_s: f64,
+    max_attempts: u32,
+) -> config::Model {
+    config::Model {
+        base_url,
+        name: "tinyk3".to_string(),
+        api_key_env: api_key_env.map(str::to_string),
+        connect_timeout: config::Seconds::try_from(1.0).unwrap(),
+        request_timeout: config::Seconds::try_from(request_timeout_s).unwrap(),
+        max_attempts,
+    }
+}
+
+/// The repository's menu.
+pub(crate) fn repo_menu() -> Menu {
+    Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+        .expect("the repository's menu loads")
+}
+
+/// Experiments already decided on the base profile, by (id, params JSON).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Decided(pub BTreeMap<(MenuId, String), i64>);
+
+impl Decided {
+    pub fn with(mut self, p: &Proposal, previous: i64) -> Decided {
+        self.0.insert((p.experiment, p.params_json()), previous);
+        self
+    }
+}
+
+impl DuplicateCheck for Decided {
+    async fn previous(&self, p: &Proposal) -> Result<Option<ExperimentId>, LedgerError> {
+        Ok(self
+            .0
+            .get(&(p.experiment, p.params_json()))
+            .copied()
+            .map(ExperimentId))
+    }
+}
+
+/// Captures every tracing event (all levels) of the current thread.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// Starts capturing on this thread (a `#[tokio::test]` runs its futures
+    /// on the test thread) until the guard drops.
+    pub fn start() -> (LogCapture, tracing::subscriber::DefaultGuard) {
+        let capture = LogCapture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(capture.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .finish();
+        (capture, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl io::Write for LogCapture {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+    fn make_writer(&'a self) -> LogCapture {
+        self.clone()
+    }
+}

@@ -1,0 +1,199 @@
+//! The model proposer: asks the served model, validates the answer with
+//! [`Menu::validate`](crate::menu::Menu::validate), refuses duplicates, and
+//! asks again (showing our own refusal messages) up to `max_attempts`.
+//! Transient HTTP failures are retried inside the same budget after an
+//! exponential backoff with full jitter.
+
+use std::time::Duration;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use super::client::{BrainError, ChatClient};
+use super::{
+    Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
+    proposal_value,
+};
+use crate::menu::Rejection;
+use crate::vocab::ProposerKind;
+
+/// Exponential backoff with "full jitter": before retry `k` (0-based) sleep
+/// a uniform time in `[0, min(cap, base * 2^k)]` (M. Brooker, "Exponential
+/// Backoff And Jitter", AWS Architecture Blog, 2015): spreading retries
+/// evenly avoids many clients hammering a restarting server in lockstep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Backoff {
+    /// The ceiling of retry `k`: `min(cap, base * 2^k)`.
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry.min(31));
+        self.base.saturating_mul(factor).min(self.cap)
+    }
+
+    /// The pause before retry `k`, drawn from `rng`.
+    pub fn delay(&self, retry: u32, rng: &mut impl Rng) -> Duration {
+        self.ceiling(retry).mul_f64(rng.random::<f64>())
+    }
+}
+
+/// Asks the served model through a [`ChatClient`].
+#[derive(Debug)]
+pub struct ModelProposer<R = StdRng> {
+    client: ChatClient,
+    max_attempts: u32,
+    backoff: Backoff,
+    /// Only draws backoff jitter; injected so tests are deterministic.
+    rng: R,
+}
+
+impl<R: Rng + Send> ModelProposer<R> {
+    /// `max_attempts` (at least 1) counts every request of a cycle: refused
+    /// answers and transient failures alike.
+    pub fn new(client: ChatClient, max_attempts: u32, backoff: Backoff, rng: R) -> Self {
+        ModelProposer {
+            client,
+            max_attempts: max_attempts.max(1),
+            backoff,
+            rng,
+        }
+    }
+
+    async fn run<D: DuplicateCheck + Sync>(
+        &mut self,
+        s: &Situation<'_>,
+        duplicates: &D,
+    ) -> (Vec<Attempt>, Decision) {
+        let schema = s.menu.json_schema();
+        let mut attempts = Vec::new();
+        let mut refusals: Vec<Rejection> = Vec::new();
+        let mut retries = 0u32;
+        for number in 1..=self.max_attempts {
+            let messages = prompt::messages(s, &refusals);
+            let raw = match self.client.complete(&messages, &schema).await {
+                Ok(raw) => raw,
+                Err(e) if e.is_transient() && number < self.max_attempts => {
+                    let pause = self.backoff.delay(retries, &mut self.rng);
+                    retries += 1;
+                    tracing::warn!(
+                        attempt = number,
+                        error = %e,
+                        pause_ms = pause.as_millis() as u64,
+                        "the served model failed; retrying after a pause"
+                    );
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                Err(e) => return (attempts, Decision::Failed(e)),
+            };
+            let prompt = Some(prompt::render(&messages));
+            let refusal = match s.menu.validate(&raw) {
+                Err(rejection) => {
+                    attempts.push(Attempt {
+                        number,
+                        prompt,
+                        raw_answer: Some(raw),
+                        parsed: None,
+                        rejection: Some(rejection.clone()),
+                    });
+                    rejection
+                }
+                Ok(proposal) => match duplicate_of(duplicates, &proposal).await {
+                    Err(source) => {
+                        return (attempts, Decision::Failed(BrainError::DuplicateCheck { source }));
+                    }
+                    Ok(None) => {
+                        attempts.push(Attempt {
+                            number,
+                            prompt,
+                            raw_answer: Some(raw),
+                            parsed: Some(proposal_value(&proposal)),
+                            rejection: None,
+                        });
+                        tracing::info!(
+                            attempt = number,
+                            experiment = %proposal.experiment,
+                            params = %proposal.params_json(),
+                            "the served model chose"
+                        );
+                        return (attempts, Decision::Chosen(proposal));
+                    }
+                    Ok(Some(duplicate)) => {
+                        attempts.push(Attempt {
+                            number,
+                            prompt,
+                            raw_answer: Some(raw),
+                            parsed: Some(proposal_value(&proposal)),
+                            rejection: Some(duplicate.clone()),
+                        });
+                        duplicate
+                    }
+                },
+            };
+            // Our own message (it never echoes the model's strings).
+            tracing::warn!(
+                attempt = number,
+                kind = refusal.kind(),
+                reason = %refusal,
+                "the served model's answer was refused"
+            );
+            refusals.push(refusal);
+        }
+        (attempts, Decision::Rejected)
+    }
+}
+
+impl<R: Rng + Send> Proposer for ModelProposer<R> {
+    fn kind(&self) -> ProposerKind {
+        ProposerKind::Model
+    }
+
+    async fn propose<D: DuplicateCheck + Sync>(
+        &mut self,
+        situation: &Situation<'_>,
+        duplicates: &D,
+    ) -> Outcome {
+        let (attempts, decision) = self.run(situation, duplicates).await;
+        Outcome {
+            proposer: ProposerKind::Model,
+            attempts,
+            decision,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn backoff_grows_to_its_cap_and_jitters_below_the_ceiling() {
+        let b = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_millis(700),
+        };
+        let ceilings: Vec<u128> = (0..5).map(|k| b.ceiling(k).as_millis()).collect();
+        assert_eq!(ceilings, [100, 200, 400, 700, 700]);
+        assert_eq!(b.ceiling(u32::MAX), Duration::from_millis(700));
+        let mut rng = StdRng::seed_from_u64(7);
+        let delays: Vec<Duration> = (0..200).map(|_| b.delay(3, &mut rng)).collect();
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(700)));
+        // Jitter: not all the same.
+        assert!(delays.iter().any(|d| *d != delays[0]));
+        let mut again = StdRng::seed_from_u64(7);
+        assert_eq!(b.delay(3, &mut again), delays[0], "deterministic for a seed");
+    }
+}

@@ -1,0 +1,340 @@
+//! The prompt the served model sees: objective, live metrics, noise floor,
+//! recent experiments and the menu with its bounds. Deterministic text.
+//!
+//! Everything here comes from the orchestrator's own data. A refused answer
+//! is reported back only through [`Rejection`]'s message, which never echoes
+//! the model's strings, so the model's words never enter a prompt (and so
+//! never enter the ledger's prompt column).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Situation;
+use super::client::{Message, Role};
+use crate::ledger::ExperimentOutcome;
+use crate::menu::{MenuEntry, ParamKind, RATIONALE_MAX_CHARS, Rejection};
+
+/// The live metrics scraped at the start of a cycle; `None` when the stack
+/// does not export a series or it could not be read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveMetrics {
+    /// Seconds per generated token of the live stack.
+    pub seconds_per_token: Option<f64>,
+    /// Share of expert reads served from RAM tiers (pinned + LRU cache), 0..1.
+    pub tier_residency: Option<f64>,
+    /// Share of routed expert activations that hit a pinned expert, 0..1.
+    pub heat_coverage: Option<f64>,
+    /// Far tier state: 1 when the far expert server answers, 0 when not.
+    pub far_available: Option<f64>,
+    /// Share of drafted tokens the full model accepted, 0..1.
+    pub draft_acceptance: Option<f64>,
+    /// Any other scraped series, by our name from `[stack.metrics.names]`.
+    pub other: BTreeMap<String, f64>,
+}
+
+/// The noise floor as the proposers need it. The caller decides staleness
+/// (it owns the clock and `noise_floor_max_age_s`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoiseFloorState {
+    /// No A/A measurement of this stack yet.
+    Missing,
+    Current {
+        /// Relative change as a log ratio, after the configured clamp.
+        value: f64,
+        /// A/A pairs it rests on.
+        pairs: u32,
+        age: Duration,
+        /// Older than `noise_floor_max_age_s`, or measured on another profile.
+        stale: bool,
+    },
+}
+
+impl NoiseFloorState {
+    /// Whether `remeasure` is due: no floor, or a stale one.
+    pub fn needs_remeasure(&self) -> bool {
+        match self {
+            NoiseFloorState::Missing => true,
+            NoiseFloorState::Current { stale, .. } => *stale,
+        }
+    }
+}
+
+/// The fixed instructions: the role and the answer's shape.
+pub fn system_text() -> String {
+    format!(
+        "You choose the next experiment for tuning a tiered mixture-of-experts \
+         serving stack toward its seconds-per-token objective.\n\
+         Answer with exactly one JSON object and nothing else: \
+         {{\"experiment\": <a menu id>, \"params\": {{<that entry's parameters>}}, \
+         \"rationale\": <at most {RATIONALE_MAX_CHARS} characters>}}.\n\
+         Choose only from the menu, with every parameter inside its bounds. \
+         The answer is checked in code; anything else is refused. \
+         An experiment already decided on the current profile with the same \
+         parameters is refused as a duplicate (remeasure excepted)."
+    )
+}
+
+/// The situation: objective, metrics, floor, history and menu.
+pub fn situation_text(s: &Situation<'_>) -> String {
+    let mut t = String::new();
+    objective(&mut t, s);
+    metrics(&mut t, s.metrics);
+    floor(&mut t, s.noise_floor);
+    history(&mut t, s.history);
+    t.push_str("\nThe menu (choose one):\n");
+    for entry in s.menu.entries() {
+        menu_entry(&mut t, entry);
+    }
+    t
+}
+
+/// The follow-up after refused answers: our own messages, oldest first.
+pub fn followup_text(refusals: &[Rejection]) -> String {
+    let mut t = String::from("Your previous answer was refused:\n");
+    for (i, r) in refusals.iter().enumerate() {
+        let _ = writeln!(t, "{}. {} ({})", i + 1, r, r.kind());
+    }
+    t.push_str(
+        "Answer again with one JSON object that follows the schema: a menu id, \
+         its parameters within their bounds, and a short rationale.",
+    );
+    t
+}
+
+/// The messages of one request: system, situation, and a follow-up when
+/// earlier answers were refused.
+pub fn messages(s: &Situation<'_>, refusals: &[Rejection]) -> Vec<Message> {
+    let mut m = vec![
+        Message::new(Role::System, system_text()),
+        Message::new(Role::User, situation_text(s)),
+    ];
+    if !refusals.is_empty() {
+        m.push(Message::new(Role::User, followup_text(refusals)));
+    }
+    m
+}
+
+/// The messages as one text, for the ledger's prompt column.
+pub fn render(messages: &[Message]) -> String {
+    let mut t = String::new();
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            t.push('\n');
+        }
+        let _ = writeln!(t, "[{}]", m.role.as_str());
+        t.push_str(&m.content);
+        if !m.content.ends_with('\n') {
+            t.push('\n');
+        }
+    }
+    t
+}
+
+fn objective(t: &mut String, s: &Situation<'_>) {
+    let target = s.target_seconds_per_token;
+    let _ = writeln!(t, "Objective: {} s/token or less.", num(target));
+    match s.metrics.seconds_per_token {
+        Some(live) if live.is_finite() && live > 0.0 => {
+            let gap = live - target;
+            if gap > 0.0 {
+                let _ = writeln!(
+                    t,
+                    "Live: {} s/token, {} s/token ({}) slower than the objective.",
+                    num(live),
+                    num(gap),
+                    pct(gap / target)
+                );
+            } else {
+                let _ = writeln!(
+                    t,
+                    "Live: {} s/token, meeting the objective by {} s/token.",
+                    num(live),
+                    num(-gap)
+                );
+            }
+        }
+        _ => t.push_str("Live: seconds per token not available.\n"),
+    }
+}
+
+fn metrics(t: &mut String, m: &LiveMetrics) {
+    t.push_str("\nLive metrics:\n");
+    let rows: [(&str, Option<f64>, fn(f64) -> String); 5] = [
+        ("seconds per token", m.seconds_per_token, num),
+        (
+            "tier residency (expert reads served from RAM)",
+            m.tier_residency,
+            share,
+        ),
+        ("heat coverage (activations on pinned experts)", m.heat_coverage, share),
+        ("far tier", m.far_available, far_state),
+        ("draft acceptance", m.draft_acceptance, share),
+    ];
+    for (name, value, show) in rows {
+        let shown = value.map_or_else(|| "not available".to_string(), show);
+        let _ = writeln!(t, "- {name}: {shown}");
+    }
+    for (name, value) in &m.other {
+        let _ = writeln!(t, "- {name}: {}", num(*value));
+    }
+}
+
+fn floor(t: &mut String, f: &NoiseFloorState) {
+    t.push('\n');
+    match f {
+        NoiseFloorState::Missing => t.push_str(
+            "Noise floor: not measured yet; no difference can be judged until \
+             remeasure has measured it.\n",
+        ),
+        NoiseFloorState::Current {
+            value,
+            pairs,
+            age,
+            stale,
+        } => {
+            let _ = writeln!(
+                t,
+                "Noise floor: {} (from {pairs} A/A pairs, measured {} ago){}.",
+                pct_abs(*value),
+                age_text(*age),
+                if *stale {
+                    "; stale, remeasure is due"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    t.push_str("Changes smaller than the floor are refused in both directions.\n");
+}
+
+fn history(t: &mut String, h: &[ExperimentOutcome]) {
+    t.push_str("\nRecent experiments (newest first):\n");
+    if h.is_empty() {
+        t.push_str("- none yet\n");
+    }
+    for e in h {
+        let by = e.proposer.map_or("the cycle", |p| p.as_str());
+        let confirm = e
+            .confirmation_of
+            .map(|c| format!(", confirming #{c}"))
+            .unwrap_or_default();
+        let _ = write!(
+            t,
+            "- #{} {} {} by {by}{confirm}: ",
+            e.experiment_id,
+            e.menu_id,
+            params_text(&e.parameters)
+        );
+        match e.verdict {
+            None => t.push_str("being measured\n"),
+            Some(v) => {
+                t.push_str(v.as_str());
+                if let Some(effect) = e.effect {
+                    let _ = write!(t, ", effect {}", pct(effect.exp_m1()));
+                }
+                if let Some(i) = e.interval {
+                    let _ = write!(t, " [{}, {}]", pct(i.low.exp_m1()), pct(i.high.exp_m1()));
+                }
+                if let Some(f) = e.noise_floor {
+                    let _ = write!(t, ", floor {}", pct_abs(f));
+                }
+                if let Some(p) = e.pairs.filter(|p| *p > 0) {
+                    let _ = write!(t, ", {p} pairs");
+                }
+                t.push('\n');
+            }
+        }
+    }
+    t.push_str("Effects are changes of seconds per token: negative is faster.\n");
+}
+
+fn menu_entry(t: &mut String, e: &MenuEntry) {
+    let _ = writeln!(t, "\n## {}: {}", e.id, e.summary);
+    t.push_str(e.prompt.trim_end());
+    t.push('\n');
+    if e.params.is_empty() {
+        t.push_str("Parameters: none (\"params\": {}).\n");
+        return;
+    }
+    t.push_str("Parameters:\n");
+    for p in &e.params {
+        let bounds = match &p.kind {
+            ParamKind::Integer { min, max, step } => {
+                format!("integer from {min} to {max} (suggested step {step})")
+            }
+            ParamKind::Number { min, max, step } => match step {
+                Some(s) => format!(
+                    "number from {} to {} (suggested step {})",
+                    num(*min),
+                    num(*max),
+                    num(*s)
+                ),
+                None => format!("number from {} to {}", num(*min), num(*max)),
+            },
+            ParamKind::Enum { values } => format!("one of {}", values.join(", ")),
+        };
+        let _ = writeln!(t, "- {}: {bounds}; {}", p.name, p.doc);
+    }
+}
+
+/// Stored parameters are validated values (numbers, menu enum strings), so
+/// printing them repeats nothing of the model's text.
+fn params_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// Up to four decimals, trailing zeros dropped: stable across platforms.
+fn num(x: f64) -> String {
+    if !x.is_finite() {
+        return "not a finite number".to_string();
+    }
+    let s = format!("{x:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".to_string() } else { s.to_string() }
+}
+
+fn share(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}%", x * 100.0)
+    } else {
+        num(x)
+    }
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:+.2}%", x * 100.0)
+    } else {
+        num(x)
+    }
+}
+
+/// A log-ratio floor as the relative change it allows either way.
+fn pct_abs(log_ratio: f64) -> String {
+    if log_ratio.is_finite() {
+        format!("±{:.2}%", log_ratio.abs().exp_m1() * 100.0)
+    } else {
+        num(log_ratio)
+    }
+}
+
+fn far_state(x: f64) -> String {
+    if x >= 0.5 { "up" } else { "down" }.to_string()
+}
+
+fn age_text(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests;

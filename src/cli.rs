@@ -1,0 +1,82 @@
+//! The command line, as clap derive types. Handlers live in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "orchestrator",
+    version,
+    about = "Tunes a tiered mixture-of-experts serving stack by measured, human-approved experiments"
+)]
+pub struct Cli {
+    /// The configuration file [default: $ORCHESTRATOR_CONFIG, else ./config.toml]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Log filter for stderr (e.g. info, debug, orchestrator=trace)
+    #[arg(long, global = true, default_value = "info", value_name = "FILTER")]
+    pub log: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate the config, the menu and the live profile; probe the endpoints
+    Check,
+    /// Inspect and decide staged wins
+    #[command(subcommand)]
+    Stage(StageCommand),
+    /// Recent cycles with their verdicts
+    Ledger(LedgerArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StageCommand {
+    /// Staged wins (every state with --all)
+    List {
+        /// Show approved, rejected and expired stages too
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// The profile diff against the live profile, and the evidence
+    Show {
+        /// The stage id (from `stage list`)
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the staged profile to the live profile path (restart is yours)
+    Approve {
+        id: i64,
+        /// Who approves [default: $USER]
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+    },
+    /// Refuse a staged win
+    Reject {
+        id: i64,
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct LedgerArgs {
+    /// How many recent cycles
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,48 @@
+//! Command handlers, one module per subcommand. The error policy lives here:
+//! configuration and usage problems exit 2, everything else 1.
+
+use crate::cli::{Cli, Command};
+use crate::config::{Config, ConfigError};
+use crate::menu::MenuError;
+use crate::profile::ProfileError;
+
+pub mod check;
+pub mod ledger;
+pub mod stage;
+
+/// A problem with what the user asked for (exit 2), as opposed to a failure
+/// while doing it (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Runs one command to completion.
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let config_path = Config::locate(cli.config.as_deref());
+    match cli.command {
+        Command::Check => check::run(&config_path),
+        Command::Stage(cmd) => stage::run(&config_path, cmd),
+        Command::Ledger(args) => ledger::run(&config_path, args),
+    }
+}
+
+/// 2 for usage and configuration errors anywhere in the chain, else 1.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let usage = err.chain().any(|e| {
+        e.is::<UsageError>()
+            || e.is::<ConfigError>()
+            || e.is::<MenuError>()
+            || matches!(
+                e.downcast_ref::<ProfileError>(),
+                Some(ProfileError::Parse { .. } | ProfileError::Invalid { .. })
+            )
+    });
+    if usage { 2 } else { 1 }
+}
+
+/// A current-thread runtime for the commands that talk to SQLite or HTTP.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,316 @@
+//! `orchestrator stage list|show|approve|reject`: a person inspects and
+//! decides staged wins. Approving writes the live profile file and nothing
+//! else: it never restarts, signals or contacts the serving stack.
+
+use std::path::Path;
+
+use anyhow::Context;
+use chrono::Utc;
+use serde_json::json;
+
+use super::UsageError;
+use crate::cli::StageCommand;
+use crate::config::Config;
+use crate::display;
+use crate::ledger::{Ledger, LedgerError, Run, StageDecision, StageDetail, StageId};
+use crate::profile::Profile;
+use crate::vocab::StageState;
+
+pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
+    let config = Config::load(config_path)?;
+    super::runtime()?.block_on(async {
+        let ledger = Ledger::open(&config.ledger_path).await?;
+        let result = match cmd {
+            StageCommand::List { all, json } => list(&ledger, all, json).await,
+            StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
+            StageCommand::Approve { id, by, note } => {
+                let by = decider(by)?;
+                approve(&config, &ledger, StageId(id), &by, note.as_deref()).await
+            }
+            StageCommand::Reject { id, reason, by } => {
+                let by = decider(by)?;
+                reject(&ledger, StageId(id), &by, &reason).await
+            }
+        };
+        ledger.close().await;
+        result
+    })
+}
+
+/// Who decides: `--by`, else `$USER`; a bounded, printable name.
+fn decider(by: Option<String>) -> anyhow::Result<String> {
+    let name = by
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".to_string());
+    let name = name.trim().to_string();
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(UsageError(
+            "--by must be a name of 1 to 64 printable characters".to_string(),
+        )
+        .into());
+    }
+    Ok(name)
+}
+
+async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
+    let state = if all { None } else { Some(StageState::Staged) };
+    let stages = ledger.stages(state).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stages)?);
+        return Ok(());
+    }
+    if stages.is_empty() {
+        println!(
+            "{}",
+            if all {
+                "no stages yet: wins appear here once the loop has confirmed one"
+            } else {
+                "no staged wins waiting (see every state with --all)"
+            }
+        );
+        return Ok(());
+    }
+    let now = Utc::now();
+    println!(
+        "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  base",
+        "id", "state", "experiment", "parameters", "effect [interval]", "floor", "age"
+    );
+    for s in &stages {
+        println!(
+            "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
+            s.id.0,
+            s.state.as_str(),
+            s.menu_id.as_str(),
+            compact(&s.parameters),
+            display::effect(s.effect, s.interval.low, s.interval.high),
+            display::floor(s.noise_floor),
+            display::age(s.age(now)),
+            s.base_digest.short(),
+        );
+    }
+    Ok(())
+}
+
+fn compact(v: &serde_json::Value) -> String {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| v.to_string())
+}
+
+async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyhow::Result<()> {
+    let detail = ledger.stage_detail(id).await?;
+    let candidate = Profile::parse(
+        &detail.stage.candidate_profile,
+        Path::new(&format!("stage {id}")),
+    )?;
+    let live = Profile::load(&config.stack.live_profile).ok();
+    let diff: Vec<String> = match &live {
+        Some(live) => live.diff(&candidate).iter().map(|c| c.to_string()).collect(),
+        None => vec![],
+    };
+    if json {
+        let out = json!({
+            "detail": detail,
+            "live_profile": config.stack.live_profile,
+            "live_digest": live.as_ref().map(|p| p.digest()),
+            "diff_against_live": diff,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    print_detail(config, &detail, live.as_ref(), &diff);
+    Ok(())
+}
+
+fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: &[String]) {
+    let s = &d.stage;
+    println!(
+        "stage {} ({}): {} {}",
+        s.id,
+        s.state,
+        d.experiment.menu_id,
+        compact(&d.experiment.parameters)
+    );
+    println!(
+        "effect   {} (confirmation), floor {}",
+        display::effect(s.effect, s.interval.low, s.interval.high),
+        display::floor(s.noise_floor)
+    );
+    println!("base     {}", s.base_digest);
+    println!("staged   {}", s.candidate_digest);
+    if let (Some(by), Some(at)) = (&s.decided_by, s.decided_at) {
+        println!(
+            "decided  {} by {by} at {at}{}",
+            s.state,
+            s.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+        );
+    }
+    println!();
+    match live {
+        None => println!(
+            "live profile {} cannot be read; no diff shown",
+            config.stack.live_profile.display()
+        ),
+        Some(live) if live.digest() == s.base_digest => {
+            println!("changes against the live profile (which is the stage's base):");
+        }
+        Some(_) => println!(
+            "changes against the live profile (NOT the stage's base any more: approving will expire it):"
+        ),
+    }
+    for line in diff {
+        println!("  {line}");
+    }
+    for (title, runs, v) in [
+        ("experiment", &d.runs, &d.verdict),
+        ("confirmation", &d.confirmation_runs, &d.confirmation_verdict),
+    ] {
+        println!();
+        let stats = match (v.effect, v.interval) {
+            (Some(e), Some(i)) => display::effect(e, i.low, i.high),
+            _ => "-".to_string(),
+        };
+        println!(
+            "{title}: verdict {} after {} pairs, effect {stats}, floor {}, method {}",
+            v.kind,
+            v.pairs,
+            v.noise_floor.map(display::floor).unwrap_or_else(|| "-".into()),
+            v.method.as_deref().unwrap_or("-")
+        );
+        print_runs(runs);
+    }
+}
+
+fn print_runs(runs: &[Run]) {
+    println!(
+        "  {:>5} {:<9} {:>4} {:>12} {:>6} {:<16} {:>4} {:>8}",
+        "order", "arm", "pair", "s/token", "tokens", "output hash", "exit", "took"
+    );
+    for r in runs {
+        println!(
+            "  {:>5} {:<9} {:>4} {:>12} {:>6} {:<16} {:>4} {:>7.2}s{}",
+            r.order_index,
+            r.arm.as_str(),
+            r.pair_index.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            r.seconds_per_token
+                .map(|x| format!("{x:.6}"))
+                .unwrap_or_else(|| "-".into()),
+            r.tokens.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+            r.output_hash.as_deref().unwrap_or("-"),
+            r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            r.duration_s,
+            if r.refused { "  refused" } else { "" }
+        );
+    }
+}
+
+async fn approve(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+    by: &str,
+    note: Option<&str>,
+) -> anyhow::Result<()> {
+    let live_path = &config.stack.live_profile;
+    // The IMMEDIATE transaction is held across the file write, so a racing
+    // approval waits here and then finds this one's decision.
+    let mut tx = ledger.begin_write().await?;
+    let stage = tx.stage(id).await?;
+    if stage.state != StageState::Staged {
+        return Err(LedgerError::StageAlreadyDecided {
+            id,
+            state: stage.state,
+            by: stage.decided_by.unwrap_or_default(),
+            at: stage.decided_at.unwrap_or(stage.created_at),
+        }
+        .into());
+    }
+    let candidate = Profile::parse(&stage.candidate_profile, Path::new(&format!("stage {id}")))?;
+    if candidate.digest() != stage.candidate_digest {
+        anyhow::bail!(
+            "stage {id}'s stored profile does not match its recorded digest {}; the ledger may be damaged, nothing was written",
+            stage.candidate_digest
+        );
+    }
+    let live = Profile::load(live_path)
+        .with_context(|| format!("reading the live profile to compare it with stage {id}'s base"))?;
+    let live_digest = live.digest();
+    let now = Utc::now();
+    if live_digest == stage.candidate_digest {
+        // A previous approval wrote the file and died before recording it.
+        tx.decide_stage(
+            id,
+            StageDecision::Approved,
+            by,
+            Some(&format!(
+                "{}(the live profile already matched the staged one: recorded an interrupted approval)",
+                note.map(|n| format!("{n} ")).unwrap_or_default()
+            )),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        println!(
+            "stage {id} approved: {} already holds this profile (an earlier approval was interrupted before it was recorded)",
+            live_path.display()
+        );
+        return Ok(());
+    }
+    if live_digest != stage.base_digest {
+        let reason = format!(
+            "the live profile changed (now {}, was {} when measured)",
+            live_digest.short(),
+            stage.base_digest.short()
+        );
+        tx.expire_stage(id, &reason, now).await?;
+        tx.commit().await?;
+        anyhow::bail!(
+            "stage {id} is expired and was not applied: {reason}. Its evidence was measured against \
+             another profile, so it proves nothing about the live one; the loop will test the idea \
+             again against the current profile. Nothing was written."
+        );
+    }
+    if let Some(pins) = candidate.pins_path(live_path)
+        && !pins.exists()
+    {
+        anyhow::bail!(
+            "stage {id}'s pin list {} is missing (it is written next to the live profile when planned); \
+             nothing was written: reject this stage and let the loop plan it again",
+            pins.display()
+        );
+    }
+    let text = format!(
+        "# live profile written by `orchestrator stage approve {id}` (by {by}, {now})\n{}",
+        candidate.canonical()
+    );
+    crate::atomic_file::write(live_path, text.as_bytes())
+        .with_context(|| format!("writing the live profile {}", live_path.display()))?;
+    tx.decide_stage(id, StageDecision::Approved, by, note, now)
+        .await?;
+    tx.commit().await?;
+    println!("stage {id} approved by {by}; {} now holds:", live_path.display());
+    for change in live.diff(&candidate) {
+        println!("  {change}");
+    }
+    println!(
+        "The serving stack reads its profile at start: restart it for this to take effect. \
+         Nothing was restarted or signalled."
+    );
+    Ok(())
+}
+
+async fn reject(ledger: &Ledger, id: StageId, by: &str, reason: &str) -> anyhow::Result<()> {
+    if reason.trim().is_empty() {
+        return Err(UsageError("--reason must say why the stage is rejected".into()).into());
+    }
+    ledger
+        .decide_stage(id, StageDecision::Rejected, by, Some(reason), Utc::now())
+        .await?;
+    println!("stage {id} rejected by {by}: {reason}");
+    Ok(())
+}

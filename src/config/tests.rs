@@ -1,0 +1,133 @@
+//! Tests of config loading: the default file, defaults, and every refusal.
+
+use super::*;
+
+fn default_text() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml")).unwrap()
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/etc/orch/config.toml"))
+}
+
+fn err(text: &str) -> String {
+    parse(text).expect_err("must be refused").to_string()
+}
+
+#[test]
+fn the_default_config_loads() {
+    let c = parse(&default_text()).unwrap();
+    assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
+    assert_eq!(c.ledger_path, Path::new("/etc/orch/ledger/orchestrator.db"));
+    assert_eq!(c.stack.live_profile, Path::new("/etc/orch/ledger/profiles/live.toml"));
+    assert_eq!(c.measure.confidence.get(), 0.95);
+    assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
+    assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
+}
+
+#[test]
+fn safe_defaults_fill_missing_keys() {
+    let c = parse(
+        "[stack]\nname = \"s\"\nlive_profile = \"p.toml\"\n[stack.bench]\nargv = [\"b\", \"{out}\"]\n\
+         [cycle]\nproposer = \"bandit\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
+    assert_eq!(c.measure.min_pairs, 4);
+    assert_eq!(c.cycle.history, 8);
+    assert!(c.daemon.metrics_listen.ip().is_loopback());
+}
+
+#[test]
+fn an_unknown_key_gets_the_nearest_suggested_with_its_line() {
+    let text = default_text().replace("interval_s = 30", "intervall_s = 30");
+    let msg = err(&text);
+    assert!(msg.contains("did you mean `interval_s`?"), "{msg}");
+    assert!(msg.contains("config.toml:"), "{msg}");
+    assert!(msg.contains("[cycle] intervall_s"), "{msg}");
+}
+
+#[test]
+fn a_bad_value_names_the_key_and_the_range() {
+    let msg = err(&default_text().replace("confidence = 0.95", "confidence = 1.5"));
+    assert!(msg.contains("[measure] confidence"), "{msg}");
+    assert!(msg.contains("strictly between 0 and 1"), "{msg}");
+}
+
+#[test]
+fn a_missing_required_key_is_named() {
+    let msg = err(&default_text().replace("name = \"tinyk3\"\n# The live", "# The live"));
+    assert!(msg.contains("missing field `name`"), "{msg}");
+}
+
+#[test]
+fn an_unknown_knob_in_the_bench_argv_is_refused() {
+    let msg = err(&default_text().replace("{memory.cache_gb}", "{memory.cache_mb}"));
+    assert!(msg.contains("[stack.bench] argv"), "{msg}");
+    assert!(msg.contains("{memory.cache_mb}"), "{msg}");
+}
+
+#[test]
+fn an_unknown_knob_in_an_optional_group_is_refused() {
+    let msg = err(&default_text().replace("when = \"far.addr\"", "when = \"far.address\""));
+    assert!(msg.contains("far.address"), "{msg}");
+}
+
+#[test]
+fn a_pasted_api_key_is_refused_without_echoing_it() {
+    let msg = err(&default_text().replace(
+        "# api_key_env = \"ORCHESTRATOR_API_KEY\"",
+        "api_key_env = \"sk-live-abc123secret\"",
+    ));
+    assert!(msg.contains("NAME of an environment variable"), "{msg}");
+    assert!(!msg.contains("abc123secret"), "{msg}");
+}
+
+#[test]
+fn min_pairs_above_max_pairs_is_refused() {
+    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 40"));
+    assert!(msg.contains("min_pairs (40)"), "{msg}");
+}
+
+#[test]
+fn a_non_loopback_metrics_address_needs_allow_remote() {
+    let msg = err(&default_text().replace("127.0.0.1:9464", "0.0.0.0:9464"));
+    assert!(msg.contains("not loopback"), "{msg}");
+    let ok = default_text()
+        .replace("127.0.0.1:9464", "0.0.0.0:9464")
+        .replace("allow_remote = false", "allow_remote = true");
+    assert!(parse(&ok).is_ok());
+}
+
+#[test]
+fn a_bad_url_is_refused_with_an_example() {
+    let msg = err(&default_text().replace("http://127.0.0.1:8181/v1", "localhost"));
+    assert!(msg.contains("[model] base_url"), "{msg}");
+    assert!(msg.contains("http://127.0.0.1:8080"), "{msg}");
+}
+
+#[test]
+fn model_proposer_without_model_table_is_refused() {
+    let msg = err("[stack]\nname = \"s\"\nlive_profile = \"p\"\n[stack.bench]\nargv = [\"b\"]\n");
+    assert!(msg.contains("proposer = \"bandit\""), "{msg}");
+}
+
+#[test]
+fn broken_toml_names_the_line() {
+    let msg = err("[stack\nname = 1\n");
+    assert!(msg.contains("config.toml:1"), "{msg}");
+}
+
+#[test]
+fn an_unreadable_file_says_how_to_choose_another() {
+    let e = Config::load(Path::new("/nonexistent/config.toml")).unwrap_err();
+    assert!(e.to_string().contains("--config PATH"), "{e}");
+}
+
+#[test]
+fn edit_distance_is_levenshtein() {
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(nearest("min_pair"), Some("min_pairs"));
+    assert_eq!(nearest("zzzzzzzzzzzz"), None);
+}

@@ -1,0 +1,55 @@
+//! How the ledger's numbers read for people: effects stored as log ratios
+//! (candidate/baseline) shown as signed percentages, ages, short digests.
+
+use chrono::Duration;
+
+/// A log ratio as a signed relative change: `-0.105` → `-10.0%`.
+pub fn percent(log_ratio: f64) -> String {
+    format!("{:+.1}%", (log_ratio.exp() - 1.0) * 100.0)
+}
+
+/// An effect with its interval: `-10.0% [-12.9%, -7.0%]`.
+pub fn effect(estimate: f64, low: f64, high: f64) -> String {
+    format!("{} [{}, {}]", percent(estimate), percent(low), percent(high))
+}
+
+/// A noise floor (relative, as a log ratio) as `±2.0%`.
+pub fn floor(log_ratio: f64) -> String {
+    format!("±{:.1}%", (log_ratio.abs().exp() - 1.0) * 100.0)
+}
+
+/// A coarse age: `45s`, `12m`, `5h`, `3d`.
+pub fn age(d: Duration) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_read_as_relative_change() {
+        assert_eq!(percent(0.0), "+0.0%");
+        assert_eq!(percent((0.9f64).ln()), "-10.0%");
+        assert_eq!(percent((1.25f64).ln()), "+25.0%");
+        assert_eq!(floor((1.02f64).ln()), "±2.0%");
+        assert_eq!(
+            effect((0.9f64).ln(), (0.85f64).ln(), (0.95f64).ln()),
+            "-10.0% [-15.0%, -5.0%]"
+        );
+    }
+
+    #[test]
+    fn ages_are_coarse() {
+        assert_eq!(age(Duration::seconds(5)), "5s");
+        assert_eq!(age(Duration::seconds(600)), "10m");
+        assert_eq!(age(Duration::hours(30)), "1d");
+        assert_eq!(age(Duration::seconds(-3)), "0s");
+    }
+}

@@ -1,0 +1,40 @@
+//! Judgement: the measured noise floor, the paired sequential A/B, and the
+//! simulation that shows both keep their promises.
+//!
+//! - [`policy`]: validated confidence, floor and pair budget (built from config).
+//! - [`noise`]: the noise floor from A/A pairs (robust scale, clamped below).
+//! - [`protocol`]: which arm runs next: warmups, then ABBA-ordered pairs.
+//! - [`sequential`]: the anytime-valid interval after each pair and the verdict.
+//! - [`simulate`]: ground-truth simulation against today's fixed-sample habits.
+//!
+//! Everything here is a pure function of measured numbers; measuring them is
+//! `measure`'s job and storing them the ledger's.
+
+pub mod noise;
+pub mod policy;
+pub mod protocol;
+pub mod sequential;
+pub mod simulate;
+
+pub use noise::{NoiseError, NoiseFloor};
+pub use policy::{Confidence, Floor, ParamError, Policy};
+pub use protocol::{Slot, pair_order, slot};
+pub use sequential::{
+    Decision, Estimate, SequentialTest, Step, classify, confirm, decide, log_ratio,
+};
+
+use crate::vocab::{Arm, VerdictKind};
+
+/// Data the judgement cannot use; the cycle records it as a `failed` run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JudgeError {
+    #[error("a {arm} run reported {value} s/token; a valid run reports a finite value > 0")]
+    InvalidTime { arm: Arm, value: f64 },
+    #[error("log ratio of pair #{index} is {value}, not a finite number")]
+    NonFinite { index: usize, value: f64 },
+    #[error(
+        "this A/B already decided `{kind}` after {pairs} pairs; start a new test \
+         (an independent replication) to measure again"
+    )]
+    AlreadyDecided { kind: VerdictKind, pairs: usize },
+}

@@ -1,0 +1,183 @@
+//! Validated parameters of a judgement: confidence level, noise floor and pair budget.
+//!
+//! The config module builds these from TOML through `TryFrom<f64>` and
+//! [`Policy::new`]; each error names the valid range so the message can point
+//! at the offending key.
+
+use std::fmt;
+
+/// A parameter outside its valid range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error("confidence must be strictly between 0 and 1 (for example 0.90), got {0}")]
+    Confidence(f64),
+    #[error(
+        "noise floor must be a finite log ratio strictly between 0 and 1 \
+         (0.03 is about 3%), got {0}"
+    )]
+    Floor(f64),
+    #[error(
+        "min_pairs must be an even number of at least {least} (decisions are taken \
+         on whole ABBA blocks of two pairs), got {got}"
+    )]
+    MinPairs { got: usize, least: usize },
+    #[error("max_pairs must be even and at least min_pairs ({min_pairs}), got {got}")]
+    MaxPairs { got: usize, min_pairs: usize },
+}
+
+/// Confidence level of an interval, strictly inside (0, 1).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Confidence(f64);
+
+impl Confidence {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The miscoverage probability `1 - confidence`.
+    pub fn alpha(self) -> f64 {
+        1.0 - self.0
+    }
+}
+
+impl TryFrom<f64> for Confidence {
+    type Error = ParamError;
+    fn try_from(v: f64) -> Result<Self, Self::Error> {
+        if v.is_finite() && v > 0.0 && v < 1.0 {
+            Ok(Confidence(v))
+        } else {
+            Err(ParamError::Confidence(v))
+        }
+    }
+}
+
+/// A noise floor on the log-ratio scale, strictly inside (0, 1).
+///
+/// `ln(candidate / baseline)`; for the small values that matter this is the
+/// relative change (0.03 ≈ 3%). Log units keep a win and the mirrored loss
+/// exactly symmetric, which a relative fraction would not (-3% vs +3.09%).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Floor(f64);
+
+impl Floor {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The floor as a relative change, `exp(floor) - 1`.
+    pub fn relative(self) -> f64 {
+        self.0.exp_m1()
+    }
+}
+
+impl TryFrom<f64> for Floor {
+    type Error = ParamError;
+    fn try_from(v: f64) -> Result<Self, Self::Error> {
+        if v.is_finite() && v > 0.0 && v < 1.0 {
+            Ok(Floor(v))
+        } else {
+            Err(ParamError::Floor(v))
+        }
+    }
+}
+
+impl fmt::Display for Floor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.2}%", 100.0 * self.relative())
+    }
+}
+
+/// How a sequential A/B is run and when it must stop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Coverage of the confidence sequence, uniformly over all pairs.
+    pub confidence: Confidence,
+    /// No decision before this many pairs (even).
+    pub min_pairs: usize,
+    /// `inconclusive` when this many pairs (even) have not decided.
+    pub max_pairs: usize,
+    /// Lower clamp on the measured noise floor; never a substitute for it.
+    pub min_floor: Floor,
+}
+
+impl Policy {
+    /// The least `min_pairs`: one ABBA block needs two pairs, and the variance
+    /// of two points is too fragile to stop on, so two blocks.
+    pub const LEAST_MIN_PAIRS: usize = 4;
+
+    pub fn new(
+        confidence: Confidence,
+        min_pairs: usize,
+        max_pairs: usize,
+        min_floor: Floor,
+    ) -> Result<Policy, ParamError> {
+        if min_pairs < Self::LEAST_MIN_PAIRS || min_pairs % 2 != 0 {
+            return Err(ParamError::MinPairs {
+                got: min_pairs,
+                least: Self::LEAST_MIN_PAIRS,
+            });
+        }
+        if max_pairs < min_pairs || max_pairs % 2 != 0 {
+            return Err(ParamError::MaxPairs {
+                got: max_pairs,
+                min_pairs,
+            });
+        }
+        Ok(Policy {
+            confidence,
+            min_pairs,
+            max_pairs,
+            min_floor,
+        })
+    }
+}
+
+impl Default for Policy {
+    /// The values tuned by `cargo bench --bench judge_simulation` (see its table).
+    fn default() -> Policy {
+        Policy {
+            confidence: Confidence(0.80),
+            min_pairs: 6,
+            max_pairs: 40,
+            min_floor: Floor(0.005),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confidence_range_is_open() {
+        assert!(Confidence::try_from(0.95).is_ok());
+        for bad in [0.0, 1.0, -0.1, 1.5, f64::NAN, f64::INFINITY] {
+            let err = Confidence::try_from(bad).unwrap_err();
+            assert!(err.to_string().contains("between 0 and 1"), "{err}");
+        }
+    }
+
+    #[test]
+    fn floor_range_is_open_and_relative_is_exp_minus_one() {
+        let f = Floor::try_from(0.03).unwrap();
+        assert!((f.relative() - 0.030_454_533_953_516_86).abs() < 1e-12);
+        assert_eq!(f.to_string(), "3.05%");
+        for bad in [0.0, -0.01, 1.0, f64::NAN] {
+            assert!(Floor::try_from(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn policy_rejects_odd_or_inverted_budgets() {
+        let c = Confidence::try_from(0.9).unwrap();
+        let f = Floor::try_from(0.01).unwrap();
+        assert!(Policy::new(c, 6, 30, f).is_ok());
+        let err = Policy::new(c, 5, 30, f).unwrap_err();
+        assert!(err.to_string().contains("even"), "{err}");
+        assert!(matches!(Policy::new(c, 2, 30, f), Err(ParamError::MinPairs { .. })));
+        assert!(matches!(Policy::new(c, 8, 6, f), Err(ParamError::MaxPairs { .. })));
+        assert!(matches!(Policy::new(c, 8, 31, f), Err(ParamError::MaxPairs { .. })));
+        let d = Policy::default();
+        assert!(Policy::new(d.confidence, d.min_pairs, d.max_pairs, d.min_floor).is_ok());
+    }
+}

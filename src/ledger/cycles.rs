@@ -1,0 +1,349 @@
+//! Cycles of the loop, the observation each one starts with, and the recent
+//! cycles with their verdicts (`orchestrator ledger`).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
+use super::error::Ctx;
+use super::ids::{CycleId, ObservationId};
+use super::verdicts::{self, Verdict};
+use super::{Ledger, LedgerError, Result, WriteTx};
+use crate::menu::MenuId;
+use crate::vocab::{CycleStatus, Digest, ProposerKind};
+
+/// One cycle of the loop.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Cycle {
+    pub id: CycleId,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub status: CycleStatus,
+    /// Why it failed or was aborted; `None` for running and completed cycles.
+    pub error: Option<String>,
+    /// The proposer configured for this cycle.
+    pub proposer: ProposerKind,
+}
+
+/// How a cycle ended. Failures and aborts always carry their cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CycleOutcome {
+    Completed,
+    Failed(String),
+    Aborted(String),
+}
+
+impl CycleOutcome {
+    fn status(&self) -> CycleStatus {
+        match self {
+            CycleOutcome::Completed => CycleStatus::Completed,
+            CycleOutcome::Failed(_) => CycleStatus::Failed,
+            CycleOutcome::Aborted(_) => CycleStatus::Aborted,
+        }
+    }
+
+    fn error(&self) -> Option<&str> {
+        match self {
+            CycleOutcome::Completed => None,
+            CycleOutcome::Failed(e) | CycleOutcome::Aborted(e) => Some(e),
+        }
+    }
+}
+
+/// What the cycle saw before proposing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewObservation {
+    pub cycle_id: CycleId,
+    pub observed_at: DateTime<Utc>,
+    /// The metrics snapshot (a JSON object of metric name → value).
+    pub metrics: Value,
+    /// The heat summary, when the stack exposes one.
+    pub heat: Option<Value>,
+    pub live_profile_digest: Digest,
+}
+
+/// A stored observation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Observation {
+    pub id: ObservationId,
+    pub cycle_id: CycleId,
+    pub observed_at: DateTime<Utc>,
+    pub metrics: Value,
+    pub heat: Option<Value>,
+    pub live_profile_digest: Digest,
+}
+
+impl FromRow<'_, SqliteRow> for Observation {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(Observation {
+            id: row.try_get("id")?,
+            cycle_id: row.try_get("cycle_id")?,
+            observed_at: row.try_get("observed_at")?,
+            metrics: json_col(row, "metrics")?,
+            heat: opt_json_col(row, "heat")?,
+            live_profile_digest: row.try_get("live_profile_digest")?,
+        })
+    }
+}
+
+/// A cycle with every verdict recorded in it (normally one; a cycle that
+/// confirms a win has two), for `orchestrator ledger`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CycleSummary {
+    pub cycle: Cycle,
+    pub verdicts: Vec<CycleVerdict>,
+}
+
+/// A verdict with what was tried, when there was an experiment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CycleVerdict {
+    pub verdict: Verdict,
+    pub menu_id: Option<MenuId>,
+    pub parameters: Option<Value>,
+}
+
+pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = max(?1, started_at), error = ?2 \
+     WHERE status = 'running'";
+
+pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
+     ORDER BY started_at DESC, id DESC LIMIT ?1";
+
+pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters \
+     FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
+     WHERE v.cycle_id IN (SELECT value FROM json_each(?1)) ORDER BY v.cycle_id, v.id";
+
+async fn open_cycle(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    started_at: DateTime<Utc>,
+    proposer: ProposerKind,
+) -> Result<CycleId> {
+    sqlx::query_scalar(
+        "INSERT INTO cycles (started_at, status, proposer) VALUES (?1, 'running', ?2) RETURNING id",
+    )
+    .bind(ts(&started_at))
+    .bind(proposer)
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("open a cycle"))
+}
+
+async fn get_cycle(c: &mut SqliteConnection, cx: &Ctx, id: CycleId) -> Result<Cycle> {
+    sqlx::query_as("SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read a cycle"))?
+        .ok_or_else(|| cx.not_found(CycleId::WHAT, id.0))
+}
+
+async fn close_cycle(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    id: CycleId,
+    outcome: &CycleOutcome,
+    ended_at: DateTime<Utc>,
+) -> Result<()> {
+    let done = sqlx::query(
+        "UPDATE cycles SET status = ?2, error = ?3, ended_at = ?4 WHERE id = ?1 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(outcome.status())
+    .bind(outcome.error())
+    .bind(ts(&ended_at))
+    .execute(&mut *c)
+    .await
+    .map_err(cx.err("close a cycle"))?;
+    if done.rows_affected() == 1 {
+        return Ok(());
+    }
+    let cycle = get_cycle(c, cx, id).await?;
+    Err(LedgerError::CycleNotRunning {
+        id,
+        status: cycle.status,
+    })
+}
+
+async fn abort_running(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<u64> {
+    let done = sqlx::query(SQL_ABORT_RUNNING)
+        .bind(ts(&at))
+        .bind(reason)
+        .execute(c)
+        .await
+        .map_err(cx.err("abort the running cycles"))?;
+    Ok(done.rows_affected())
+}
+
+async fn insert_observation(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    o: &NewObservation,
+) -> Result<ObservationId> {
+    require_object("an observation's metrics", &o.metrics)?;
+    sqlx::query_scalar(
+        "INSERT INTO observations (cycle_id, observed_at, metrics, heat, live_profile_digest) \
+         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+    )
+    .bind(o.cycle_id)
+    .bind(ts(&o.observed_at))
+    .bind(canonical_json(&o.metrics))
+    .bind(o.heat.as_ref().map(canonical_json))
+    .bind(&o.live_profile_digest)
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record an observation"))
+}
+
+async fn observation(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    cycle_id: CycleId,
+) -> Result<Option<Observation>> {
+    sqlx::query_as("SELECT * FROM observations WHERE cycle_id = ?1")
+        .bind(cycle_id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read an observation"))
+}
+
+async fn recent_cycles(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    limit: u32,
+) -> Result<Vec<CycleSummary>> {
+    let op = "list recent cycles";
+    let cycles: Vec<Cycle> = sqlx::query_as(SQL_RECENT_CYCLES)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *c)
+        .await
+        .map_err(cx.err(op))?;
+    let ids = serde_json::to_string(&cycles.iter().map(|c| c.id).collect::<Vec<_>>())
+        .expect("a list of integers serialises");
+    let rows = sqlx::query(SQL_CYCLE_VERDICTS)
+        .bind(ids)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(cx.err(op))?;
+    let mut out: Vec<CycleSummary> = cycles
+        .into_iter()
+        .map(|cycle| CycleSummary {
+            cycle,
+            verdicts: Vec::new(),
+        })
+        .collect();
+    for row in rows {
+        let verdict = verdicts::from_row(&row).map_err(cx.err(op))?;
+        let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+        let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
+        if let Some(s) = out.iter_mut().find(|s| s.cycle.id == verdict.cycle_id) {
+            s.verdicts.push(CycleVerdict {
+                verdict,
+                menu_id,
+                parameters,
+            });
+        }
+    }
+    Ok(out)
+}
+
+impl WriteTx {
+    /// Starts a cycle as `running`.
+    pub async fn open_cycle(
+        &mut self,
+        started_at: DateTime<Utc>,
+        proposer: ProposerKind,
+    ) -> Result<CycleId> {
+        let (c, cx) = self.parts();
+        open_cycle(c, cx, started_at, proposer).await
+    }
+
+    /// Ends a running cycle; refuses ([`LedgerError::CycleNotRunning`]) a
+    /// cycle that already ended.
+    pub async fn close_cycle(
+        &mut self,
+        id: CycleId,
+        outcome: &CycleOutcome,
+        ended_at: DateTime<Utc>,
+    ) -> Result<()> {
+        let (c, cx) = self.parts();
+        close_cycle(c, cx, id, outcome, ended_at).await
+    }
+
+    /// Closes every `running` cycle as `aborted` with `reason` (at start, for
+    /// cycles a crash left open). Returns how many there were.
+    pub async fn abort_running_cycles(&mut self, reason: &str, at: DateTime<Utc>) -> Result<u64> {
+        let (c, cx) = self.parts();
+        abort_running(c, cx, reason, at).await
+    }
+
+    pub async fn insert_observation(&mut self, o: &NewObservation) -> Result<ObservationId> {
+        let (c, cx) = self.parts();
+        insert_observation(c, cx, o).await
+    }
+
+    pub async fn cycle(&mut self, id: CycleId) -> Result<Cycle> {
+        let (c, cx) = self.parts();
+        get_cycle(c, cx, id).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::open_cycle`] as its own transaction.
+    pub async fn open_cycle(
+        &self,
+        started_at: DateTime<Utc>,
+        proposer: ProposerKind,
+    ) -> Result<CycleId> {
+        let mut c = self.conn("open a cycle").await?;
+        open_cycle(&mut c, &self.ctx, started_at, proposer).await
+    }
+
+    /// [`WriteTx::close_cycle`] as its own transaction.
+    pub async fn close_cycle(
+        &self,
+        id: CycleId,
+        outcome: &CycleOutcome,
+        ended_at: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        tx.close_cycle(id, outcome, ended_at).await?;
+        tx.commit().await
+    }
+
+    /// [`WriteTx::abort_running_cycles`] as its own transaction.
+    pub async fn abort_running_cycles(&self, reason: &str, at: DateTime<Utc>) -> Result<u64> {
+        let mut c = self.conn("abort the running cycles").await?;
+        abort_running(&mut c, &self.ctx, reason, at).await
+    }
+
+    /// [`WriteTx::insert_observation`] as its own transaction.
+    pub async fn insert_observation(&self, o: &NewObservation) -> Result<ObservationId> {
+        let mut c = self.conn("record an observation").await?;
+        insert_observation(&mut c, &self.ctx, o).await
+    }
+
+    pub async fn cycle(&self, id: CycleId) -> Result<Cycle> {
+        let mut c = self.conn("read a cycle").await?;
+        get_cycle(&mut c, &self.ctx, id).await
+    }
+
+    /// The observation of a cycle, if it got that far.
+    pub async fn observation(&self, cycle_id: CycleId) -> Result<Option<Observation>> {
+        let mut c = self.conn("read an observation").await?;
+        observation(&mut c, &self.ctx, cycle_id).await
+    }
+
+    /// The `limit` most recent cycles, newest first, each with its verdicts.
+    pub async fn recent_cycles(&self, limit: u32) -> Result<Vec<CycleSummary>> {
+        let mut c = self.conn("list recent cycles").await?;
+        recent_cycles(&mut c, &self.ctx, limit).await
+    }
+}

@@ -1,0 +1,243 @@
+//! The ledger's typed errors: each names the database file and says what to do.
+//!
+//! Raw SQLite errors are classified here (busy, read-only, disk full, damaged,
+//! constraint) so that callers and people get an actionable message instead
+//! of `database is locked` or `(code: 13) database or disk is full`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::migrate::MigrateError;
+
+use super::ids::{CycleId, ExperimentId, StageId};
+use crate::vocab::{CycleStatus, StageState, VerdictKind};
+
+/// Everything that can go wrong in the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(
+        "cannot create the directory {} for the ledger {}: {source}; create it by hand or point `ledger.path` in config.toml somewhere writable",
+        dir.display(), path.display()
+    )]
+    CreateDir {
+        path: PathBuf,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error(
+        "cannot open the ledger {}: {source}; check that it is a SQLite database written by orchestrator and that this user may read and write it and its directory",
+        path.display()
+    )]
+    Open { path: PathBuf, source: sqlx::Error },
+
+    #[error("cannot bring the ledger {} up to date: {}", path.display(), migrate_hint(source))]
+    Migrate {
+        path: PathBuf,
+        source: MigrateError,
+    },
+
+    #[error(
+        "the ledger {} stayed locked by another writer for more than {} s while trying to {op}; another orchestrator process is holding a long write: wait for it to finish (or stop it) and retry",
+        path.display(), timeout.as_secs_f64()
+    )]
+    Locked {
+        path: PathBuf,
+        op: &'static str,
+        timeout: Duration,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "the ledger {} is read-only (while trying to {op}); give this user write permission on the file and on its directory, since SQLite creates {}-wal and {}-shm next to it",
+        path.display(), path.display(), path.display()
+    )]
+    ReadOnly {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "the disk holding the ledger {} is full (while trying to {op}); the change was rolled back, nothing is half-written: free some space and retry",
+        path.display()
+    )]
+    DiskFull {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "the ledger {} is damaged or not a ledger (while trying to {op}): {source}; run `sqlite3 {} 'PRAGMA integrity_check'` and restore it from a backup",
+        path.display(), path.display()
+    )]
+    Corrupt {
+        path: PathBuf,
+        op: &'static str,
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "the ledger {} refused to {op} because it breaks the schema's rules: {source}; this is a bug in orchestrator, please report it with this message",
+        path.display()
+    )]
+    Constraint {
+        path: PathBuf,
+        op: &'static str,
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "no connection to the ledger {} became free within {} s (while trying to {op}); with an in-memory ledger, read through the open write transaction instead of the Ledger",
+        path.display(), timeout.as_secs_f64()
+    )]
+    PoolTimedOut {
+        path: PathBuf,
+        op: &'static str,
+        timeout: Duration,
+    },
+
+    #[error("the ledger {} failed to {op}: {source}", path.display())]
+    Query {
+        path: PathBuf,
+        op: &'static str,
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "{what} {id} does not exist in the ledger {}; list what exists with `orchestrator ledger` or `orchestrator stage list --all`",
+        path.display()
+    )]
+    NotFound {
+        path: PathBuf,
+        what: &'static str,
+        id: i64,
+    },
+
+    #[error(
+        "stage {id} was already {state} by {by} at {at}; a stage is decided exactly once, so nothing was changed (see `orchestrator stage show {id}`)"
+    )]
+    StageAlreadyDecided {
+        id: StageId,
+        state: StageState,
+        by: String,
+        at: DateTime<Utc>,
+    },
+
+    #[error(
+        "experiment {experiment_id} already has its verdict ({existing}); each experiment gets exactly one, so the new verdict was not recorded"
+    )]
+    VerdictExists {
+        experiment_id: ExperimentId,
+        existing: VerdictKind,
+    },
+
+    #[error(
+        "cycle {id} is already {status}; only a running cycle can be closed, so nothing was changed"
+    )]
+    CycleNotRunning { id: CycleId, status: CycleStatus },
+
+    #[error(
+        "experiment {experiment_id} cannot be staged: {why}; only a win confirmed by an independent second A/B may be staged"
+    )]
+    NotStageable {
+        experiment_id: ExperimentId,
+        why: &'static str,
+    },
+
+    #[error("{what} must be a JSON object, not {found}; nothing was recorded")]
+    NotAnObject {
+        what: &'static str,
+        found: &'static str,
+    },
+}
+
+/// The advice for each way a migration can fail.
+fn migrate_hint(e: &MigrateError) -> String {
+    match e {
+        MigrateError::VersionMissing(v) => format!(
+            "it holds migration {v}, which this build does not know: it was written by a newer orchestrator; use that version, or move the file aside to start a new ledger"
+        ),
+        MigrateError::VersionMismatch(v) => format!(
+            "migration {v} was changed after this ledger applied it; applied migrations are never edited: restore migrations/ from version control and add a new migration instead"
+        ),
+        MigrateError::Dirty(v) => format!(
+            "migration {v} was left half-applied; restore the ledger from a backup"
+        ),
+        other => format!("{other}; check that the file is writable and not damaged"),
+    }
+}
+
+/// SQLite primary result codes we give their own message.
+/// See <https://www.sqlite.org/rescode.html>.
+const SQLITE_BUSY: u32 = 5;
+const SQLITE_LOCKED: u32 = 6;
+const SQLITE_READONLY: u32 = 8;
+const SQLITE_CORRUPT: u32 = 11;
+const SQLITE_FULL: u32 = 13;
+const SQLITE_CONSTRAINT: u32 = 19;
+const SQLITE_NOTADB: u32 = 26;
+
+/// Where an error happened, to be named in its message.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub(crate) path: std::sync::Arc<Path>,
+    pub(crate) busy_timeout: Duration,
+}
+
+impl Ctx {
+    /// Classifies a sqlx error raised while trying to `op`.
+    pub(crate) fn classify(&self, op: &'static str, source: sqlx::Error) -> LedgerError {
+        let path = self.path.to_path_buf();
+        if matches!(source, sqlx::Error::PoolTimedOut) {
+            return LedgerError::PoolTimedOut {
+                path,
+                op,
+                timeout: self.busy_timeout,
+            };
+        }
+        let primary = source
+            .as_database_error()
+            .and_then(|d| d.code())
+            .and_then(|c| c.parse::<u32>().ok())
+            .map(|extended| extended & 0xff);
+        match primary {
+            Some(SQLITE_BUSY | SQLITE_LOCKED) => LedgerError::Locked {
+                path,
+                op,
+                timeout: self.busy_timeout,
+                source,
+            },
+            Some(SQLITE_READONLY) => LedgerError::ReadOnly { path, op, source },
+            Some(SQLITE_FULL) => LedgerError::DiskFull { path, op, source },
+            Some(SQLITE_CORRUPT | SQLITE_NOTADB) => LedgerError::Corrupt { path, op, source },
+            Some(SQLITE_CONSTRAINT) => LedgerError::Constraint { path, op, source },
+            _ => LedgerError::Query { path, op, source },
+        }
+    }
+
+    /// `classify` as a closure, for `map_err`.
+    pub(crate) fn err(&self, op: &'static str) -> impl FnOnce(sqlx::Error) -> LedgerError + '_ {
+        move |e| self.classify(op, e)
+    }
+
+    pub(crate) fn not_found(&self, what: &'static str, id: i64) -> LedgerError {
+        LedgerError::NotFound {
+            path: self.path.to_path_buf(),
+            what,
+            id,
+        }
+    }
+}
+
+/// Whether a sqlx error is a UNIQUE violation (used to turn a second verdict
+/// into [`LedgerError::VerdictExists`]).
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
+}

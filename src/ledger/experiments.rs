@@ -1,0 +1,286 @@
+//! Experiments (one candidate profile against one base profile), the recent
+//! history the proposers read, and the duplicate check.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
+use super::error::Ctx;
+use super::ids::{CycleId, ExperimentId, ProposalId};
+use super::{Interval, Ledger, Result, WriteTx};
+use crate::menu::MenuId;
+use crate::vocab::{Digest, Method, ProposerKind, VerdictKind};
+
+/// An experiment about to be measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewExperiment {
+    pub cycle_id: CycleId,
+    /// The proposal that chose it; `None` when no proposer did (a scheduled
+    /// noise-floor refresh).
+    pub proposal_id: Option<ProposalId>,
+    /// For the independent second A/B of a win: the experiment it confirms.
+    pub confirmation_of: Option<ExperimentId>,
+    pub created_at: DateTime<Utc>,
+    pub menu_id: MenuId,
+    /// The validated parameters, a JSON object (stored with sorted keys).
+    pub parameters: Value,
+    pub method: Method,
+    pub base_profile: String,
+    pub base_digest: Digest,
+    pub candidate_profile: String,
+    pub candidate_digest: Digest,
+    /// What the planner worked out, e.g. the predicted hit rates of
+    /// `rerank_pins` (new pins, current pins, LRU, Belady's MIN).
+    pub planner_notes: Option<Value>,
+}
+
+/// A stored experiment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Experiment {
+    pub id: ExperimentId,
+    pub cycle_id: CycleId,
+    pub proposal_id: Option<ProposalId>,
+    pub confirmation_of: Option<ExperimentId>,
+    pub created_at: DateTime<Utc>,
+    pub menu_id: MenuId,
+    pub parameters: Value,
+    pub method: Method,
+    pub base_profile: String,
+    pub base_digest: Digest,
+    pub candidate_profile: String,
+    pub candidate_digest: Digest,
+    pub planner_notes: Option<Value>,
+}
+
+impl FromRow<'_, SqliteRow> for Experiment {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(Experiment {
+            id: row.try_get("id")?,
+            cycle_id: row.try_get("cycle_id")?,
+            proposal_id: row.try_get("proposal_id")?,
+            confirmation_of: row.try_get("confirmation_of")?,
+            created_at: row.try_get("created_at")?,
+            menu_id: row.try_get("menu_id")?,
+            parameters: json_col(row, "parameters")?,
+            method: row.try_get("method")?,
+            base_profile: row.try_get("base_profile")?,
+            base_digest: row.try_get("base_digest")?,
+            candidate_profile: row.try_get("candidate_profile")?,
+            candidate_digest: row.try_get("candidate_digest")?,
+            planner_notes: opt_json_col(row, "planner_notes")?,
+        })
+    }
+}
+
+/// An experiment as the proposers see it: what was tried, by whom, and what
+/// came of it (`verdict` is `None` while it is being measured).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExperimentOutcome {
+    pub experiment_id: ExperimentId,
+    pub cycle_id: CycleId,
+    pub created_at: DateTime<Utc>,
+    pub menu_id: MenuId,
+    pub parameters: Value,
+    pub base_digest: Digest,
+    pub proposer: Option<ProposerKind>,
+    pub confirmation_of: Option<ExperimentId>,
+    pub verdict: Option<VerdictKind>,
+    pub effect: Option<f64>,
+    pub interval: Option<Interval>,
+    pub noise_floor: Option<f64>,
+    pub pairs: Option<u32>,
+}
+
+impl FromRow<'_, SqliteRow> for ExperimentOutcome {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        let low: Option<f64> = row.try_get("interval_low")?;
+        let high: Option<f64> = row.try_get("interval_high")?;
+        Ok(ExperimentOutcome {
+            experiment_id: row.try_get("id")?,
+            cycle_id: row.try_get("cycle_id")?,
+            created_at: row.try_get("created_at")?,
+            menu_id: row.try_get("menu_id")?,
+            parameters: json_col(row, "parameters")?,
+            base_digest: row.try_get("base_digest")?,
+            proposer: row.try_get("proposer")?,
+            confirmation_of: row.try_get("confirmation_of")?,
+            verdict: row.try_get("kind")?,
+            effect: row.try_get("effect")?,
+            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+            noise_floor: row.try_get("noise_floor")?,
+            pairs: row.try_get("pairs")?,
+        })
+    }
+}
+
+/// An earlier experiment identical to a new proposal, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PriorDecision {
+    pub experiment_id: ExperimentId,
+    pub verdict: VerdictKind,
+    pub decided_at: DateTime<Utc>,
+}
+
+impl FromRow<'_, SqliteRow> for PriorDecision {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(PriorDecision {
+            experiment_id: row.try_get("id")?,
+            verdict: row.try_get("kind")?,
+            decided_at: row.try_get("decided_at")?,
+        })
+    }
+}
+
+pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.created_at, e.menu_id, e.parameters, e.base_digest, \
+            e.confirmation_of, p.proposer, v.kind, v.effect, v.interval_low, v.interval_high, \
+            v.noise_floor, v.pairs \
+     FROM experiments e \
+     LEFT JOIN proposals p ON p.id = e.proposal_id \
+     LEFT JOIN verdicts v ON v.experiment_id = e.id \
+     ORDER BY e.id DESC LIMIT ?1";
+
+/// Only verdicts that measured something count as "decided": a `failed` or
+/// `rejected` experiment never measured, so trying it again is not a repeat.
+pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_at FROM experiments e \
+     JOIN verdicts v ON v.experiment_id = e.id \
+     WHERE e.menu_id = ?1 AND e.base_digest = ?2 AND e.parameters = ?3 \
+       AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
+     ORDER BY e.id DESC LIMIT 1";
+
+pub(crate) const SQL_CONFIRMATIONS: &str =
+    "SELECT * FROM experiments WHERE confirmation_of = ?1 ORDER BY id";
+
+async fn insert(c: &mut SqliteConnection, cx: &Ctx, e: &NewExperiment) -> Result<ExperimentId> {
+    require_object("an experiment's parameters", &e.parameters)?;
+    sqlx::query_scalar(
+        "INSERT INTO experiments (cycle_id, proposal_id, confirmation_of, created_at, menu_id, \
+         parameters, method, base_profile, base_digest, candidate_profile, candidate_digest, \
+         planner_notes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
+    )
+    .bind(e.cycle_id)
+    .bind(e.proposal_id)
+    .bind(e.confirmation_of)
+    .bind(ts(&e.created_at))
+    .bind(e.menu_id)
+    .bind(canonical_json(&e.parameters))
+    .bind(e.method)
+    .bind(&e.base_profile)
+    .bind(&e.base_digest)
+    .bind(&e.candidate_profile)
+    .bind(&e.candidate_digest)
+    .bind(e.planner_notes.as_ref().map(canonical_json))
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record an experiment"))
+}
+
+pub(crate) async fn get(c: &mut SqliteConnection, cx: &Ctx, id: ExperimentId) -> Result<Experiment> {
+    sqlx::query_as("SELECT * FROM experiments WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read an experiment"))?
+        .ok_or_else(|| cx.not_found(ExperimentId::WHAT, id.0))
+}
+
+pub(crate) async fn confirmations(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    id: ExperimentId,
+) -> Result<Vec<Experiment>> {
+    sqlx::query_as(SQL_CONFIRMATIONS)
+        .bind(id)
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("read an experiment's confirmations"))
+}
+
+async fn recent(c: &mut SqliteConnection, cx: &Ctx, k: u32) -> Result<Vec<ExperimentOutcome>> {
+    sqlx::query_as(SQL_RECENT_EXPERIMENTS)
+        .bind(i64::from(k))
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("read the recent experiments"))
+}
+
+async fn decided(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    menu_id: MenuId,
+    parameters: &Value,
+    base_digest: &Digest,
+) -> Result<Option<PriorDecision>> {
+    sqlx::query_as(SQL_DUPLICATE_DECIDED)
+        .bind(menu_id)
+        .bind(base_digest)
+        .bind(canonical_json(parameters))
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("look for an identical decided experiment"))
+}
+
+impl WriteTx {
+    pub async fn insert_experiment(&mut self, e: &NewExperiment) -> Result<ExperimentId> {
+        let (c, cx) = self.parts();
+        insert(c, cx, e).await
+    }
+
+    pub async fn experiment(&mut self, id: ExperimentId) -> Result<Experiment> {
+        let (c, cx) = self.parts();
+        get(c, cx, id).await
+    }
+
+    /// [`Ledger::already_decided`] inside this transaction.
+    pub async fn already_decided(
+        &mut self,
+        menu_id: MenuId,
+        parameters: &Value,
+        base_digest: &Digest,
+    ) -> Result<Option<PriorDecision>> {
+        let (c, cx) = self.parts();
+        decided(c, cx, menu_id, parameters, base_digest).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_experiment`] as its own transaction.
+    pub async fn insert_experiment(&self, e: &NewExperiment) -> Result<ExperimentId> {
+        let mut c = self.conn("record an experiment").await?;
+        insert(&mut c, &self.ctx, e).await
+    }
+
+    pub async fn experiment(&self, id: ExperimentId) -> Result<Experiment> {
+        let mut c = self.conn("read an experiment").await?;
+        get(&mut c, &self.ctx, id).await
+    }
+
+    /// The experiments that confirm (or tried to confirm) `id`, oldest first.
+    pub async fn confirmations(&self, id: ExperimentId) -> Result<Vec<Experiment>> {
+        let mut c = self.conn("read an experiment's confirmations").await?;
+        confirmations(&mut c, &self.ctx, id).await
+    }
+
+    /// The `k` most recent experiments, newest first, with their verdicts and
+    /// effects: what the proposer prompt and the bandit learn from.
+    pub async fn recent_experiments(&self, k: u32) -> Result<Vec<ExperimentOutcome>> {
+        let mut c = self.conn("read the recent experiments").await?;
+        recent(&mut c, &self.ctx, k).await
+    }
+
+    /// The duplicate check: the latest experiment with the same menu id,
+    /// parameters and base profile whose verdict measured something (`win`,
+    /// `loss`, `within_noise`, `inconclusive`, `hash_mismatch`). `remeasure`
+    /// repeats on purpose; callers should not apply this check to it.
+    pub async fn already_decided(
+        &self,
+        menu_id: MenuId,
+        parameters: &Value,
+        base_digest: &Digest,
+    ) -> Result<Option<PriorDecision>> {
+        let mut c = self.conn("look for an identical decided experiment").await?;
+        decided(&mut c, &self.ctx, menu_id, parameters, base_digest).await
+    }
+}

@@ -1,0 +1,315 @@
+//! The SQLite experiment ledger: every cycle, proposal, experiment, run,
+//! verdict, noise floor, reference hash and stage decision. All SQL of the
+//! program lives under this module; callers use the typed functions.
+//!
+//! # Writing
+//!
+//! A multi-row change is one transaction owned by the caller:
+//! [`Ledger::begin_write`] returns a [`WriteTx`] begun `IMMEDIATE`, so the
+//! write lock is taken up front and two writers queue on the busy timeout
+//! instead of deadlocking on a read-to-write upgrade (which SQLite reports as
+//! `database is locked` at once, whatever the timeout). Dropping a `WriteTx`
+//! without [`WriteTx::commit`] rolls it back. Single-row writes also exist as
+//! methods on [`Ledger`]; they run as one autocommit statement.
+//!
+//! Timestamps are passed in by the caller (an injected clock), never read
+//! from the system here, so tests and benchmark fixtures can backdate rows.
+//!
+//! # Indexes: which query uses which
+//!
+//! | query ([`NamedQuery`])        | index                                     |
+//! |-------------------------------|-------------------------------------------|
+//! | `AbortRunningCycles`          | `cycles_running` (partial, status = running) |
+//! | `RecentCycles`                | `cycles_by_start`                         |
+//! | `CycleVerdicts`               | `verdicts_by_cycle`                       |
+//! | `RecentExperiments`           | primary key (rowid order, newest first)   |
+//! | `DuplicateDecided`            | `experiments_by_identity`                 |
+//! | `Confirmations`               | `experiments_by_confirmation`             |
+//! | `ExperimentRuns`              | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
+//! | `ExperimentVerdict`           | `sqlite_autoindex_verdicts_1` (experiment_id) |
+//! | `LatestNoiseFloor`            | `noise_floors_by_stack`                   |
+//! | `CurrentReferenceHash`        | `reference_hashes_current`                |
+//! | `StagesByState`               | `stages_by_state`                         |
+//! | `AllStages`                   | `stages_by_time`                          |
+//!
+//! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
+//! a test asserts that none of them scans a whole table.
+//!
+//! # Files
+//!
+//! `error` (typed errors), `ids` (row id newtypes), `codec` (stored forms),
+//! then one file per table family: `cycles` (cycles, observations, the
+//! `orchestrator ledger` listing), `proposals`, `experiments` (with the
+//! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
+//! `stages`, and `plan` (the named queries).
+
+mod codec;
+mod cycles;
+mod error;
+mod experiments;
+mod ids;
+mod noise;
+mod plan;
+mod proposals;
+mod references;
+mod runs;
+mod stages;
+mod verdicts;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{Connection, Row, Sqlite, Transaction};
+
+pub use cycles::{Cycle, CycleOutcome, CycleSummary, CycleVerdict, NewObservation, Observation};
+pub use error::LedgerError;
+pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
+pub use ids::{
+    CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId, RunId,
+    StageId, VerdictId,
+};
+pub use noise::{NewNoiseFloor, NoiseFloor};
+pub use plan::NamedQuery;
+pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use references::{NewReferenceHash, ReferenceHash};
+pub use runs::{NewRun, Run, TimingSource};
+pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
+pub use verdicts::{NewVerdict, Verdict};
+
+use error::Ctx;
+
+/// How long a writer waits for another writer before giving up. Long enough
+/// for any single ledger transaction (they hold no engine runs), short enough
+/// that a stuck process is reported rather than waited on forever.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections per file ledger: WAL lets readers run beside the one writer.
+const FILE_POOL_SIZE: u32 = 4;
+
+/// The migrations under `migrations/`, embedded at build time (`build.rs`
+/// reruns the build when they change).
+static MIGRATOR: Migrator = sqlx::migrate!();
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// A confidence interval of an effect, as a log ratio candidate/baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    pub low: f64,
+    pub high: f64,
+}
+
+/// An open ledger: a small pool of connections to one SQLite file.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pool: SqlitePool,
+    ctx: Ctx,
+}
+
+/// A write transaction begun `IMMEDIATE`: it holds the ledger's write lock
+/// until [`WriteTx::commit`] or until it is dropped (which rolls back).
+#[derive(Debug)]
+pub struct WriteTx {
+    tx: Transaction<'static, Sqlite>,
+    ctx: Ctx,
+}
+
+impl Ledger {
+    /// Opens (creating if missing) the ledger at `path` and applies any
+    /// pending migrations, with the default busy timeout.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Ledger> {
+        Ledger::open_with(path, DEFAULT_BUSY_TIMEOUT).await
+    }
+
+    /// [`Ledger::open`] with a chosen busy timeout (how long a writer waits
+    /// for another one).
+    pub async fn open_with(path: impl AsRef<Path>, busy_timeout: Duration) -> Result<Ledger> {
+        let path = path.as_ref();
+        let ctx = Ctx {
+            path: Arc::from(path),
+            busy_timeout,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| LedgerError::CreateDir {
+                path: path.to_path_buf(),
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL is durable across application crashes in WAL mode and
+            // only risks the last commits on power loss; FULL would fsync on
+            // every run row for no benefit to the loop.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(busy_timeout)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(FILE_POOL_SIZE)
+            .acquire_timeout(busy_timeout + Duration::from_secs(1))
+            .connect_with(options)
+            .await
+            .map_err(|source| match ctx.classify("open", source) {
+                LedgerError::Query { path, source, .. } => LedgerError::Open { path, source },
+                other => other,
+            })?;
+        let ledger = Ledger { pool, ctx };
+        ledger.migrate().await?;
+        Ok(ledger)
+    }
+
+    /// A private, migrated in-memory ledger for tests. It has a single
+    /// connection (each connection to `:memory:` would be its own database),
+    /// so while a [`WriteTx`] is open, read through the transaction.
+    pub async fn open_in_memory() -> Result<Ledger> {
+        let ctx = Ctx {
+            path: Arc::from(Path::new(":memory:")),
+            busy_timeout: Duration::from_secs(5),
+        };
+        let options = SqliteConnectOptions::from_str("sqlite::memory:")
+            .map_err(|source| LedgerError::Open {
+                path: ctx.path.to_path_buf(),
+                source,
+            })?
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            // The database lives only as long as its connection.
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ctx.busy_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|source| LedgerError::Open {
+                path: ctx.path.to_path_buf(),
+                source,
+            })?;
+        let ledger = Ledger { pool, ctx };
+        ledger.migrate().await?;
+        Ok(ledger)
+    }
+
+    /// The database file (`:memory:` for an in-memory ledger).
+    pub fn path(&self) -> &Path {
+        &self.ctx.path
+    }
+
+    /// Begins a write transaction, waiting up to the busy timeout for another
+    /// writer to finish; never fails with a bare `database is locked`.
+    pub async fn begin_write(&self) -> Result<WriteTx> {
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.ctx.err("begin a write transaction"))?;
+        Ok(WriteTx {
+            tx,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Closes every connection, checkpointing the WAL into the main file.
+    pub async fn close(self) {
+        self.pool.close().await;
+    }
+
+    async fn conn(&self, op: &'static str) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+        self.pool.acquire().await.map_err(self.ctx.err(op))
+    }
+
+    /// Applies pending migrations. The common case (up to date) only reads,
+    /// so a read-only ledger can still be listed; otherwise the migrations run
+    /// inside one `IMMEDIATE` transaction, so two processes opening a fresh
+    /// ledger at once apply them exactly once.
+    async fn migrate(&self) -> Result<()> {
+        let mut conn = self.conn("read the schema version").await?;
+        if self.up_to_date(&mut conn).await? {
+            return Ok(());
+        }
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.ctx.err("lock the ledger to migrate it"))?;
+        MIGRATOR
+            .run_direct(&mut *tx)
+            .await
+            .map_err(|source| match source {
+                sqlx::migrate::MigrateError::Execute(e) => self.ctx.classify("migrate", e),
+                source => LedgerError::Migrate {
+                    path: self.ctx.path.to_path_buf(),
+                    source,
+                },
+            })?;
+        tx.commit()
+            .await
+            .map_err(self.ctx.err("commit the migrations"))
+    }
+
+    /// Whether every embedded migration is applied, unchanged, and nothing
+    /// else is: then there is nothing to do.
+    async fn up_to_date(&self, conn: &mut SqliteConnection) -> Result<bool> {
+        let op = "read the schema version";
+        let has_table: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(self.ctx.err(op))?;
+        if has_table.is_none() {
+            return Ok(false);
+        }
+        let applied = sqlx::query("SELECT version, checksum, success FROM _sqlx_migrations")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(self.ctx.err(op))?;
+        let known: Vec<_> = MIGRATOR.iter().collect();
+        if applied.len() != known.len() {
+            return Ok(false);
+        }
+        for row in applied {
+            let version: i64 = row.try_get("version").map_err(self.ctx.err(op))?;
+            let checksum: Vec<u8> = row.try_get("checksum").map_err(self.ctx.err(op))?;
+            let success: bool = row.try_get("success").map_err(self.ctx.err(op))?;
+            let same = known
+                .iter()
+                .any(|m| m.version == version && *m.checksum == *checksum);
+            if !same || !success {
+                // Let the migrator produce its precise error (edited, newer, dirty).
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl WriteTx {
+    /// Makes every change of this transaction durable and releases the lock.
+    pub async fn commit(self) -> Result<()> {
+        let WriteTx { tx, ctx } = self;
+        tx.commit().await.map_err(ctx.err("commit"))
+    }
+
+    /// Drops every change of this transaction (dropping it does the same).
+    pub async fn rollback(self) -> Result<()> {
+        let WriteTx { tx, ctx } = self;
+        tx.rollback().await.map_err(ctx.err("roll back"))
+    }
+
+    fn parts(&mut self) -> (&mut SqliteConnection, &Ctx) {
+        (&mut self.tx, &self.ctx)
+    }
+}

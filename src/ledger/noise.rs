@@ -1,0 +1,94 @@
+//! Noise-floor estimates: the smallest relative change distinguishable from
+//! repeating the same profile, measured from A/A pairs, per stack.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::FromRow;
+use sqlx::sqlite::SqliteConnection;
+
+use super::codec::ts;
+use super::error::Ctx;
+use super::ids::{ExperimentId, NoiseFloorId};
+use super::{Ledger, Result, WriteTx};
+use crate::vocab::Digest;
+
+/// A noise floor about to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewNoiseFloor {
+    /// The serving stack's name in the config.
+    pub stack: String,
+    /// The live profile it was measured on.
+    pub profile_digest: Digest,
+    /// As a log ratio, like verdict effects; the measured value, before any
+    /// configured minimum clamp.
+    pub value: f64,
+    /// How many A/A pairs it rests on.
+    pub n: u32,
+    /// The estimator, cited.
+    pub method: String,
+    pub measured_at: DateTime<Utc>,
+    /// The A/A experiment it came from, when there was one.
+    pub experiment_id: Option<ExperimentId>,
+}
+
+/// A stored noise floor.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct NoiseFloor {
+    pub id: NoiseFloorId,
+    pub stack: String,
+    pub profile_digest: Digest,
+    pub value: f64,
+    pub n: u32,
+    pub method: String,
+    pub measured_at: DateTime<Utc>,
+    pub experiment_id: Option<ExperimentId>,
+}
+
+pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = ?1 \
+     ORDER BY measured_at DESC, id DESC LIMIT 1";
+
+async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
+    sqlx::query_scalar(
+        "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, experiment_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+    )
+    .bind(&f.stack)
+    .bind(&f.profile_digest)
+    .bind(f.value)
+    .bind(f.n)
+    .bind(&f.method)
+    .bind(ts(&f.measured_at))
+    .bind(f.experiment_id)
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record a noise floor"))
+}
+
+async fn latest(c: &mut SqliteConnection, cx: &Ctx, stack: &str) -> Result<Option<NoiseFloor>> {
+    sqlx::query_as(SQL_LATEST_NOISE_FLOOR)
+        .bind(stack)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read the latest noise floor"))
+}
+
+impl WriteTx {
+    pub async fn insert_noise_floor(&mut self, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
+        let (c, cx) = self.parts();
+        insert(c, cx, f).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_noise_floor`] as its own transaction.
+    pub async fn insert_noise_floor(&self, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
+        let mut c = self.conn("record a noise floor").await?;
+        insert(&mut c, &self.ctx, f).await
+    }
+
+    /// The most recent noise floor measured for `stack`, if any.
+    pub async fn latest_noise_floor(&self, stack: &str) -> Result<Option<NoiseFloor>> {
+        let mut c = self.conn("read the latest noise floor").await?;
+        latest(&mut c, &self.ctx, stack).await
+    }
+}

@@ -1,0 +1,79 @@
+//! The ledger's read queries by name, and SQLite's plan for each, so a test
+//! (and the report's benchmark) can assert that they use indexes.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{Ledger, Result, cycles, experiments, noise, references, runs, stages, verdicts};
+
+/// A query whose plan matters because it runs every cycle or every report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum NamedQuery {
+    AbortRunningCycles,
+    RecentCycles,
+    CycleVerdicts,
+    RecentExperiments,
+    DuplicateDecided,
+    Confirmations,
+    ExperimentRuns,
+    ExperimentVerdict,
+    LatestNoiseFloor,
+    CurrentReferenceHash,
+    StagesByState,
+    AllStages,
+}
+
+impl NamedQuery {
+    pub const ALL: &'static [NamedQuery] = &[
+        NamedQuery::AbortRunningCycles,
+        NamedQuery::RecentCycles,
+        NamedQuery::CycleVerdicts,
+        NamedQuery::RecentExperiments,
+        NamedQuery::DuplicateDecided,
+        NamedQuery::Confirmations,
+        NamedQuery::ExperimentRuns,
+        NamedQuery::ExperimentVerdict,
+        NamedQuery::LatestNoiseFloor,
+        NamedQuery::CurrentReferenceHash,
+        NamedQuery::StagesByState,
+        NamedQuery::AllStages,
+    ];
+
+    /// The exact SQL the ledger runs for it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            NamedQuery::AbortRunningCycles => cycles::SQL_ABORT_RUNNING,
+            NamedQuery::RecentCycles => cycles::SQL_RECENT_CYCLES,
+            NamedQuery::CycleVerdicts => cycles::SQL_CYCLE_VERDICTS,
+            NamedQuery::RecentExperiments => experiments::SQL_RECENT_EXPERIMENTS,
+            NamedQuery::DuplicateDecided => experiments::SQL_DUPLICATE_DECIDED,
+            NamedQuery::Confirmations => experiments::SQL_CONFIRMATIONS,
+            NamedQuery::ExperimentRuns => runs::SQL_EXPERIMENT_RUNS,
+            NamedQuery::ExperimentVerdict => verdicts::SQL_EXPERIMENT_VERDICT,
+            NamedQuery::LatestNoiseFloor => noise::SQL_LATEST_NOISE_FLOOR,
+            NamedQuery::CurrentReferenceHash => references::SQL_CURRENT_REFERENCE,
+            NamedQuery::StagesByState => stages::SQL_STAGES_BY_STATE,
+            NamedQuery::AllStages => stages::SQL_ALL_STAGES,
+        }
+    }
+}
+
+impl Ledger {
+    /// SQLite's `EXPLAIN QUERY PLAN` for a named query, one step per line
+    /// (parameters unbound, which SQLite plans as NULL).
+    pub async fn query_plan(&self, query: NamedQuery) -> Result<String> {
+        let op = "explain a query";
+        let mut c = self.conn(op).await?;
+        let sql = format!("EXPLAIN QUERY PLAN {}", query.sql());
+        let rows = sqlx::query(&sql)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))?;
+        let mut lines = Vec::with_capacity(rows.len());
+        for row in rows {
+            let detail: String = row.try_get("detail").map_err(self.ctx.err(op))?;
+            lines.push(detail);
+        }
+        Ok(lines.join("\n"))
+    }
+}

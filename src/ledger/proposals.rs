@@ -1,0 +1,123 @@
+//! Proposer answers: the prompt sent, the raw answer, and either the parsed
+//! proposal or why it was refused. One row per attempt.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::{canonical_json, opt_json_col, ts};
+use super::error::Ctx;
+use super::ids::{CycleId, ProposalId};
+use super::{Ledger, Result, WriteTx};
+use crate::vocab::ProposerKind;
+
+/// Why an answer was refused: a short snake_case code for counting (e.g.
+/// `menu::Rejection::kind()`: `out_of_bounds`, `duplicate`) and the message
+/// that was shown back to the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProposalRejection {
+    pub kind: String,
+    pub reason: String,
+}
+
+/// One attempt of a proposer. At least one of `parsed` and `rejection` is
+/// set; both are for a valid proposal refused as a duplicate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewProposal {
+    pub cycle_id: CycleId,
+    pub proposer: ProposerKind,
+    /// 1 for the first answer of the cycle, 2 for the first retry, ...
+    pub attempt: u32,
+    pub created_at: DateTime<Utc>,
+    /// The prompt sent (`None` for a proposer without one, the bandit).
+    pub prompt: Option<String>,
+    /// The answer exactly as received. The only place the model's words are kept.
+    pub raw_answer: Option<String>,
+    pub parsed: Option<Value>,
+    pub rejection: Option<ProposalRejection>,
+}
+
+/// A stored proposal.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Proposal {
+    pub id: ProposalId,
+    pub cycle_id: CycleId,
+    pub proposer: ProposerKind,
+    pub attempt: u32,
+    pub created_at: DateTime<Utc>,
+    pub prompt: Option<String>,
+    pub raw_answer: Option<String>,
+    pub parsed: Option<Value>,
+    pub rejection: Option<ProposalRejection>,
+}
+
+impl FromRow<'_, SqliteRow> for Proposal {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        let kind: Option<String> = row.try_get("rejection_kind")?;
+        let reason: Option<String> = row.try_get("rejection")?;
+        Ok(Proposal {
+            id: row.try_get("id")?,
+            cycle_id: row.try_get("cycle_id")?,
+            proposer: row.try_get("proposer")?,
+            attempt: row.try_get("attempt")?,
+            created_at: row.try_get("created_at")?,
+            prompt: row.try_get("prompt")?,
+            raw_answer: row.try_get("raw_answer")?,
+            parsed: opt_json_col(row, "parsed")?,
+            rejection: kind
+                .zip(reason)
+                .map(|(kind, reason)| ProposalRejection { kind, reason }),
+        })
+    }
+}
+
+async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
+    sqlx::query_scalar(
+        "INSERT INTO proposals \
+         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
+    )
+    .bind(p.cycle_id)
+    .bind(p.proposer)
+    .bind(p.attempt)
+    .bind(ts(&p.created_at))
+    .bind(p.prompt.as_deref())
+    .bind(p.raw_answer.as_deref())
+    .bind(p.parsed.as_ref().map(canonical_json))
+    .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
+    .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record a proposal"))
+}
+
+async fn of_cycle(c: &mut SqliteConnection, cx: &Ctx, cycle_id: CycleId) -> Result<Vec<Proposal>> {
+    sqlx::query_as("SELECT * FROM proposals WHERE cycle_id = ?1 ORDER BY attempt")
+        .bind(cycle_id)
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("read a cycle's proposals"))
+}
+
+impl WriteTx {
+    pub async fn insert_proposal(&mut self, p: &NewProposal) -> Result<ProposalId> {
+        let (c, cx) = self.parts();
+        insert(c, cx, p).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_proposal`] as its own transaction.
+    pub async fn insert_proposal(&self, p: &NewProposal) -> Result<ProposalId> {
+        let mut c = self.conn("record a proposal").await?;
+        insert(&mut c, &self.ctx, p).await
+    }
+
+    /// Every attempt of a cycle, in order.
+    pub async fn proposals(&self, cycle_id: CycleId) -> Result<Vec<Proposal>> {
+        let mut c = self.conn("read a cycle's proposals").await?;
+        of_cycle(&mut c, &self.ctx, cycle_id).await
+    }
+}

@@ -1,0 +1,158 @@
+//! Engine runs: every run of every arm, kept as evidence, including the
+//! refused and failed ones.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::ts;
+use super::error::Ctx;
+use super::ids::{ExperimentId, RunId};
+use super::{Ledger, Result, WriteTx};
+use crate::vocab::Arm;
+
+/// Where a run's seconds per token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
+pub enum TimingSource {
+    /// The bench command's own JSON.
+    Engine,
+    /// The server's `timings` in its answer.
+    Server,
+    /// Measured client-side from streamed token arrival.
+    Client,
+}
+
+/// One run about to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub experiment_id: ExperimentId,
+    pub arm: Arm,
+    /// Position in the experiment's whole run sequence (warmups included).
+    pub order_index: u32,
+    /// The A/B pair it belongs to; `None` exactly for warmups.
+    pub pair_index: Option<u32>,
+    pub started_at: DateTime<Utc>,
+    /// `None` when the run failed or was refused (never a metric then).
+    pub seconds_per_token: Option<f64>,
+    pub timing_source: Option<TimingSource>,
+    pub tokens: Option<u64>,
+    pub output_hash: Option<String>,
+    pub exit_code: Option<i32>,
+    pub duration_s: f64,
+    pub stderr_tail: String,
+    /// Kept as evidence but not used (e.g. its output hash differed).
+    pub refused: bool,
+    /// Why the run is invalid, when it is.
+    pub error: Option<String>,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub id: RunId,
+    pub experiment_id: ExperimentId,
+    pub arm: Arm,
+    pub order_index: u32,
+    pub pair_index: Option<u32>,
+    pub started_at: DateTime<Utc>,
+    pub seconds_per_token: Option<f64>,
+    pub timing_source: Option<TimingSource>,
+    pub tokens: Option<u64>,
+    pub output_hash: Option<String>,
+    pub exit_code: Option<i32>,
+    pub duration_s: f64,
+    pub stderr_tail: String,
+    pub refused: bool,
+    pub error: Option<String>,
+}
+
+impl FromRow<'_, SqliteRow> for Run {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        let tokens: Option<i64> = row.try_get("tokens")?;
+        Ok(Run {
+            id: row.try_get("id")?,
+            experiment_id: row.try_get("experiment_id")?,
+            arm: row.try_get("arm")?,
+            order_index: row.try_get("order_index")?,
+            pair_index: row.try_get("pair_index")?,
+            started_at: row.try_get("started_at")?,
+            seconds_per_token: row.try_get("seconds_per_token")?,
+            timing_source: row.try_get("timing_source")?,
+            // The schema's CHECK keeps it non-negative.
+            tokens: tokens.map(i64::unsigned_abs),
+            output_hash: row.try_get("output_hash")?,
+            exit_code: row.try_get("exit_code")?,
+            duration_s: row.try_get("duration_s")?,
+            stderr_tail: row.try_get("stderr_tail")?,
+            refused: row.try_get("refused")?,
+            error: row.try_get("error")?,
+        })
+    }
+}
+
+pub(crate) const SQL_EXPERIMENT_RUNS: &str =
+    "SELECT * FROM runs WHERE experiment_id = ?1 ORDER BY order_index";
+
+async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId> {
+    // Beyond i64::MAX tokens is not a run; saturate rather than wrap.
+    let tokens = r.tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
+    sqlx::query_scalar(
+        "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
+         seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
+         stderr_tail, refused, error) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING id",
+    )
+    .bind(r.experiment_id)
+    .bind(r.arm)
+    .bind(r.order_index)
+    .bind(r.pair_index)
+    .bind(ts(&r.started_at))
+    .bind(r.seconds_per_token)
+    .bind(r.timing_source)
+    .bind(tokens)
+    .bind(r.output_hash.as_deref())
+    .bind(r.exit_code)
+    .bind(r.duration_s)
+    .bind(&r.stderr_tail)
+    .bind(r.refused)
+    .bind(r.error.as_deref())
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record a run"))
+}
+
+pub(crate) async fn of_experiment(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    id: ExperimentId,
+) -> Result<Vec<Run>> {
+    sqlx::query_as(SQL_EXPERIMENT_RUNS)
+        .bind(id)
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("read an experiment's runs"))
+}
+
+impl WriteTx {
+    pub async fn insert_run(&mut self, r: &NewRun) -> Result<RunId> {
+        let (c, cx) = self.parts();
+        insert(c, cx, r).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_run`] as its own transaction.
+    pub async fn insert_run(&self, r: &NewRun) -> Result<RunId> {
+        let mut c = self.conn("record a run").await?;
+        insert(&mut c, &self.ctx, r).await
+    }
+
+    /// Every run of an experiment, in run order.
+    pub async fn runs(&self, experiment_id: ExperimentId) -> Result<Vec<Run>> {
+        let mut c = self.conn("read an experiment's runs").await?;
+        of_experiment(&mut c, &self.ctx, experiment_id).await
+    }
+}

@@ -1,0 +1,432 @@
+//! Stages: confirmed wins waiting for a person, and their one decision.
+//!
+//! A decision is an `UPDATE ... WHERE state = 'staged'` inside the caller's
+//! `IMMEDIATE` transaction, so of two racing deciders exactly one changes the
+//! row; the other waits for the write lock, then sees the first decision and
+//! gets [`LedgerError::StageAlreadyDecided`] naming who decided and when.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::{json_col, ts};
+use super::error::Ctx;
+use super::experiments::{self, Experiment};
+use super::ids::{ExperimentId, StageId};
+use super::runs::{self, Run};
+use super::verdicts::{self, Verdict};
+use super::{Interval, Ledger, LedgerError, Result, WriteTx};
+use crate::menu::MenuId;
+use crate::vocab::{Digest, StageState, VerdictKind};
+
+/// What a person decides about a staged win.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageDecision {
+    Approved,
+    Rejected,
+}
+
+impl StageDecision {
+    fn state(self) -> StageState {
+        match self {
+            StageDecision::Approved => StageState::Approved,
+            StageDecision::Rejected => StageState::Rejected,
+        }
+    }
+}
+
+/// A stored stage. Effect, interval and floor are the confirmation's: the
+/// first win's estimate was selected for being good, so it is biased
+/// upwards (the winner's curse); the independent second A/B is not.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stage {
+    pub id: StageId,
+    pub experiment_id: ExperimentId,
+    pub confirmation_id: ExperimentId,
+    pub state: StageState,
+    pub base_digest: Digest,
+    pub candidate_digest: Digest,
+    pub candidate_profile: String,
+    pub effect: f64,
+    pub interval: Interval,
+    pub noise_floor: f64,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    pub note: Option<String>,
+}
+
+impl FromRow<'_, SqliteRow> for Stage {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(Stage {
+            id: row.try_get("id")?,
+            experiment_id: row.try_get("experiment_id")?,
+            confirmation_id: row.try_get("confirmation_id")?,
+            state: row.try_get("state")?,
+            base_digest: row.try_get("base_digest")?,
+            candidate_digest: row.try_get("candidate_digest")?,
+            candidate_profile: row.try_get("candidate_profile")?,
+            effect: row.try_get("effect")?,
+            interval: Interval {
+                low: row.try_get("interval_low")?,
+                high: row.try_get("interval_high")?,
+            },
+            noise_floor: row.try_get("noise_floor")?,
+            created_at: row.try_get("created_at")?,
+            decided_at: row.try_get("decided_at")?,
+            decided_by: row.try_get("decided_by")?,
+            note: row.try_get("note")?,
+        })
+    }
+}
+
+/// One line of `orchestrator stage list`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageSummary {
+    pub id: StageId,
+    pub state: StageState,
+    pub menu_id: MenuId,
+    pub parameters: Value,
+    pub effect: f64,
+    pub interval: Interval,
+    pub noise_floor: f64,
+    pub created_at: DateTime<Utc>,
+    pub base_digest: Digest,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+}
+
+impl StageSummary {
+    /// How long it has been waiting (or waited) since it was staged.
+    pub fn age(&self, now: DateTime<Utc>) -> chrono::Duration {
+        now - self.created_at
+    }
+}
+
+impl FromRow<'_, SqliteRow> for StageSummary {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(StageSummary {
+            id: row.try_get("id")?,
+            state: row.try_get("state")?,
+            menu_id: row.try_get("menu_id")?,
+            parameters: json_col(row, "parameters")?,
+            effect: row.try_get("effect")?,
+            interval: Interval {
+                low: row.try_get("interval_low")?,
+                high: row.try_get("interval_high")?,
+            },
+            noise_floor: row.try_get("noise_floor")?,
+            created_at: row.try_get("created_at")?,
+            base_digest: row.try_get("base_digest")?,
+            decided_at: row.try_get("decided_at")?,
+            decided_by: row.try_get("decided_by")?,
+        })
+    }
+}
+
+/// Everything `orchestrator stage show` prints: the stage and the evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageDetail {
+    pub stage: Stage,
+    pub experiment: Experiment,
+    /// Every run of both arms (and warmups), in run order.
+    pub runs: Vec<Run>,
+    pub verdict: Verdict,
+    pub confirmation: Experiment,
+    pub confirmation_runs: Vec<Run>,
+    pub confirmation_verdict: Verdict,
+}
+
+pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.state, e.menu_id, e.parameters, \
+     s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
+     s.decided_at, s.decided_by \
+     FROM stages s JOIN experiments e ON e.id = s.experiment_id \
+     WHERE s.state = ?1 ORDER BY s.created_at DESC, s.id DESC";
+
+pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.state, e.menu_id, e.parameters, \
+     s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
+     s.decided_at, s.decided_by \
+     FROM stages s JOIN experiments e ON e.id = s.experiment_id \
+     ORDER BY s.created_at DESC, s.id DESC";
+
+/// Stages a confirmed win, copying the profiles from the experiment and the
+/// statistics from the confirmation's verdict, so the stage cannot disagree
+/// with its evidence.
+async fn insert(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    experiment_id: ExperimentId,
+    confirmation_id: ExperimentId,
+    created_at: DateTime<Utc>,
+) -> Result<StageId> {
+    let refuse = |why| LedgerError::NotStageable { experiment_id, why };
+    let experiment = experiments::get(c, cx, experiment_id).await?;
+    let confirmation = experiments::get(c, cx, confirmation_id).await?;
+    if confirmation.confirmation_of != Some(experiment_id) {
+        return Err(refuse(
+            "the given confirmation experiment does not confirm it",
+        ));
+    }
+    if confirmation.base_digest != experiment.base_digest
+        || confirmation.candidate_digest != experiment.candidate_digest
+    {
+        return Err(refuse(
+            "its confirmation compared different profiles",
+        ));
+    }
+    let verdict = verdicts::of_experiment(c, cx, experiment_id).await?;
+    if verdict.map(|v| v.kind) != Some(VerdictKind::Win) {
+        return Err(refuse("its verdict is not a win"));
+    }
+    let Some(confirmed) = verdicts::of_experiment(c, cx, confirmation_id).await? else {
+        return Err(refuse("its confirmation has no verdict yet"));
+    };
+    if confirmed.kind != VerdictKind::Win {
+        return Err(refuse("its confirmation's verdict is not a win"));
+    }
+    let (Some(effect), Some(interval), Some(floor)) =
+        (confirmed.effect, confirmed.interval, confirmed.noise_floor)
+    else {
+        return Err(refuse("its confirmation's verdict lacks its statistics"));
+    };
+    sqlx::query_scalar(
+        "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
+         candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
+         VALUES (?1, ?2, 'staged', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+    )
+    .bind(experiment_id)
+    .bind(confirmation_id)
+    .bind(&experiment.base_digest)
+    .bind(&experiment.candidate_digest)
+    .bind(&experiment.candidate_profile)
+    .bind(effect)
+    .bind(interval.low)
+    .bind(interval.high)
+    .bind(floor)
+    .bind(ts(&created_at))
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("stage a win"))
+}
+
+async fn get(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<Stage> {
+    sqlx::query_as("SELECT * FROM stages WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read a stage"))?
+        .ok_or_else(|| cx.not_found(StageId::WHAT, id.0))
+}
+
+async fn list(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    state: Option<StageState>,
+) -> Result<Vec<StageSummary>> {
+    let query = match state {
+        Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE).bind(state),
+        None => sqlx::query_as(SQL_ALL_STAGES),
+    };
+    query
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("list the stages"))
+}
+
+async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<StageDetail> {
+    let stage = get(c, cx, id).await?;
+    let experiment = experiments::get(c, cx, stage.experiment_id).await?;
+    let confirmation = experiments::get(c, cx, stage.confirmation_id).await?;
+    let runs = runs::of_experiment(c, cx, experiment.id).await?;
+    let confirmation_runs = runs::of_experiment(c, cx, confirmation.id).await?;
+    // insert() refuses to stage without both verdicts, and verdicts are never deleted.
+    let verdict = verdicts::of_experiment(c, cx, experiment.id)
+        .await?
+        .ok_or_else(|| cx.not_found("verdict of experiment", experiment.id.0))?;
+    let confirmation_verdict = verdicts::of_experiment(c, cx, confirmation.id)
+        .await?
+        .ok_or_else(|| cx.not_found("verdict of experiment", confirmation.id.0))?;
+    Ok(StageDetail {
+        stage,
+        experiment,
+        runs,
+        verdict,
+        confirmation,
+        confirmation_runs,
+        confirmation_verdict,
+    })
+}
+
+/// Moves a `staged` stage to `state`; refuses any other starting state.
+async fn settle(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    id: StageId,
+    state: StageState,
+    by: &str,
+    note: Option<&str>,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    let done = sqlx::query(
+        "UPDATE stages SET state = ?2, decided_by = ?3, note = ?4, decided_at = max(?5, created_at) \
+         WHERE id = ?1 AND state = 'staged'",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(by)
+    .bind(note)
+    .bind(ts(&at))
+    .execute(&mut *c)
+    .await
+    .map_err(cx.err("record a stage decision"))?;
+    if done.rows_affected() == 1 {
+        return Ok(());
+    }
+    let stage = get(c, cx, id).await?;
+    Err(LedgerError::StageAlreadyDecided {
+        id,
+        state: stage.state,
+        by: stage.decided_by.unwrap_or_default(),
+        at: stage.decided_at.unwrap_or(stage.created_at),
+    })
+}
+
+async fn expire_stale(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    live: &Digest,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<Vec<StageId>> {
+    sqlx::query_scalar(
+        "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = ?2, \
+         decided_at = max(?3, created_at) \
+         WHERE state = 'staged' AND base_digest <> ?1 RETURNING id",
+    )
+    .bind(live)
+    .bind(reason)
+    .bind(ts(&at))
+    .fetch_all(c)
+    .await
+    .map_err(cx.err("expire stale stages"))
+}
+
+impl WriteTx {
+    /// Stages a win confirmed by `confirmation_id` (an experiment whose
+    /// `confirmation_of` is `experiment_id`); both verdicts must be `win`.
+    pub async fn insert_stage(
+        &mut self,
+        experiment_id: ExperimentId,
+        confirmation_id: ExperimentId,
+        created_at: DateTime<Utc>,
+    ) -> Result<StageId> {
+        let (c, cx) = self.parts();
+        insert(c, cx, experiment_id, confirmation_id, created_at).await
+    }
+
+    /// Reads a stage under the write lock (the first step of `stage approve`).
+    pub async fn stage(&mut self, id: StageId) -> Result<Stage> {
+        let (c, cx) = self.parts();
+        get(c, cx, id).await
+    }
+
+    /// Records a person's decision. Refuses, with
+    /// [`LedgerError::StageAlreadyDecided`], a stage that is not `staged`.
+    pub async fn decide_stage(
+        &mut self,
+        id: StageId,
+        decision: StageDecision,
+        by: &str,
+        note: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        let (c, cx) = self.parts();
+        settle(c, cx, id, decision.state(), by, note, at).await
+    }
+
+    /// Marks a stage `expired` (its base is no longer the live profile),
+    /// recorded as decided by `orchestrator` with `reason` as the note.
+    pub async fn expire_stage(
+        &mut self,
+        id: StageId,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        let (c, cx) = self.parts();
+        settle(c, cx, id, StageState::Expired, "orchestrator", Some(reason), at).await
+    }
+
+    /// Expires every staged win whose base is not `live`; returns their ids.
+    pub async fn expire_stale_stages(
+        &mut self,
+        live: &Digest,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<StageId>> {
+        let (c, cx) = self.parts();
+        expire_stale(c, cx, live, reason, at).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_stage`] as its own transaction.
+    pub async fn insert_stage(
+        &self,
+        experiment_id: ExperimentId,
+        confirmation_id: ExperimentId,
+        created_at: DateTime<Utc>,
+    ) -> Result<StageId> {
+        let mut tx = self.begin_write().await?;
+        let id = tx.insert_stage(experiment_id, confirmation_id, created_at).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn stage(&self, id: StageId) -> Result<Stage> {
+        let mut c = self.conn("read a stage").await?;
+        get(&mut c, &self.ctx, id).await
+    }
+
+    /// Stages in one state (`Some(Staged)` for `stage list`), or all of them,
+    /// newest first.
+    pub async fn stages(&self, state: Option<StageState>) -> Result<Vec<StageSummary>> {
+        let mut c = self.conn("list the stages").await?;
+        list(&mut c, &self.ctx, state).await
+    }
+
+    /// A stage with its full evidence, for `stage show`.
+    pub async fn stage_detail(&self, id: StageId) -> Result<StageDetail> {
+        let mut c = self.conn("read a stage").await?;
+        detail(&mut c, &self.ctx, id).await
+    }
+
+    /// [`WriteTx::decide_stage`] as its own transaction.
+    pub async fn decide_stage(
+        &self,
+        id: StageId,
+        decision: StageDecision,
+        by: &str,
+        note: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        tx.decide_stage(id, decision, by, note, at).await?;
+        tx.commit().await
+    }
+
+    /// [`WriteTx::expire_stale_stages`] as its own transaction.
+    pub async fn expire_stale_stages(
+        &self,
+        live: &Digest,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<StageId>> {
+        let mut tx = self.begin_write().await?;
+        let ids = tx.expire_stale_stages(live, reason, at).await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+}

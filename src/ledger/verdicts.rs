@@ -1,0 +1,212 @@
+//! Verdicts: exactly one per experiment, plus one for a cycle that ended
+//! before it had an experiment (a refused proposal, an unreachable model).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+
+use super::codec::ts;
+use super::error::{Ctx, is_unique_violation};
+use super::ids::{CycleId, ExperimentId, VerdictId};
+use super::{Interval, Ledger, LedgerError, Result, WriteTx};
+use crate::vocab::VerdictKind;
+
+/// A verdict about to be recorded. The schema insists that a measured
+/// verdict (`win`, `loss`, `within_noise`, `inconclusive`) carries `effect`,
+/// `interval`, `noise_floor`, `method` and `pairs > 0`; that `hash_mismatch`
+/// carries no effect; and that refusals carry a `reason`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewVerdict {
+    pub kind: VerdictKind,
+    pub decided_at: DateTime<Utc>,
+    /// Log ratio candidate/baseline of seconds per token; negative is faster.
+    pub effect: Option<f64>,
+    pub interval: Option<Interval>,
+    /// The noise floor the decision used (after the configured clamp).
+    pub noise_floor: Option<f64>,
+    pub pairs: u32,
+    /// The statistical method, cited (e.g. the confidence sequence used).
+    pub method: Option<String>,
+    /// Why it was refused or failed.
+    pub reason: Option<String>,
+}
+
+/// A stored verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub id: VerdictId,
+    pub cycle_id: CycleId,
+    pub experiment_id: Option<ExperimentId>,
+    pub kind: VerdictKind,
+    pub decided_at: DateTime<Utc>,
+    pub effect: Option<f64>,
+    pub interval: Option<Interval>,
+    pub noise_floor: Option<f64>,
+    pub pairs: u32,
+    pub method: Option<String>,
+    pub reason: Option<String>,
+}
+
+pub(crate) fn from_row(row: &SqliteRow) -> Result<Verdict, sqlx::Error> {
+    let low: Option<f64> = row.try_get("interval_low")?;
+    let high: Option<f64> = row.try_get("interval_high")?;
+    Ok(Verdict {
+        id: row.try_get("id")?,
+        cycle_id: row.try_get("cycle_id")?,
+        experiment_id: row.try_get("experiment_id")?,
+        kind: row.try_get("kind")?,
+        decided_at: row.try_get("decided_at")?,
+        effect: row.try_get("effect")?,
+        interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+        noise_floor: row.try_get("noise_floor")?,
+        pairs: row.try_get("pairs")?,
+        method: row.try_get("method")?,
+        reason: row.try_get("reason")?,
+    })
+}
+
+impl sqlx::FromRow<'_, SqliteRow> for Verdict {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        from_row(row)
+    }
+}
+
+pub(crate) const SQL_EXPERIMENT_VERDICT: &str = "SELECT * FROM verdicts WHERE experiment_id = ?1";
+
+/// Inserts with the cycle taken from the experiment itself, so a verdict can
+/// never land in another cycle than its experiment.
+async fn insert_for_experiment(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    experiment_id: ExperimentId,
+    v: &NewVerdict,
+) -> Result<VerdictId> {
+    let op = "record a verdict";
+    let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
+        "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
+         interval_high, noise_floor, pairs, method, reason) \
+         SELECT cycle_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM experiments WHERE id = ?1 \
+         RETURNING id",
+    )
+    .bind(experiment_id)
+    .bind(v.kind)
+    .bind(ts(&v.decided_at))
+    .bind(v.effect)
+    .bind(v.interval.map(|i| i.low))
+    .bind(v.interval.map(|i| i.high))
+    .bind(v.noise_floor)
+    .bind(v.pairs)
+    .bind(v.method.as_deref())
+    .bind(v.reason.as_deref())
+    .fetch_optional(&mut *c)
+    .await;
+    match inserted {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => Err(cx.not_found(ExperimentId::WHAT, experiment_id.0)),
+        Err(e) if is_unique_violation(&e) => {
+            let existing = of_experiment(c, cx, experiment_id)
+                .await?
+                .map(|v| v.kind)
+                .ok_or_else(|| cx.classify(op, e))?;
+            Err(LedgerError::VerdictExists {
+                experiment_id,
+                existing,
+            })
+        }
+        Err(e) => Err(cx.classify(op, e)),
+    }
+}
+
+async fn insert_for_cycle(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    cycle_id: CycleId,
+    v: &NewVerdict,
+) -> Result<VerdictId> {
+    sqlx::query_scalar(
+        "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
+         noise_floor, pairs, method, reason) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+    )
+    .bind(cycle_id)
+    .bind(v.kind)
+    .bind(ts(&v.decided_at))
+    .bind(v.effect)
+    .bind(v.interval.map(|i| i.low))
+    .bind(v.interval.map(|i| i.high))
+    .bind(v.noise_floor)
+    .bind(v.pairs)
+    .bind(v.method.as_deref())
+    .bind(v.reason.as_deref())
+    .fetch_one(c)
+    .await
+    .map_err(cx.err("record a cycle's verdict"))
+}
+
+pub(crate) async fn of_experiment(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    experiment_id: ExperimentId,
+) -> Result<Option<Verdict>> {
+    sqlx::query_as(SQL_EXPERIMENT_VERDICT)
+        .bind(experiment_id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read a verdict"))
+}
+
+impl WriteTx {
+    /// Records the one verdict of an experiment; a second one is refused
+    /// with [`LedgerError::VerdictExists`].
+    pub async fn insert_verdict(
+        &mut self,
+        experiment_id: ExperimentId,
+        v: &NewVerdict,
+    ) -> Result<VerdictId> {
+        let (c, cx) = self.parts();
+        insert_for_experiment(c, cx, experiment_id, v).await
+    }
+
+    /// Records the verdict of a cycle that ended before any experiment
+    /// existed; only `rejected` or `failed` are allowed, once per cycle.
+    pub async fn insert_cycle_verdict(
+        &mut self,
+        cycle_id: CycleId,
+        v: &NewVerdict,
+    ) -> Result<VerdictId> {
+        let (c, cx) = self.parts();
+        insert_for_cycle(c, cx, cycle_id, v).await
+    }
+
+    pub async fn verdict(&mut self, experiment_id: ExperimentId) -> Result<Option<Verdict>> {
+        let (c, cx) = self.parts();
+        of_experiment(c, cx, experiment_id).await
+    }
+}
+
+impl Ledger {
+    /// [`WriteTx::insert_verdict`] as its own transaction.
+    pub async fn insert_verdict(
+        &self,
+        experiment_id: ExperimentId,
+        v: &NewVerdict,
+    ) -> Result<VerdictId> {
+        let mut tx = self.begin_write().await?;
+        let id = tx.insert_verdict(experiment_id, v).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// [`WriteTx::insert_cycle_verdict`] as its own transaction.
+    pub async fn insert_cycle_verdict(&self, cycle_id: CycleId, v: &NewVerdict) -> Result<VerdictId> {
+        let mut c = self.conn("record a cycle's verdict").await?;
+        insert_for_cycle(&mut c, &self.ctx, cycle_id, v).await
+    }
+
+    /// The verdict of an experiment, if it has one yet.
+    pub async fn verdict(&self, experiment_id: ExperimentId) -> Result<Option<Verdict>> {
+        let mut c = self.conn("read a verdict").await?;
+        of_experiment(&mut c, &self.ctx, experiment_id).await
+    }
+}

@@ -1,0 +1,20 @@
+//! `orchestrator`: tunes a tiered mixture-of-experts serving stack by safe,
+//! measured experiments, and stages wins for a person to approve.
+//!
+//! Modules, in the order data flows through one cycle:
+//!
+//! - [`vocab`]: the shared vocabulary (verdicts, stage states, arms, digests).
+//! - [`judge`]: statistics: noise floor, sequential paired A/B, simulation.
+//! - [`ledger`]: the SQLite experiment ledger; all SQL lives here.
+
+pub mod judge;
+pub mod ledger;
+pub mod vocab;
+pub mod atomic_file;
+pub mod menu;
+pub mod profile;
+pub mod measure;
+pub mod config;
+pub mod cli;
+pub mod commands;
+pub mod display;

@@ -1,0 +1,329 @@
+//! `orchestrator stage` and `orchestrator ledger` driven as real processes
+//! against a ledger filled through the ledger API.
+
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+
+use assert_cmd::Command;
+use chrono::{Duration, Utc};
+use orchestrator::ledger::{
+    CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewRun, NewVerdict, StageId,
+    TimingSource,
+};
+use orchestrator::menu::MenuId;
+use orchestrator::profile::Profile;
+use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
+use serde_json::json;
+
+const BASE: &str = "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.25\ncache_gb = 0.5\n";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let config = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml"),
+        )
+        .unwrap()
+        .replace(
+            "dir = \"experiments\"",
+            &format!("dir = {:?}", Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")),
+        );
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        std::fs::create_dir_all(dir.path().join("ledger/profiles")).unwrap();
+        std::fs::write(dir.path().join("ledger/profiles/live.toml"), BASE).unwrap();
+        Fixture { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::cargo_bin("orchestrator").unwrap();
+        c.arg("--config").arg(self.path("config.toml"));
+        c
+    }
+
+    fn base(&self) -> Profile {
+        Profile::parse(BASE, Path::new("base")).unwrap()
+    }
+
+    /// Stages a confirmed win that raises the cache to `cache_gb`.
+    fn stage_win(&self, cache_gb: f64) -> StageId {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let ledger = Ledger::open(self.path("ledger/orchestrator.db")).await.unwrap();
+            let base = self.base();
+            let mut candidate = base.clone();
+            candidate.memory.cache_gb = cache_gb;
+            candidate.memory.trunk_gb = 0.25;
+            let now = Utc::now() - Duration::minutes(5);
+            let mut tx = ledger.begin_write().await.unwrap();
+            let cycle = tx.open_cycle(now, ProposerKind::Bandit).await.unwrap();
+            let mut ids: Vec<ExperimentId> = vec![];
+            for _ in 0..2 {
+                // The second experiment is the independent confirmation of the first.
+                let confirmation_of = ids.first().copied();
+                let e = tx
+                    .insert_experiment(&NewExperiment {
+                        cycle_id: cycle,
+                        proposal_id: None,
+                        confirmation_of,
+                        created_at: now,
+                        menu_id: MenuId::RebalanceTrunkCache,
+                        parameters: json!({"trunk_fraction": 0.5}),
+                        method: Method::Bench,
+                        base_profile: base.canonical(),
+                        base_digest: base.digest(),
+                        candidate_profile: candidate.canonical(),
+                        candidate_digest: candidate.digest(),
+                        planner_notes: None,
+                    })
+                    .await
+                    .unwrap();
+                for (order, (arm, pair, spt)) in [
+                    (Arm::Baseline, 0, 0.050),
+                    (Arm::Candidate, 0, 0.040),
+                    (Arm::Candidate, 1, 0.041),
+                    (Arm::Baseline, 1, 0.051),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    tx.insert_run(&NewRun {
+                        experiment_id: e,
+                        arm,
+                        order_index: order as u32,
+                        pair_index: Some(pair),
+                        started_at: now,
+                        seconds_per_token: Some(spt),
+                        timing_source: Some(TimingSource::Engine),
+                        tokens: Some(24),
+                        output_hash: Some("00000000deadbeef".into()),
+                        exit_code: Some(0),
+                        duration_s: 1.0,
+                        stderr_tail: String::new(),
+                        refused: false,
+                        error: None,
+                    })
+                    .await
+                    .unwrap();
+                }
+                tx.insert_verdict(
+                    e,
+                    &NewVerdict {
+                        kind: VerdictKind::Win,
+                        decided_at: now,
+                        effect: Some(-0.2),
+                        interval: Some(Interval { low: -0.25, high: -0.15 }),
+                        noise_floor: Some(0.02),
+                        pairs: 2,
+                        method: Some("test fixture".into()),
+                        reason: None,
+                    },
+                )
+                .await
+                .unwrap();
+                ids.push(e);
+            }
+            let stage = tx.insert_stage(ids[0], ids[1], now).await.unwrap();
+            tx.close_cycle(cycle, &CycleOutcome::Completed, now).await.unwrap();
+            tx.commit().await.unwrap();
+            ledger.close().await;
+            stage
+        })
+    }
+
+    fn live(&self) -> Profile {
+        Profile::load(&self.path("ledger/profiles/live.toml")).unwrap()
+    }
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn list_show_and_approve_a_staged_win() {
+    let f = Fixture::new();
+    let id = f.stage_win(0.75);
+
+    let out = f.cmd().args(["stage", "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("rebalance_trunk_cache"), "{text}");
+    assert!(text.contains("-18.1% [-22.1%, -13.9%]"), "{text}");
+    assert!(text.contains(f.base().digest().short()), "{text}");
+
+    let out = f.cmd().args(["stage", "list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "staged");
+
+    let out = f.cmd().args(["stage", "show", &id.0.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("memory.cache_gb: 0.5 -> 0.75"), "{text}");
+    assert!(text.contains("confirmation: verdict win"), "{text}");
+    assert!(text.contains("candidate"), "{text}");
+
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &id.0.to_string(), "--by", "ada", "--note", "looks right"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("restart it"), "{}", stdout(&out));
+    assert_eq!(f.live().memory.cache_gb, 0.75);
+
+    let out = f.cmd().args(["stage", "list", "--all", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "approved");
+    assert_eq!(v[0]["decided_by"], "ada");
+
+    // A second decision is refused, naming the first one; exit 1.
+    let out = f
+        .cmd()
+        .args(["stage", "reject", &id.0.to_string(), "--reason", "changed my mind"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("already approved by ada"), "{}", stderr(&out));
+}
+
+#[test]
+fn approving_a_stage_whose_base_is_no_longer_live_expires_it() {
+    let f = Fixture::new();
+    let id = f.stage_win(0.75);
+    std::fs::write(
+        f.path("ledger/profiles/live.toml"),
+        BASE.replace("cache_gb = 0.5", "cache_gb = 0.4"),
+    )
+    .unwrap();
+    let before = std::fs::read(f.path("ledger/profiles/live.toml")).unwrap();
+    let out = f.cmd().args(["stage", "approve", &id.0.to_string()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("expired"), "{err}");
+    assert!(err.contains("live profile changed"), "{err}");
+    assert!(err.contains("Nothing was written"), "{err}");
+    assert_eq!(std::fs::read(f.path("ledger/profiles/live.toml")).unwrap(), before);
+    let out = f.cmd().args(["stage", "list", "--all", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "expired");
+}
+
+#[test]
+fn two_racing_approvals_exactly_one_wins() {
+    for round in 0..3 {
+        let f = Fixture::new();
+        let id = f.stage_win(0.75);
+        let bin = assert_cmd::cargo::cargo_bin("orchestrator");
+        let children: Vec<_> = (0..2)
+            .map(|i| {
+                StdCommand::new(&bin)
+                    .arg("--config")
+                    .arg(f.path("config.toml"))
+                    .args(["stage", "approve", &id.0.to_string(), "--by", &format!("shell{i}")])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<_> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let ok = outs.iter().filter(|o| o.status.success()).count();
+        assert_eq!(ok, 1, "round {round}: {:?}", outs.iter().map(stderr).collect::<Vec<_>>());
+        let loser = outs.iter().find(|o| !o.status.success()).unwrap();
+        let err = stderr(loser);
+        assert!(err.contains("already approved by shell"), "round {round}: {err}");
+        assert!(!err.contains("database is locked"), "{err}");
+        assert_eq!(f.live().memory.cache_gb, 0.75);
+    }
+}
+
+#[test]
+fn reject_needs_a_reason_and_unknown_stages_are_named() {
+    let f = Fixture::new();
+    let id = f.stage_win(0.75);
+    let out = f.cmd().args(["stage", "reject", &id.0.to_string(), "--reason", " "]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--reason must say why"), "{}", stderr(&out));
+
+    let out = f.cmd().args(["stage", "show", "999"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("999 does not exist"), "{}", stderr(&out));
+
+    let out = f.cmd().args(["stage", "approve", "abc"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage errors exit 2");
+
+    let out = f
+        .cmd()
+        .args(["stage", "reject", &id.0.to_string(), "--reason", "too risky"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(f.live().memory.cache_gb, 0.5, "rejecting writes nothing");
+}
+
+#[test]
+fn ledger_lists_cycles_with_their_verdicts() {
+    let f = Fixture::new();
+    f.stage_win(0.75);
+    let out = f.cmd().args(["ledger", "--limit", "5"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("completed"), "{text}");
+    assert_eq!(text.matches("win").count(), 2, "{text}");
+    let out = f.cmd().args(["ledger", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn check_explains_what_it_found_on_a_fresh_config() {
+    let f = Fixture::new();
+    let out = f.cmd().arg("check").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("menu"), "{text}");
+    assert!(text.contains("5 entries"), "{text}");
+    assert!(text.contains("profile"), "{text}");
+    assert!(text.contains("no answer"), "endpoints are probed: {text}");
+}
+
+#[test]
+fn a_bad_config_exits_2_naming_the_key() {
+    let f = Fixture::new();
+    let text = std::fs::read_to_string(f.path("config.toml"))
+        .unwrap()
+        .replace("max_pairs = 16", "max_pair = 16");
+    std::fs::write(f.path("config.toml"), text).unwrap();
+    let out = f.cmd().arg("check").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("did you mean `max_pairs`?"), "{err}");
+}
+
+#[test]
+fn config_comes_from_the_environment_when_no_flag_is_given() {
+    let f = Fixture::new();
+    let out = Command::cargo_bin("orchestrator")
+        .unwrap()
+        .env("ORCHESTRATOR_CONFIG", f.path("config.toml"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&f.path("config.toml").display().to_string()));
+}

@@ -1,0 +1,133 @@
+//! Expert heat: a (layer, expert) request histogram and the request trace, in the design's formats.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pins::PinList;
+
+/// Every expert request the full model made, in order.
+#[derive(Debug, Clone)]
+pub struct Heat {
+    n_layers: usize,
+    n_experts: usize,
+    counts: Vec<u64>,
+    trace: Vec<(u32, u32)>,
+}
+
+#[derive(Serialize)]
+struct HistJson<'a> {
+    n_layers: usize,
+    n_experts: usize,
+    counts: &'a std::collections::BTreeMap<String, u64>,
+}
+
+impl Heat {
+    /// An empty record for a model of this size.
+    pub fn new(n_layers: usize, n_experts: usize) -> Heat {
+        Heat {
+            n_layers,
+            n_experts,
+            counts: vec![0; n_layers * n_experts],
+            trace: Vec::new(),
+        }
+    }
+
+    /// Records one request for an expert.
+    pub fn record(&mut self, layer: usize, expert: usize) {
+        self.counts[layer * self.n_experts + expert] += 1;
+        self.trace.push((layer as u32, expert as u32));
+    }
+
+    /// Total requests recorded.
+    pub fn requests(&self) -> usize {
+        self.trace.len()
+    }
+
+    /// Writes `expert_hist.json` and `expert_trace.bin` into `dir`, creating it.
+    pub fn write_dir(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::io(
+                format!("cannot create trace directory {}", dir.display()),
+                e,
+            )
+        })?;
+        let counts: std::collections::BTreeMap<String, u64> = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (format!("{},{}", i / self.n_experts, i % self.n_experts), *c))
+            .collect();
+        let hist = HistJson {
+            n_layers: self.n_layers,
+            n_experts: self.n_experts,
+            counts: &counts,
+        };
+        let path = dir.join("expert_hist.json");
+        std::fs::write(&path, serde_json::to_string(&hist).expect("serialises"))
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        let mut bin = Vec::with_capacity(self.trace.len() * 8);
+        for (l, e) in &self.trace {
+            bin.extend_from_slice(&(*l as i32).to_le_bytes());
+            bin.extend_from_slice(&(*e as i32).to_le_bytes());
+        }
+        let path = dir.join("expert_trace.bin");
+        std::fs::write(&path, bin)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    }
+
+    /// The experts ranked hottest first (ties by layer, then expert), as a pin list.
+    pub fn ranked(&self) -> PinList {
+        let mut rows: Vec<((usize, usize), u64)> = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| ((i / self.n_experts, i % self.n_experts), *c))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        PinList { rows }
+    }
+}
+
+/// Reads an `expert_hist.json` back into a ranked pin list.
+pub fn ranked_from_hist(path: &Path) -> Result<(usize, usize, PinList)> {
+    #[derive(serde::Deserialize)]
+    struct Hist {
+        n_layers: usize,
+        n_experts: usize,
+        counts: std::collections::BTreeMap<String, u64>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Usage(format!(
+            "cannot read heat histogram {}: {e}",
+            path.display()
+        ))
+    })?;
+    let h: Hist = serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "{} is not an expert_hist.json: {e}",
+            path.display()
+        ))
+    })?;
+    let mut heat = Heat::new(h.n_layers, h.n_experts);
+    for (key, count) in h.counts {
+        let parsed = key
+            .split_once(',')
+            .and_then(|(l, e)| Some((l.parse::<usize>().ok()?, e.parse::<usize>().ok()?)));
+        match parsed {
+            Some((l, e)) if l < h.n_layers && e < h.n_experts => {
+                heat.counts[l * h.n_experts + e] = count
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "{}: key {key:?} is not `layer,expert` inside the model",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok((h.n_layers, h.n_experts, heat.ranked()))
+}
