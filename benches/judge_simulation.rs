@@ -1,7 +1,8 @@
 //! Simulation benchmark of the judgement: prints the Markdown table for the README.
 //!
-//! `cargo bench --bench judge_simulation` (about a minute on two cores).
-//! `JUDGE_SIM_TRIALS` overrides the trials per effect (default 10000).
+//! `cargo bench --bench judge_simulation` (under a minute on two cores).
+//! `JUDGE_SIM_TRIALS` overrides the trials per effect (default 10000);
+//! `JUDGE_SIM_GRID=1` prints instead the policy grid the default was chosen from.
 
 use std::time::Instant;
 
@@ -9,7 +10,6 @@ use orchestrator::judge::simulate::{self, Config, NoiseModel, Protocol};
 use orchestrator::judge::{Floor, Policy};
 
 fn main() {
-    // `cargo bench` passes `--bench`; any other argument is a filter we do not have.
     let trials = std::env::var("JUDGE_SIM_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -46,18 +46,28 @@ fn main() {
             alpha: 0.05,
         });
     }
-    for pairs in [10, 20, 30, 40, 60] {
+    // Our decision rule (interval wholly beyond or inside the floor) at a
+    // fixed sample size, at the same and at lower confidence levels.
+    for (pairs, alpha) in [
+        (20, 0.2),
+        (30, 0.2),
+        (40, 0.2),
+        (60, 0.2),
+        (20, 0.3),
+        (30, 0.3),
+        (40, 0.3),
+    ] {
         protocols.push(Protocol::FixedPaired {
             pairs,
             warmups_per_arm: 1,
-            alpha: 0.10,
+            alpha,
         });
     }
     // Tuning grid, for the record of how the default policy was chosen.
     if std::env::var_os("JUDGE_SIM_GRID").is_some() {
         protocols.clear();
         for confidence in [0.70, 0.80, 0.90] {
-            for (min_pairs, max_pairs) in [(4, 40), (6, 40), (6, 50)] {
+            for (min_pairs, max_pairs) in [(4, 40), (6, 40), (6, 50), (8, 50)] {
                 let policy = Policy::new(
                     confidence.try_into().expect("valid confidence"),
                     min_pairs,
@@ -73,17 +83,48 @@ fn main() {
             }
         }
     }
+    let grid = std::env::var_os("JUDGE_SIM_GRID").is_some();
     let config = Config {
         seed: 20_260_529,
         trials,
         model: NoiseModel::FIGURES,
         aa_pairs: 20,
+        population_pairs: 400_000,
         min_floor: Floor::try_from(0.005).expect("valid floor"),
         protocols,
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     };
     let started = Instant::now();
-    let report = simulate::run(config);
-    println!("{}", report.to_markdown());
+    println!("### Stationary noise\n");
+    println!("{}", simulate::run(config.clone()).to_markdown());
+    if !grid {
+        // A warming page cache: each run 0.1% faster than the one before.
+        // Not a target of the issue; it shows what ABBA ordering buys.
+        let drifting = Config {
+            model: NoiseModel {
+                drift_per_run: -0.001,
+                ..NoiseModel::FIGURES
+            },
+            // Ours, today's three habits, and the cheapest fixed protocols
+            // that met the targets without drift.
+            protocols: config
+                .protocols
+                .iter()
+                .filter(|p| {
+                    matches!(
+                        p,
+                        Protocol::Sequential { .. }
+                            | Protocol::MedianOf { .. }
+                            | Protocol::Pyperf { .. }
+                            | Protocol::Welch { runs: 10 | 20, .. }
+                    ) || matches!(p, Protocol::FixedPaired { pairs: 30, alpha, .. } if *alpha == 0.3)
+                })
+                .cloned()
+                .collect(),
+            ..config
+        };
+        println!("### With drift (not part of the targets)\n");
+        println!("{}", simulate::run(drifting).to_markdown());
+    }
     eprintln!("simulated in {:.1} s", started.elapsed().as_secs_f64());
 }

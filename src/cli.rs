@@ -25,6 +25,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the loop: observe, propose, measure, judge, record, stage
+    Run(RunArgs),
     /// Validate the config, the menu and the live profile; probe the endpoints
     Check,
     /// Inspect and decide staged wins
@@ -32,6 +34,10 @@ pub enum Command {
     Stage(StageCommand),
     /// Recent cycles with their verdicts
     Ledger(LedgerArgs),
+    /// Re-pin the reference output hash of the live profile, on purpose
+    Rebaseline(RebaselineArgs),
+    /// A weekly report from the ledger (Markdown or self-contained HTML)
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,4 +85,49 @@ pub struct LedgerArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The ISO week to report, e.g. 2026-W48 [default: the last complete week]
+    #[arg(long, value_name = "YYYY-Www", conflicts_with_all = ["since", "until"])]
+    pub week: Option<String>,
+    /// First day included [default with --until: six days before it]
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub since: Option<String>,
+    /// Last day included [default with --since: today]
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub until: Option<String>,
+    /// Markdown, or one self-contained HTML page with inline SVG charts
+    #[arg(long, value_enum, default_value_t = ReportFormat::Md)]
+    pub format: ReportFormat,
+    /// Write the report to FILE instead of stdout
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Md,
+    Html,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Stop after N cycles [default: run until SIGINT/SIGTERM]
+    #[arg(long, value_name = "N", conflicts_with = "once")]
+    pub cycles: Option<u64>,
+    /// Run one cycle; exit 1 if it failed
+    #[arg(long)]
+    pub once: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RebaselineArgs {
+    /// Why the output changed (recorded with the new reference)
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Who re-pins [default: $USER]
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
 }

@@ -125,6 +125,7 @@ pub struct Config {
     pub cycle: Cycle,
     pub measure: Measure,
     pub daemon: Daemon,
+    pub embedded: Option<Embedded>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -187,6 +188,8 @@ pub struct Metrics {
     /// Where the stack's heat histogram can be read (a URL or a file).
     pub heat: Option<String>,
     pub heat_trace: Option<PathBuf>,
+    /// POSTed before reading the trace, so the stack writes it out first.
+    pub heat_flush: Option<reqwest::Url>,
     /// Fail the cycle when metrics cannot be read (else proceed without).
     pub required: bool,
 }
@@ -294,6 +297,24 @@ fn default_headroom() -> f64 {
     1.0
 }
 
+/// The embedded default: the reference stack (tinyk3) prepared and run as
+/// children of `orchestrator run`. Absent for a stack you run yourself.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    pub tinyk3: PathBuf,
+    pub model_dir: PathBuf,
+    /// Extra arguments of `tinyk3 init` when the checkpoint is missing.
+    pub init_args: Vec<String>,
+    /// Copied to the live profile path when that is missing.
+    pub starting_profile: PathBuf,
+    pub serve_listen: SocketAddr,
+    pub expert_server_listen: SocketAddr,
+    /// Most experts the far tier may hold warm.
+    pub expert_server_max_warm: u64,
+    pub heat_dir: PathBuf,
+    pub start_timeout: Seconds,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Daemon {
@@ -337,6 +358,31 @@ struct RawConfig {
     measure: Measure,
     #[serde(default)]
     daemon: Daemon,
+    embedded: Option<RawEmbedded>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmbedded {
+    tinyk3: PathBuf,
+    model_dir: PathBuf,
+    #[serde(default)]
+    init_args: Vec<String>,
+    starting_profile: PathBuf,
+    serve_listen: SocketAddr,
+    expert_server_listen: SocketAddr,
+    #[serde(default = "default_max_warm")]
+    expert_server_max_warm: u64,
+    heat_dir: PathBuf,
+    #[serde(default = "default_embedded_start")]
+    start_timeout_s: Seconds,
+}
+
+fn default_max_warm() -> u64 {
+    1024
+}
+fn default_embedded_start() -> Seconds {
+    Seconds::from_secs(180)
 }
 
 fn default_objective() -> Objective {
@@ -455,6 +501,7 @@ struct RawMetrics {
     names: BTreeMap<String, String>,
     heat: Option<String>,
     heat_trace: Option<PathBuf>,
+    heat_flush: Option<String>,
     #[serde(default)]
     required: bool,
 }
@@ -534,6 +581,7 @@ const KNOWN_KEYS: &[&str] = &[
     "names",
     "heat",
     "heat_trace",
+    "heat_flush",
     "required",
     "shadow",
     "health_path",
@@ -561,6 +609,15 @@ const KNOWN_KEYS: &[&str] = &[
     "daemon",
     "metrics_listen",
     "allow_remote",
+    "embedded",
+    "tinyk3",
+    "model_dir",
+    "init_args",
+    "starting_profile",
+    "serve_listen",
+    "expert_server_listen",
+    "expert_server_max_warm",
+    "heat_dir",
 ];
 
 impl Config {
@@ -640,6 +697,11 @@ impl Config {
                     names: m.names,
                     heat: m.heat,
                     heat_trace: m.heat_trace.map(|p| resolve(&p)),
+                    heat_flush: m
+                        .heat_flush
+                        .map(|u| url(&u, "stack.metrics", "heat_flush"))
+                        .transpose()
+                        .map_err(semantic)?,
                     required: m.required,
                 })
             })
@@ -715,7 +777,34 @@ impl Config {
                 raw.daemon.metrics_listen
             )));
         }
+        let embedded = match raw.embedded {
+            Some(e) => {
+                for (key, addr) in [
+                    ("serve_listen", e.serve_listen),
+                    ("expert_server_listen", e.expert_server_listen),
+                ] {
+                    if !addr.ip().is_loopback() {
+                        return Err(semantic(format!(
+                            "[embedded] {key} = {addr} is not loopback; the embedded stack only binds 127.0.0.1"
+                        )));
+                    }
+                }
+                Some(Embedded {
+                    tinyk3: resolve(&e.tinyk3),
+                    model_dir: resolve(&e.model_dir),
+                    init_args: e.init_args,
+                    starting_profile: resolve(&e.starting_profile),
+                    serve_listen: e.serve_listen,
+                    expert_server_listen: e.expert_server_listen,
+                    expert_server_max_warm: e.expert_server_max_warm,
+                    heat_dir: resolve(&e.heat_dir),
+                    start_timeout: e.start_timeout_s,
+                })
+            }
+            None => None,
+        };
         Ok(Config {
+            embedded,
             path: abs.clone(),
             objective: raw.objective,
             ledger_path: resolve(&raw.ledger.path),

@@ -6,6 +6,10 @@
 //! - [`vocab`]: the shared vocabulary (verdicts, stage states, arms, digests).
 //! - [`judge`]: statistics: noise floor, sequential paired A/B, simulation.
 //! - [`ledger`]: the SQLite experiment ledger; all SQL lives here.
+//! - [`brain`]: the proposer: the served model (chat API) or a bandit over the menu.
+//! - [`heat`]: the expert heat histogram and request trace, parsed and checked.
+//! - [`plan`]: one planner per menu entry; `rerank_pins` replays the trace first.
+//! - [`report`]: the weekly report from the ledger, Markdown or HTML with SVG charts.
 
 pub mod judge;
 pub mod ledger;
@@ -18,3 +22,11 @@ pub mod config;
 pub mod cli;
 pub mod commands;
 pub mod display;
+pub mod brain;
+pub mod daemon;
+pub mod observe;
+pub mod heat;
+pub mod plan;
+pub mod embedded;
+pub mod report;
+pub mod cycle;

@@ -24,6 +24,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Beta, Distribution};
 use serde_json::{Map, Value, json};
 
+use super::error::BrainError;
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
 };
@@ -106,9 +107,14 @@ pub fn grid(kind: &ParamKind) -> Vec<ParamValue> {
                 Some(s) if *s > 0.0 => {
                     // Bounded before the cast: thinning happens below anyway.
                     let n = ((max - min) / s + 1e-9).floor().min(1e6) as u64;
-                    (0..=n).map(|i| round(min + i as f64 * s).min(*max)).collect()
+                    (0..=n)
+                        .map(|i| round(min + i as f64 * s).min(*max))
+                        .collect()
                 }
-                _ => QUANTILES.iter().map(|q| round(min + q * (max - min))).collect(),
+                _ => QUANTILES
+                    .iter()
+                    .map(|q| round(min + q * (max - min)))
+                    .collect(),
             };
             if v.last().is_some_and(|l| *l < *max) {
                 v.push(*max);
@@ -259,8 +265,8 @@ impl<R: Rng + Send> BanditProposer<R> {
                     BanditAlgorithm::Thompson => {
                         let wins = s.reward;
                         let losses = f64::from(s.pulls) - s.reward;
-                        let beta = Beta::new(1.0 + wins, 1.0 + losses)
-                            .expect("Beta parameters are >= 1");
+                        let beta =
+                            Beta::new(1.0 + wins, 1.0 + losses).expect("Beta parameters are >= 1");
                         (beta.sample(&mut self.rng), 0.0)
                     }
                 };
@@ -279,14 +285,17 @@ impl<R: Rng + Send> BanditProposer<R> {
         &mut self,
         s: &Situation<'_>,
         duplicates: &D,
-    ) -> Result<Proposal, super::BrainError> {
+    ) -> Result<Proposal, BrainError> {
         if s.noise_floor.needs_remeasure() {
-            tracing::info!(algorithm = self.algorithm.as_str(), "noise floor missing or stale: the bandit schedules remeasure");
+            tracing::info!(
+                algorithm = self.algorithm.as_str(),
+                "noise floor missing or stale: the bandit schedules remeasure"
+            );
             return Ok(remeasure());
         }
         for (arm, score) in self.ranked(s.menu, s.history) {
             match duplicate_of(duplicates, &arm).await {
-                Err(source) => return Err(super::BrainError::DuplicateCheck { source }),
+                Err(source) => return Err(BrainError::DuplicateCheck { source }),
                 Ok(Some(_)) => continue,
                 Ok(None) => {
                     tracing::info!(

@@ -13,8 +13,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-pub use super::error::BrainError;
-use super::error::excerpt;
+use super::error::{BrainError, excerpt};
 use crate::config;
 
 /// The answer is one small JSON object (a rationale of at most 400
@@ -92,7 +91,10 @@ impl fmt::Debug for ChatClient {
         f.debug_struct("ChatClient")
             .field("url", &self.url.as_str())
             .field("model", &self.model)
-            .field("api_key", &self.authorization.as_ref().map(|_| "<redacted>"))
+            .field(
+                "api_key",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
@@ -121,8 +123,8 @@ impl ChatClient {
                 if key.trim().is_empty() {
                     return Err(invalid());
                 }
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {}", key.trim())).map_err(|_| invalid())?;
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+                    .map_err(|_| invalid())?;
                 value.set_sensitive(true);
                 (Some(value), Some(Secret(key.trim().to_string())))
             }
@@ -185,10 +187,17 @@ impl ChatClient {
 
     /// Sends one request and returns `choices[0].message.content` exactly
     /// as received.
-    pub async fn complete(&self, messages: &[Message], schema: &Value) -> Result<String, BrainError> {
+    pub async fn complete(
+        &self,
+        messages: &[Message],
+        schema: &Value,
+    ) -> Result<String, BrainError> {
         let url = self.url.to_string();
         tracing::debug!(url = %url, model = %self.model, messages = messages.len(), "asking the served model");
-        let mut request = self.http.post(self.url.clone()).json(&self.request_body(messages, schema));
+        let mut request = self
+            .http
+            .post(self.url.clone())
+            .json(&self.request_body(messages, schema));
         if let Some(auth) = &self.authorization {
             request = request.header(AUTHORIZATION, auth.clone());
         }

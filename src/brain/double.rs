@@ -65,7 +65,9 @@ pub(crate) struct ScriptedModelServerDouble {
 
 impl ScriptedModelServerDouble {
     pub async fn start(script: Vec<Reply>) -> ScriptedModelServerDouble {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.into_iter()));

@@ -13,11 +13,13 @@
 //! prompt, not in errors, not in logs.
 //!
 //! Files: `prompt` (the text the model sees), `client` (the chat API),
+//! `error` (why a proposer could not answer),
 //! `model` (the model proposer: validate, retry, back off), `bandit` (the
 //! non-model proposer).
 
 pub mod bandit;
 pub mod client;
+pub mod error;
 pub mod model;
 pub mod prompt;
 
@@ -38,7 +40,8 @@ use crate::menu::{Menu, MenuId, Proposal, Rejection};
 use crate::vocab::{Digest, ProposerKind};
 
 pub use bandit::{BanditAlgorithm, BanditProposer};
-pub use client::{BrainError, ChatClient, Message, Role};
+pub use client::{ChatClient, Message, Role};
+pub use error::BrainError;
 pub use model::{Backoff, ModelProposer};
 pub use prompt::{LiveMetrics, NoiseFloorState};
 
@@ -200,4 +203,126 @@ pub fn params_value(proposal: &Proposal) -> Value {
 /// A proposal as the JSON stored in the ledger's `parsed` column.
 pub fn proposal_value(proposal: &Proposal) -> Value {
     serde_json::to_value(proposal).expect("proposals always serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::double::repo_menu;
+    use super::*;
+    use crate::ledger::{Interval, NewExperiment, NewVerdict};
+    use crate::vocab::{Method, VerdictKind};
+
+    /// The rows an outcome produces satisfy the ledger's schema, and the
+    /// ledger-backed duplicate check finds what was decided on the same base.
+    #[tokio::test]
+    async fn outcomes_fit_the_ledger_and_duplicates_are_found_there() {
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
+        let menu = repo_menu();
+        let split = r#"{"experiment":"rebalance_trunk_cache","params":{"trunk_fraction":0.35},"rationale":"r"}"#;
+        let proposal = menu.validate(split).unwrap();
+        let outcome = Outcome {
+            proposer: ProposerKind::Model,
+            attempts: vec![
+                Attempt {
+                    number: 1,
+                    prompt: Some("[user]\nchoose\n".into()),
+                    raw_answer: Some("nonsense".into()),
+                    parsed: None,
+                    rejection: Some(Rejection::Unparseable {
+                        detail: "invalid JSON at line 1 column 1".into(),
+                    }),
+                },
+                Attempt {
+                    number: 2,
+                    prompt: Some("[user]\nchoose\n".into()),
+                    raw_answer: Some(split.into()),
+                    parsed: Some(proposal_value(&proposal)),
+                    rejection: Some(Rejection::Duplicate { previous: 1 }),
+                },
+                Attempt {
+                    number: 3,
+                    prompt: Some("[user]\nchoose\n".into()),
+                    raw_answer: Some(split.into()),
+                    parsed: Some(proposal_value(&proposal)),
+                    rejection: None,
+                },
+            ],
+            decision: Decision::Chosen(proposal.clone()),
+        };
+        let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
+        let mut last = None;
+        for row in outcome.new_proposals(cycle, at) {
+            last = Some(ledger.insert_proposal(&row).await.unwrap());
+        }
+        let stored = ledger.proposals(cycle).await.unwrap();
+        assert_eq!(stored.len(), 3);
+        assert_eq!(stored[1].rejection.as_ref().unwrap().kind, "duplicate");
+        assert_eq!(stored[2].raw_answer.as_deref(), Some(split));
+
+        let base = Digest::of(b"base");
+        let experiment = ledger
+            .insert_experiment(&NewExperiment {
+                cycle_id: cycle,
+                proposal_id: last,
+                confirmation_of: None,
+                created_at: at,
+                menu_id: proposal.experiment,
+                parameters: params_value(&proposal),
+                method: Method::Bench,
+                base_profile: "base.toml".into(),
+                base_digest: base.clone(),
+                candidate_profile: "candidate.toml".into(),
+                candidate_digest: Digest::of(b"candidate"),
+                planner_notes: None,
+            })
+            .await
+            .unwrap();
+        let check = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &base,
+        };
+        assert_eq!(
+            check.previous(&proposal).await.unwrap(),
+            None,
+            "not decided yet"
+        );
+        ledger
+            .insert_verdict(
+                experiment,
+                &NewVerdict {
+                    kind: VerdictKind::WithinNoise,
+                    decided_at: at,
+                    effect: Some(0.001),
+                    interval: Some(Interval {
+                        low: -0.01,
+                        high: 0.012,
+                    }),
+                    noise_floor: Some(0.015),
+                    pairs: 6,
+                    method: Some("test".into()),
+                    reason: None,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(check.previous(&proposal).await.unwrap(), Some(experiment));
+        let other = Digest::of(b"another base");
+        let elsewhere = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &other,
+        };
+        assert_eq!(elsewhere.previous(&proposal).await.unwrap(), None);
+        let near = menu.validate(&split.replace("0.35", "0.4")).unwrap();
+        assert_eq!(check.previous(&near).await.unwrap(), None);
+        let bandit_history = ledger.recent_experiments(10).await.unwrap();
+        assert!(bandit::is_arm(&proposal, &bandit_history[0]));
+        assert_eq!(
+            bandit::stats(&[proposal], &bandit_history)[0].pulls,
+            1,
+            "the bandit reads the ledger's history"
+        );
+    }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use super::client::{BrainError, ChatClient};
+use super::client::ChatClient;
+use super::error::BrainError;
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
     proposal_value,
@@ -112,7 +113,10 @@ impl<R: Rng + Send> ModelProposer<R> {
                 }
                 Ok(proposal) => match duplicate_of(duplicates, &proposal).await {
                     Err(source) => {
-                        return (attempts, Decision::Failed(BrainError::DuplicateCheck { source }));
+                        return (
+                            attempts,
+                            Decision::Failed(BrainError::DuplicateCheck { source }),
+                        );
                     }
                     Ok(None) => {
                         attempts.push(Attempt {
@@ -194,6 +198,10 @@ mod tests {
         // Jitter: not all the same.
         assert!(delays.iter().any(|d| *d != delays[0]));
         let mut again = StdRng::seed_from_u64(7);
-        assert_eq!(b.delay(3, &mut again), delays[0], "deterministic for a seed");
+        assert_eq!(
+            b.delay(3, &mut again),
+            delays[0],
+            "deterministic for a seed"
+        );
     }
 }

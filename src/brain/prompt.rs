@@ -95,7 +95,7 @@ pub fn situation_text(s: &Situation<'_>) -> String {
 pub fn followup_text(refusals: &[Rejection]) -> String {
     let mut t = String::from("Your previous answer was refused:\n");
     for (i, r) in refusals.iter().enumerate() {
-        let _ = writeln!(t, "{}. {} ({})", i + 1, r, r.kind());
+        let _ = writeln!(t, "{}. {}: {r}", i + 1, r.kind());
     }
     t.push_str(
         "Answer again with one JSON object that follows the schema: a menu id, \
@@ -160,16 +160,23 @@ fn objective(t: &mut String, s: &Situation<'_>) {
     }
 }
 
+/// A named metric, its value, and how to show it.
+type MetricRow = (&'static str, Option<f64>, fn(f64) -> String);
+
 fn metrics(t: &mut String, m: &LiveMetrics) {
     t.push_str("\nLive metrics:\n");
-    let rows: [(&str, Option<f64>, fn(f64) -> String); 5] = [
+    let rows: [MetricRow; 5] = [
         ("seconds per token", m.seconds_per_token, num),
         (
             "tier residency (expert reads served from RAM)",
             m.tier_residency,
             share,
         ),
-        ("heat coverage (activations on pinned experts)", m.heat_coverage, share),
+        (
+            "heat coverage (activations on pinned experts)",
+            m.heat_coverage,
+            share,
+        ),
         ("far tier", m.far_available, far_state),
         ("draft acceptance", m.draft_acceptance, share),
     ];
@@ -294,7 +301,11 @@ fn num(x: f64) -> String {
     }
     let s = format!("{x:.4}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".to_string() } else { s.to_string() }
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
 }
 
 fn share(x: f64) -> String {
@@ -337,4 +348,5 @@ fn age_text(d: Duration) -> String {
 }
 
 #[cfg(test)]
+#[path = "prompt_tests.rs"]
 mod tests;

@@ -8,6 +8,9 @@ use crate::profile::ProfileError;
 
 pub mod check;
 pub mod ledger;
+pub mod rebaseline;
+pub mod run;
+pub mod report;
 pub mod stage;
 
 /// A problem with what the user asked for (exit 2), as opposed to a failure
@@ -20,9 +23,12 @@ pub struct UsageError(pub String);
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let config_path = Config::locate(cli.config.as_deref());
     match cli.command {
+        Command::Run(args) => run::run(&config_path, args),
         Command::Check => check::run(&config_path),
         Command::Stage(cmd) => stage::run(&config_path, cmd),
         Command::Ledger(args) => ledger::run(&config_path, args),
+        Command::Rebaseline(args) => rebaseline::run(&config_path, args),
+        Command::Report(args) => report::run(&config_path, args),
     }
 }
 

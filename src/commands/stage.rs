@@ -38,7 +38,7 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
 }
 
 /// Who decides: `--by`, else `$USER`; a bounded, printable name.
-fn decider(by: Option<String>) -> anyhow::Result<String> {
+pub(crate) fn decider(by: Option<String>) -> anyhow::Result<String> {
     let name = by
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".to_string());

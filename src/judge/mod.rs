@@ -4,24 +4,25 @@
 //! - [`policy`]: validated confidence, floor and pair budget (built from config).
 //! - [`noise`]: the noise floor from A/A pairs (robust scale, clamped below).
 //! - [`protocol`]: which arm runs next: warmups, then ABBA-ordered pairs.
-//! - [`sequential`]: the anytime-valid interval after each pair and the verdict.
+//! - [`interval`]: the anytime-valid interval (winsorised confidence sequence).
+//! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
 //! - [`simulate`]: ground-truth simulation against today's fixed-sample habits.
 //!
 //! Everything here is a pure function of measured numbers; measuring them is
 //! `measure`'s job and storing them the ledger's.
 
+pub mod interval;
 pub mod noise;
 pub mod policy;
 pub mod protocol;
 pub mod sequential;
 pub mod simulate;
 
+pub use interval::Estimate;
 pub use noise::{NoiseError, NoiseFloor};
 pub use policy::{Confidence, Floor, ParamError, Policy};
 pub use protocol::{Slot, pair_order, slot};
-pub use sequential::{
-    Decision, Estimate, SequentialTest, Step, classify, confirm, decide, log_ratio,
-};
+pub use sequential::{Decision, SequentialTest, Step, classify, confirm, decide, log_ratio};
 
 use crate::vocab::{Arm, VerdictKind};
 

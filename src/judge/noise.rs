@@ -15,7 +15,7 @@ pub const METHOD: &str = "mad-sigma-v1";
 pub const MIN_PAIRS: usize = 10;
 
 /// Consistency constant making the MAD estimate σ at the normal distribution.
-const MAD_TO_SIGMA: f64 = 1.482_602_218_505_602;
+pub(crate) const MAD_TO_SIGMA: f64 = 1.482_602_218_505_602;
 
 /// Why no floor could be estimated; the cycle records it and measures again.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -68,10 +68,7 @@ impl NoiseFloor {
 pub fn estimate(aa_log_ratios: &[f64], min_floor: Floor) -> Result<NoiseFloor, NoiseError> {
     let n = aa_log_ratios.len();
     if n < MIN_PAIRS {
-        return Err(NoiseError::TooFew {
-            n,
-            need: MIN_PAIRS,
-        });
+        return Err(NoiseError::TooFew { n, need: MIN_PAIRS });
     }
     if let Some((index, &value)) = aa_log_ratios
         .iter()
@@ -86,8 +83,8 @@ pub fn estimate(aa_log_ratios: &[f64], min_floor: Floor) -> Result<NoiseFloor, N
     }
     // A measured floor of a whole e-fold is no longer a floor; cap just below
     // 1 so it stays a valid `Floor` and every effect reads as within noise.
-    let value = Floor::try_from(measured.max(min_floor.get()).min(0.999))
-        .expect("clamped into (0, 1)");
+    let value =
+        Floor::try_from(measured.max(min_floor.get()).min(0.999)).expect("clamped into (0, 1)");
     Ok(NoiseFloor {
         value,
         measured,
@@ -146,7 +143,10 @@ mod tests {
 
     #[test]
     fn zero_spread_and_non_finite_are_refused() {
-        assert_eq!(estimate(&[0.02; 12], floor(0.01)), Err(NoiseError::ZeroSpread));
+        assert_eq!(
+            estimate(&[0.02; 12], floor(0.01)),
+            Err(NoiseError::ZeroSpread)
+        );
         let mut v = vec![0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.02, -0.02, 0.0];
         v[4] = f64::NAN;
         assert!(matches!(
@@ -175,7 +175,9 @@ mod tests {
 
     #[test]
     fn configured_minimum_only_clamps_from_below() {
-        let x = [0.001, -0.001, 0.002, -0.002, 0.0, 0.001, -0.001, 0.002, -0.002, 0.0005];
+        let x = [
+            0.001, -0.001, 0.002, -0.002, 0.0, 0.001, -0.001, 0.002, -0.002, 0.0005,
+        ];
         let low = estimate(&x, floor(0.02)).unwrap();
         assert_eq!(low.value.get(), 0.02);
         assert!(low.clamped());

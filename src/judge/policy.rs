@@ -133,12 +133,18 @@ impl Policy {
 }
 
 impl Default for Policy {
-    /// The values tuned by `cargo bench --bench judge_simulation` (see its table).
+    /// 80% confidence, 6 to 50 pairs, a 0.5% minimum floor: tuned with
+    /// `cargo bench --bench judge_simulation` (`JUDGE_SIM_GRID=1` prints the
+    /// grid). 80% suffices because a wrong verdict needs the interval to miss
+    /// the truth by a whole floor, not merely to miss it: false wins measured
+    /// 0.0% in 10 000 A/A trials, while 90% cost 11% more runs. 50 pairs
+    /// rather than 40 keeps power at two floors at 94% after replication
+    /// (40 pairs: 90.3%, too close to the 90% target).
     fn default() -> Policy {
         Policy {
             confidence: Confidence(0.80),
             min_pairs: 6,
-            max_pairs: 40,
+            max_pairs: 50,
             min_floor: Floor(0.005),
         }
     }
@@ -174,9 +180,18 @@ mod tests {
         assert!(Policy::new(c, 6, 30, f).is_ok());
         let err = Policy::new(c, 5, 30, f).unwrap_err();
         assert!(err.to_string().contains("even"), "{err}");
-        assert!(matches!(Policy::new(c, 2, 30, f), Err(ParamError::MinPairs { .. })));
-        assert!(matches!(Policy::new(c, 8, 6, f), Err(ParamError::MaxPairs { .. })));
-        assert!(matches!(Policy::new(c, 8, 31, f), Err(ParamError::MaxPairs { .. })));
+        assert!(matches!(
+            Policy::new(c, 2, 30, f),
+            Err(ParamError::MinPairs { .. })
+        ));
+        assert!(matches!(
+            Policy::new(c, 8, 6, f),
+            Err(ParamError::MaxPairs { .. })
+        ));
+        assert!(matches!(
+            Policy::new(c, 8, 31, f),
+            Err(ParamError::MaxPairs { .. })
+        ));
         let d = Policy::default();
         assert!(Policy::new(d.confidence, d.min_pairs, d.max_pairs, d.min_floor).is_ok());
     }

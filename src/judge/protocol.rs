@@ -24,7 +24,11 @@ pub struct Slot {
 impl Slot {
     /// The arm to record in the ledger: warmups are marked as such.
     pub fn ledger_arm(&self) -> Arm {
-        if self.warmup { Arm::Warmup } else { self.profile }
+        if self.warmup {
+            Arm::Warmup
+        } else {
+            self.profile
+        }
     }
 }
 
@@ -42,7 +46,11 @@ pub fn pair_order(pair: usize) -> [Arm; 2] {
 pub fn slot(warmups_per_arm: usize, run: usize) -> Slot {
     let warm = 2 * warmups_per_arm;
     if run < warm {
-        let profile = if run % 2 == 0 { Arm::Baseline } else { Arm::Candidate };
+        let profile = if run % 2 == 0 {
+            Arm::Baseline
+        } else {
+            Arm::Candidate
+        };
         return Slot {
             profile,
             warmup: true,
@@ -76,10 +84,21 @@ mod tests {
     #[test]
     fn warmups_come_first_and_are_marked() {
         let s: Vec<Slot> = (0..6).map(|r| slot(2, r)).collect();
-        assert!(s[..4].iter().all(|s| s.warmup && s.ledger_arm() == Arm::Warmup));
+        assert!(
+            s[..4]
+                .iter()
+                .all(|s| s.warmup && s.ledger_arm() == Arm::Warmup)
+        );
         assert_eq!(s[0].profile, Arm::Baseline);
         assert_eq!(s[1].profile, Arm::Candidate);
-        assert_eq!(s[4], Slot { profile: Arm::Baseline, warmup: false, pair: Some(0) });
+        assert_eq!(
+            s[4],
+            Slot {
+                profile: Arm::Baseline,
+                warmup: false,
+                pair: Some(0)
+            }
+        );
         assert_eq!(s[5].ledger_arm(), Arm::Candidate);
     }
 

@@ -1,53 +1,18 @@
 //! The sequential paired A/B: an interval after every pair that stays valid
 //! when we stop as soon as it is decisive, and the verdict it implies.
 //!
-//! Each pair gives `x = ln(candidate_spt / baseline_spt)`; negative is faster.
+//! Each pair gives `x = ln(candidate_spt / baseline_spt)`; negative is faster;
+//! the interval is [`super::interval`]'s.
 //! The decision knows nothing else about the arms: negating every `x` mirrors
 //! the interval and swaps `win` with `loss`.
 
 use super::JudgeError;
-use super::policy::{Confidence, Floor, Policy};
+use super::interval::{Estimate, Winsorized, tuned_pairs};
+use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
 /// Stable name of the interval method, stored in the ledger with each verdict.
 pub const METHOD: &str = "asympcs-winsorized-v1";
-
-/// Winsorising half-width, in noise floors (σ units of a pair's log ratio).
-/// Huber's (1964, "Robust estimation of a location parameter", Ann. Math.
-/// Statist. 35) k = 1.5: about 95% efficient on a normal body, while a 10-30%
-/// interference spike (3-9σ) counts as a 1.5σ outlier, so one background
-/// download cannot hold the variance estimate hostage for the whole test.
-/// Chosen over 2.0, 2.5 and 3.0 by the simulation (fewer runs, more power).
-pub const CLIP_FLOORS: f64 = 1.5;
-
-/// Weight, in pairs, of the prior variance `floor²` pooled into the plug-in
-/// variance. The A/A measurement already told us the scale; pooling it stops
-/// a run of lucky, tightly clustered early pairs from producing an interval
-/// that is narrow only by accident, which is where an asymptotic interval
-/// under optional stopping is weakest.
-pub const PRIOR_PAIRS: f64 = 2.0;
-
-/// A point estimate and interval on the log-ratio scale.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Estimate {
-    /// Mean of the winsorised log ratios.
-    pub log_ratio: f64,
-    /// `(lo, hi)`, covering the effect at the policy's confidence uniformly
-    /// over all pairs.
-    pub interval: (f64, f64),
-}
-
-impl Estimate {
-    /// The effect as a relative change of s/token, `exp(estimate) - 1`.
-    pub fn relative(&self) -> f64 {
-        self.log_ratio.exp_m1()
-    }
-
-    /// The interval as relative changes.
-    pub fn relative_interval(&self) -> (f64, f64) {
-        (self.interval.0.exp_m1(), self.interval.1.exp_m1())
-    }
-}
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,98 +38,15 @@ pub enum Step {
 
 /// The log ratio of one pair, refusing a time no valid run can report.
 pub fn log_ratio(baseline_spt: f64, candidate_spt: f64) -> Result<f64, JudgeError> {
-    for (arm, value) in [(Arm::Baseline, baseline_spt), (Arm::Candidate, candidate_spt)] {
+    for (arm, value) in [
+        (Arm::Baseline, baseline_spt),
+        (Arm::Candidate, candidate_spt),
+    ] {
         if !(value.is_finite() && value > 0.0) {
             return Err(JudgeError::InvalidTime { arm, value });
         }
     }
     Ok((candidate_spt / baseline_spt).ln())
-}
-
-/// Log ratios after predictable winsorisation, with running moments.
-///
-/// Pair `k` is clipped to `median(x_0..x_{k-1}) ± CLIP_FLOORS · floor`
-/// (0 as centre for the first pair). The centre uses only earlier pairs, so
-/// the clipped values stay a martingale-difference sequence around their
-/// conditional means, which the confidence sequence needs. Pair log ratios
-/// are symmetric about the true effect (within a pair the arms are
-/// exchangeable up to the effect), so clipping symmetrically around a
-/// consistent centre leaves the estimand, the centre of symmetry, in place.
-#[derive(Debug, Clone, Default)]
-struct Winsorized {
-    sorted: Vec<f64>,
-    n: usize,
-    mean: f64,
-    m2: f64,
-}
-
-impl Winsorized {
-    fn push(&mut self, x: f64, half_width: f64) {
-        let centre = median_of_sorted(&self.sorted).unwrap_or(0.0);
-        let y = x.clamp(centre - half_width, centre + half_width);
-        let at = self.sorted.partition_point(|v| *v < x);
-        self.sorted.insert(at, x);
-        // Welford's update: stable for the tiny spreads of near-identical runs.
-        self.n += 1;
-        let delta = y - self.mean;
-        self.mean += delta / self.n as f64;
-        self.m2 += delta * (y - self.mean);
-    }
-
-    /// The interval after `n` pairs; `None` below two.
-    ///
-    /// An asymptotic confidence sequence (Waudby-Smith, Arnold, Wu, Wang &
-    /// Ramdas 2024, "Time-uniform central limit theory and asymptotic
-    /// confidence sequences", Annals of Statistics 52(6), Theorem 2.2): the
-    /// two-sided normal-mixture boundary of Robbins (1970, "Statistical
-    /// methods related to the law of the iterated logarithm") with a
-    /// plug-in variance,
-    ///
-    /// `mean ± σ̂ · sqrt( 2(tρ²+1)/(t²ρ²) · ln( sqrt(tρ²+1) / α ) )`,
-    ///
-    /// covers the mean at every `t` simultaneously with probability `1 − α`,
-    /// so stopping when it is decisive does not inflate errors, unlike a
-    /// t-interval re-checked after each pair. `ρ` makes it tightest at
-    /// `tuned_pairs` (their eq. 2.6; Howard, Ramdas, McAuliffe & Sekhon 2021,
-    /// "Time-uniform, nonparametric, nonasymptotic confidence sequences",
-    /// Annals of Statistics 49(2), §3.5). The guarantee is asymptotic; its
-    /// coverage at our sample sizes, spikes included, is checked by the tests
-    /// below and by `cargo bench --bench judge_simulation`.
-    fn estimate(&self, floor: Floor, confidence: Confidence, tuned_pairs: f64) -> Option<Estimate> {
-        if self.n < 2 {
-            return None;
-        }
-        let t = self.n as f64;
-        let var = (self.m2 + PRIOR_PAIRS * floor.get().powi(2)) / (t - 1.0 + PRIOR_PAIRS);
-        let half = var.sqrt() * boundary(t, confidence.alpha(), tuned_pairs);
-        Some(Estimate {
-            log_ratio: self.mean,
-            interval: (self.mean - half, self.mean + half),
-        })
-    }
-}
-
-fn median_of_sorted(v: &[f64]) -> Option<f64> {
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some(0.5 * (v[n / 2 - 1] + v[n / 2])),
-    }
-}
-
-/// The normal-mixture boundary divided by `t`, for unit variance.
-fn boundary(t: f64, alpha: f64, tuned_pairs: f64) -> f64 {
-    let l = -2.0 * alpha.ln();
-    let rho2 = (l + (l + 1.0).ln()) / tuned_pairs;
-    let tr = t * rho2 + 1.0;
-    (2.0 * tr / (t * t * rho2) * (tr.sqrt() / alpha).ln()).sqrt()
-}
-
-/// Where the confidence sequence is tuned to be tightest: the middle of the
-/// range in which decisions are expected (see the simulation).
-fn tuned_pairs(policy: &Policy) -> f64 {
-    (2 * policy.min_pairs).min(policy.max_pairs) as f64
 }
 
 /// The verdict an interval implies against `floor`, if it is decisive.
@@ -186,8 +68,10 @@ pub fn classify(interval: (f64, f64), floor: Floor) -> Option<VerdictKind> {
     }
 }
 
-/// Judges a whole sequence of pair log ratios as the sequential test would
-/// after the last one: a pure function of the slice.
+/// Judges a sequence of pair log ratios as the sequential test would, pair
+/// by pair: the first decision, or where it stands after the last pair. Pairs
+/// after a decision are ignored (they would never have been run).
+/// A pure function of the slice.
 pub fn decide(log_ratios: &[f64], floor: Floor, policy: &Policy) -> Result<Step, JudgeError> {
     let mut test = SequentialTest::new(*policy, floor);
     let mut step = Step::Continue {
@@ -196,6 +80,9 @@ pub fn decide(log_ratios: &[f64], floor: Floor, policy: &Policy) -> Result<Step,
     };
     for &x in log_ratios {
         step = test.push_log_ratio(x)?;
+        if let Step::Decided(_) = step {
+            break;
+        }
     }
     Ok(step)
 }
@@ -245,7 +132,7 @@ impl SequentialTest {
                 value: x,
             });
         }
-        self.state.push(x, CLIP_FLOORS * self.floor.get());
+        self.state.push(x, self.floor);
         let pairs = self.state.n;
         let p = &self.policy;
         let estimate = self
@@ -254,9 +141,8 @@ impl SequentialTest {
         // Decide only on whole ABBA blocks, where drift cancels.
         let may_decide = pairs >= p.min_pairs && pairs % 2 == 0;
         if let (true, Some(est)) = (may_decide, estimate) {
-            let kind = classify(est.interval, self.floor).or(
-                (pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive),
-            );
+            let kind = classify(est.interval, self.floor)
+                .or((pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive));
             if let Some(kind) = kind {
                 let d = Decision {
                     kind,
@@ -289,14 +175,14 @@ pub fn confirm(first: VerdictKind, second: VerdictKind) -> VerdictKind {
     if first == second { first } else { Inconclusive }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::policy::Confidence;
     use proptest::prelude::*;
+    use rand::SeedableRng;
     use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-    use rand_distr::{Distribution, Normal, StudentT};
+    use rand_distr::{Distribution, Normal};
 
     fn floor(v: f64) -> Floor {
         Floor::try_from(v).unwrap()
@@ -335,7 +221,10 @@ mod tests {
         }
         let mut t = SequentialTest::new(Policy::default(), floor(0.03));
         let err = t.push(14.7, 0.0).unwrap_err();
-        assert!(err.to_string().contains("candidate run reported 0"), "{err}");
+        assert!(
+            err.to_string().contains("candidate run reported 0"),
+            "{err}"
+        );
         assert!(matches!(
             t.push_log_ratio(f64::NAN),
             Err(JudgeError::NonFinite { index: 0, .. })
@@ -347,23 +236,39 @@ mod tests {
         let p = policy(0.8, 6, 20);
         assert_eq!(
             decide(&[], floor(0.03), &p).unwrap(),
-            Step::Continue { pairs: 0, estimate: None }
+            Step::Continue {
+                pairs: 0,
+                estimate: None
+            }
         );
         assert_eq!(
             decide(&[-0.5], floor(0.03), &p).unwrap(),
-            Step::Continue { pairs: 1, estimate: None }
+            Step::Continue {
+                pairs: 1,
+                estimate: None
+            }
         );
-        // A huge, consistent effect still waits for min_pairs.
+        // A huge, consistent effect still waits for min_pairs, even when
+        // its interval is already decisive.
+        let early = [-0.5, -0.5, -0.5, -0.5, -0.5];
         for n in 2..6 {
-            match decide(&vec![-0.5; n], floor(0.03), &p).unwrap() {
-                Step::Continue { pairs, estimate: Some(e) } => {
+            match decide(&early[..n], floor(0.03), &p).unwrap() {
+                Step::Continue {
+                    pairs,
+                    estimate: Some(e),
+                } => {
                     assert_eq!(pairs, n);
-                    assert!(e.interval.1 < -0.03, "decisive but too early: {e:?}");
+                    if n >= 4 {
+                        assert!(e.interval.1 < -0.03, "{n} pairs: {e:?}");
+                    }
                 }
                 other => panic!("{n} pairs: {other:?}"),
             }
         }
-        assert_eq!(decided(decide(&[-0.5; 6], floor(0.03), &p).unwrap()).kind, VerdictKind::Win);
+        assert_eq!(
+            decided(decide(&[-0.5; 6], floor(0.03), &p).unwrap()).kind,
+            VerdictKind::Win
+        );
     }
 
     #[test]
@@ -373,7 +278,10 @@ mod tests {
         // Inconclusive noise for six pairs, then a decisive run of wins.
         let noisy = [0.05, -0.05, 0.05, -0.05, 0.05, -0.05];
         for x in noisy {
-            assert!(matches!(t.push_log_ratio(x).unwrap(), Step::Continue { .. }));
+            assert!(matches!(
+                t.push_log_ratio(x).unwrap(),
+                Step::Continue { .. }
+            ));
         }
         let mut decided_at = None;
         for _ in 0..14 {
@@ -392,10 +300,13 @@ mod tests {
         let d = decided(decide(&[0.0; 6], floor(0.03), &p).unwrap());
         assert_eq!(d.kind, VerdictKind::WithinNoise);
         let (lo, hi) = d.estimate.interval;
-        assert!(lo.is_finite() && hi.is_finite() && lo < 0.0 && hi > 0.0, "{d:?}");
+        assert!(
+            lo.is_finite() && hi.is_finite() && lo < 0.0 && hi > 0.0,
+            "{d:?}"
+        );
         let w = decided(decide(&[-0.2; 6], floor(0.03), &p).unwrap());
         assert_eq!(w.kind, VerdictKind::Win);
-        assert_eq!(w.estimate.log_ratio, -0.2 + (1.5 * 0.03 - 0.2 + 0.2).min(0.0) * 0.0 - 0.0 + ((-0.045f64).max(-0.2) - -0.2) / 6.0);
+        assert_eq!(w.estimate.log_ratio, -0.2);
     }
 
     #[test]
@@ -404,7 +315,9 @@ mod tests {
         let f = floor(0.03);
         let kind = |x: &[f64]| decided(decide(x, f, &p).unwrap()).kind;
         let wobble = |c: f64, a: f64| -> Vec<f64> {
-            (0..12).map(|i| c + if i % 2 == 0 { a } else { -a }).collect()
+            (0..12)
+                .map(|i| c + if i % 2 == 0 { a } else { -a })
+                .collect()
         };
         assert_eq!(kind(&wobble(-0.10, 0.005)), VerdictKind::Win);
         assert_eq!(kind(&wobble(0.10, 0.005)), VerdictKind::Loss);
@@ -435,16 +348,14 @@ mod tests {
             let _ = t.push_log_ratio(-0.4).unwrap();
         }
         let err = t.push_log_ratio(-0.4).unwrap_err();
-        assert_eq!(err, JudgeError::AlreadyDecided { kind: VerdictKind::Win, pairs: 4 });
+        assert_eq!(
+            err,
+            JudgeError::AlreadyDecided {
+                kind: VerdictKind::Win,
+                pairs: 4
+            }
+        );
         assert!(err.to_string().contains("independent replication"));
-    }
-
-    #[test]
-    fn relative_effect_is_exp_minus_one() {
-        let e = Estimate { log_ratio: (0.9f64).ln(), interval: ((0.8f64).ln(), 0.0) };
-        assert!((e.relative() + 0.1).abs() < 1e-12);
-        let (lo, hi) = e.relative_interval();
-        assert!((lo + 0.2).abs() < 1e-12 && hi == 0.0);
     }
 
     #[test]
@@ -465,69 +376,6 @@ mod tests {
         }
     }
 
-    /// Fraction of `reps` sequences of `max` pairs from `draw` whose
-    /// interval covers `theta` at every pair from 2 to `max` at once:
-    /// the time-uniform guarantee that makes optional stopping safe.
-    fn uniform_coverage(
-        reps: usize,
-        max: usize,
-        theta: f64,
-        f: Floor,
-        conf: f64,
-        mut draw: impl FnMut(&mut StdRng) -> f64,
-    ) -> f64 {
-        let p = policy(conf, 4, 1000);
-        let mut rng = StdRng::seed_from_u64(42);
-        let mut covered = 0;
-        for _ in 0..reps {
-            let mut t = SequentialTest::new(p, f);
-            let mut ok = true;
-            for _ in 0..max {
-                let x = theta + draw(&mut rng);
-                t.state.push(x, CLIP_FLOORS * f.get());
-                if let Some(e) = t.state.estimate(f, p.confidence, tuned_pairs(&p)) {
-                    ok &= e.interval.0 <= theta && theta <= e.interval.1;
-                }
-            }
-            covered += usize::from(ok);
-        }
-        covered as f64 / reps as f64
-    }
-
-    #[test]
-    fn covers_uniformly_over_time_on_normal_pairs() {
-        let n = Normal::new(0.0, 0.03).unwrap();
-        for conf in [0.8, 0.9] {
-            let c = uniform_coverage(2000, 60, -0.05, floor(0.03), conf, |r| n.sample(r));
-            // 2000 reps: 3 standard errors at 80% are 2.7 points.
-            assert!(c >= conf - 0.027, "uniform coverage {c} at {conf}");
-        }
-    }
-
-    #[test]
-    fn covers_uniformly_with_interference_spikes_and_a_misjudged_floor() {
-        // Pair log ratios of the benchmark's noise: normal body, and a
-        // 10-30% slowdown on either run 5% of the time (symmetric for pairs).
-        let body = Normal::new(0.0, 0.028).unwrap();
-        let spiky = move |r: &mut StdRng| {
-            let mut x: f64 = body.sample(r);
-            for sign in [1.0, -1.0] {
-                if r.random::<f64>() < 0.05 {
-                    x += sign * (1.0 + r.random_range(0.10..0.30f64)).ln();
-                }
-            }
-            x
-        };
-        for f in [0.015, 0.03, 0.06] {
-            let c = uniform_coverage(2000, 40, 0.02, floor(f), 0.8, spiky);
-            assert!(c >= 0.8 - 0.027, "floor {f}: uniform coverage {c}");
-        }
-        // Student t with 3 degrees of freedom: no finite third moment.
-        let t3 = StudentT::new(3.0).unwrap();
-        let c = uniform_coverage(2000, 40, 0.0, floor(0.03), 0.8, |r| 0.02 * t3.sample(r));
-        assert!(c >= 0.8 - 0.027, "t3: uniform coverage {c}");
-    }
-
     #[test]
     fn stopping_when_decisive_keeps_the_verdict_honest() {
         // Optional stopping at its most greedy: stop at the first decisive
@@ -541,7 +389,8 @@ mod tests {
             for _ in 0..reps {
                 let mut t = SequentialTest::new(p, floor(0.03));
                 let d = loop {
-                    if let Step::Decided(d) = t.push_log_ratio(theta + n.sample(&mut rng)).unwrap() {
+                    if let Step::Decided(d) = t.push_log_ratio(theta + n.sample(&mut rng)).unwrap()
+                    {
                         break d;
                     }
                 };
@@ -551,30 +400,6 @@ mod tests {
             let c = covered as f64 / reps as f64;
             assert!(c >= 0.8 - 0.027, "theta {theta}: stopped coverage {c}");
         }
-    }
-
-    #[test]
-    fn a_fixed_t_interval_rechecked_every_pair_would_fail_this_test() {
-        // The control for the tests above: naive 80% t-intervals, looked at
-        // after every pair, miss the truth somewhere far more often than 20%.
-        let n = Normal::new(0.0, 1.0).unwrap();
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut covered = 0;
-        for _ in 0..1000 {
-            let (mut s, mut ss, mut ok) = (0.0, 0.0, true);
-            for k in 1..=60 {
-                let x: f64 = n.sample(&mut rng);
-                s += x;
-                ss += x * x;
-                if k >= 2 {
-                    let kf = k as f64;
-                    let sd = ((ss - s * s / kf) / (kf - 1.0)).sqrt();
-                    ok &= (s / kf).abs() <= 1.2816 * sd / kf.sqrt();
-                }
-            }
-            covered += usize::from(ok);
-        }
-        assert!((covered as f64) < 0.5 * 1000.0, "naive coverage {covered}/1000");
     }
 
     proptest! {
@@ -638,7 +463,7 @@ mod tests {
         ) {
             let xs = vec![c; n];
             let more = vec![c; n + 2];
-            let p = policy(0.8, 1000 - 1000 % 2, 1000);
+            let p = policy(0.8, 1000, 1000);
             let est = |x: &[f64]| match decide(x, floor(0.03), &p).unwrap() {
                 Step::Continue { estimate: Some(e), .. } => e,
                 other => panic!("{other:?}"),

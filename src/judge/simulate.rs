@@ -15,6 +15,9 @@ use super::protocol::pair_order;
 use super::sequential::{SequentialTest, Step, classify, confirm};
 use crate::vocab::{Arm, VerdictKind};
 
+mod table;
+pub use table::Summary;
+
 /// Per-run noise: a lognormal body and occasional one-sided slowdowns.
 ///
 /// Calibrated on three identical runs of a real engine, 14.78, 14.67 and
@@ -30,6 +33,10 @@ pub struct NoiseModel {
     pub spike_prob: f64,
     /// A spike slows the run by a uniform fraction in this range.
     pub spike: (f64, f64),
+    /// Change of log s/token per run within one A/B session: a warming page
+    /// cache (negative) or a heating chassis (positive). ABBA cancels it;
+    /// arms run back to back do not.
+    pub drift_per_run: f64,
 }
 
 impl NoiseModel {
@@ -39,6 +46,7 @@ impl NoiseModel {
         body_sigma: 0.02,
         spike_prob: 0.05,
         spike: (0.10, 0.30),
+        drift_per_run: 0.0,
     };
 
     /// One run's s/token for a profile whose true log s/token is offset by `theta`.
@@ -53,12 +61,43 @@ impl NoiseModel {
 
     /// The noise floor the estimator converges to: the scaled MAD of many
     /// A/A pair log ratios. True effects are set in units of it.
-    pub fn population_floor(&self, seed: u64) -> f64 {
+    pub fn population_floor(&self, seed: u64, pairs: usize) -> f64 {
         let mut rng = StdRng::seed_from_u64(seed);
-        let x: Vec<f64> = (0..400_000)
+        let x: Vec<f64> = (0..pairs)
             .map(|_| (self.run(&mut rng, 0.0) / self.run(&mut rng, 0.0)).ln())
             .collect();
         1.482_602_218_505_602 * noise::mad(&x)
+    }
+}
+
+/// A simulated engine: the noise model, its random stream, and the runs done
+/// so far, which set both the drift and the cost of a decision.
+struct Engine {
+    model: NoiseModel,
+    rng: StdRng,
+    runs: u64,
+    session_start: u64,
+}
+
+impl Engine {
+    fn new(model: NoiseModel, seed: u64) -> Engine {
+        Engine {
+            model,
+            rng: StdRng::seed_from_u64(seed),
+            runs: 0,
+            session_start: 0,
+        }
+    }
+
+    fn run(&mut self, theta: f64) -> f64 {
+        let drift = self.model.drift_per_run * (self.runs - self.session_start) as f64;
+        self.runs += 1;
+        self.model.run(&mut self.rng, theta + drift)
+    }
+
+    /// A later, independent A/B: the drift starts over.
+    fn new_session(&mut self) {
+        self.session_start = self.runs;
     }
 }
 
@@ -104,7 +143,11 @@ impl Protocol {
                 100.0 * policy.confidence.get(),
                 policy.min_pairs,
                 policy.max_pairs,
-                if *confirm { ", win replicated" } else { ", single A/B" }
+                if *confirm {
+                    ", win replicated"
+                } else {
+                    ", single A/B"
+                }
             ),
             Protocol::MedianOf { runs } => format!("median of {runs} per arm"),
             Protocol::Welch {
@@ -113,7 +156,11 @@ impl Protocol {
                 alpha,
             } => format!(
                 "{runs} per arm{}, Welch t {:.0}%",
-                if *warmups > 0 { format!(" +{warmups} warmup") } else { String::new() },
+                if *warmups > 0 {
+                    format!(" +{warmups} warmup")
+                } else {
+                    String::new()
+                },
                 100.0 * (1.0 - alpha)
             ),
             Protocol::Pyperf { processes, values } => {
@@ -131,28 +178,30 @@ impl Protocol {
         !matches!(self, Protocol::Sequential { .. })
     }
 
-    /// One decision on a candidate whose true log effect is `theta`, and the
-    /// engine runs it took, warmups included.
-    fn judge(&self, m: &NoiseModel, rng: &mut StdRng, theta: f64, floor: Floor) -> (VerdictKind, u64) {
+    /// One decision on a candidate whose true log effect is `theta`; the
+    /// engine counts the runs it took, warmups included.
+    fn judge(&self, e: &mut Engine, theta: f64, floor: Floor) -> VerdictKind {
         match self {
             Protocol::Sequential {
                 policy,
                 warmups_per_arm,
                 confirm: replicate,
             } => {
-                let (first, mut runs) = sequential(m, rng, theta, floor, policy, *warmups_per_arm);
+                let first = sequential(e, theta, floor, policy, *warmups_per_arm);
                 if *replicate && first == VerdictKind::Win {
-                    let (second, more) = sequential(m, rng, theta, floor, policy, *warmups_per_arm);
-                    runs += more;
-                    return (confirm(first, second), runs);
+                    e.new_session();
+                    let second = sequential(e, theta, floor, policy, *warmups_per_arm);
+                    return confirm(first, second);
                 }
-                (first, runs)
+                first
             }
             Protocol::MedianOf { runs } => {
-                let b: Vec<f64> = (0..*runs).map(|_| m.run(rng, 0.0)).collect();
-                let c: Vec<f64> = (0..*runs).map(|_| m.run(rng, theta)).collect();
-                let est = (noise::median(&c).unwrap_or(f64::NAN) / noise::median(&b).unwrap_or(f64::NAN)).ln();
-                (beyond(est, floor, true), 2 * *runs as u64)
+                let b: Vec<f64> = (0..*runs).map(|_| e.run(0.0)).collect();
+                let c: Vec<f64> = (0..*runs).map(|_| e.run(theta)).collect();
+                let est = (noise::median(&c).unwrap_or(f64::NAN)
+                    / noise::median(&b).unwrap_or(f64::NAN))
+                .ln();
+                beyond(est, floor, true)
             }
             Protocol::Welch {
                 runs,
@@ -160,27 +209,27 @@ impl Protocol {
                 alpha,
             } => {
                 for _ in 0..*warmups {
-                    m.run(rng, 0.0);
+                    e.run(0.0);
                 }
-                let b: Vec<f64> = (0..*runs).map(|_| m.run(rng, 0.0)).collect();
+                let b: Vec<f64> = (0..*runs).map(|_| e.run(0.0)).collect();
                 for _ in 0..*warmups {
-                    m.run(rng, theta);
+                    e.run(theta);
                 }
-                let c: Vec<f64> = (0..*runs).map(|_| m.run(rng, theta)).collect();
-                (welch(&b, &c, *alpha, floor), 2 * (*runs + *warmups) as u64)
+                let c: Vec<f64> = (0..*runs).map(|_| e.run(theta)).collect();
+                welch(&b, &c, *alpha, floor)
             }
             Protocol::Pyperf { processes, values } => {
                 let mut arm = |theta: f64| -> Vec<f64> {
                     let mut v = Vec::with_capacity(processes * values);
                     for _ in 0..*processes {
-                        m.run(rng, theta);
-                        v.extend((0..*values).map(|_| m.run(rng, theta)));
+                        e.run(theta);
+                        v.extend((0..*values).map(|_| e.run(theta)));
                     }
                     v
                 };
                 let b = arm(0.0);
                 let c = arm(theta);
-                (welch(&b, &c, 0.05, floor), 2 * (processes * (values + 1)) as u64)
+                welch(&b, &c, 0.05, floor)
             }
             Protocol::FixedPaired {
                 pairs,
@@ -188,52 +237,49 @@ impl Protocol {
                 alpha,
             } => {
                 for _ in 0..*warmups_per_arm {
-                    m.run(rng, 0.0);
-                    m.run(rng, theta);
+                    e.run(0.0);
+                    e.run(theta);
                 }
-                let x: Vec<f64> = (0..*pairs).map(|k| pair(m, rng, theta, k)).collect();
+                let x: Vec<f64> = (0..*pairs).map(|k| pair(e, theta, k)).collect();
                 let n = x.len() as f64;
                 let mean = x.iter().sum::<f64>() / n;
                 let sd = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
                 let t = StudentsT::new(0.0, 1.0, n - 1.0).expect("df > 0");
                 let half = t.inverse_cdf(1.0 - alpha / 2.0) * sd / n.sqrt();
-                let kind = classify((mean - half, mean + half), floor).unwrap_or(VerdictKind::Inconclusive);
-                (kind, 2 * (*pairs + *warmups_per_arm) as u64)
+                classify((mean - half, mean + half), floor).unwrap_or(VerdictKind::Inconclusive)
             }
         }
     }
 }
 
 /// One ABBA pair's log ratio.
-fn pair(m: &NoiseModel, rng: &mut StdRng, theta: f64, k: usize) -> f64 {
-    let [first, _] = pair_order(k);
-    let (b, c) = if first == Arm::Baseline {
-        let b = m.run(rng, 0.0);
-        (b, m.run(rng, theta))
+fn pair(e: &mut Engine, theta: f64, k: usize) -> f64 {
+    let (b, c) = if pair_order(k)[0] == Arm::Baseline {
+        let b = e.run(0.0);
+        (b, e.run(theta))
     } else {
-        let c = m.run(rng, theta);
-        (m.run(rng, 0.0), c)
+        let c = e.run(theta);
+        (e.run(0.0), c)
     };
     (c / b).ln()
 }
 
 fn sequential(
-    m: &NoiseModel,
-    rng: &mut StdRng,
+    e: &mut Engine,
     theta: f64,
     floor: Floor,
     policy: &Policy,
     warmups_per_arm: usize,
-) -> (VerdictKind, u64) {
+) -> VerdictKind {
     for _ in 0..warmups_per_arm {
-        m.run(rng, 0.0);
-        m.run(rng, theta);
+        e.run(0.0);
+        e.run(theta);
     }
     let mut test = SequentialTest::new(*policy, floor);
     for k in 0.. {
-        let x = pair(m, rng, theta, k);
+        let x = pair(e, theta, k);
         if let Step::Decided(d) = test.push_log_ratio(x).expect("simulated runs are finite") {
-            return (d.kind, 2 * (warmups_per_arm + d.pairs) as u64);
+            return d.kind;
         }
     }
     unreachable!("max_pairs always decides")
@@ -298,7 +344,7 @@ impl Tally {
         }
     }
 
-    fn rate(&self, k: u64) -> f64 {
+    pub(crate) fn rate(&self, k: u64) -> f64 {
         k as f64 / self.trials.max(1) as f64
     }
 
@@ -315,6 +361,8 @@ pub struct Config {
     pub model: NoiseModel,
     /// A/A pairs behind each trial's floor estimate (one warmup per arm).
     pub aa_pairs: usize,
+    /// A/A pairs behind the population floor that sets the true effects.
+    pub population_pairs: usize,
     pub min_floor: Floor,
     pub protocols: Vec<Protocol>,
     pub threads: usize,
@@ -329,23 +377,15 @@ pub struct Report {
     pub tallies: Vec<Vec<Tally>>,
 }
 
-/// Index of each effect in [`Report::effects`].
-const AA: usize = 0;
-const NEG_HALF: usize = 1;
-const POWER: [(usize, VerdictKind); 4] = [
-    (3, VerdictKind::Win),
-    (4, VerdictKind::Loss),
-    (5, VerdictKind::Win),
-    (6, VerdictKind::Loss),
-];
-
 /// Runs every protocol on every effect, `trials` times each.
 ///
 /// Each trial first estimates the floor from its own simulated A/A pairs, so
 /// the floor's own uncertainty is in every error rate; all protocols of a
 /// trial judge against that same floor.
 pub fn run(config: Config) -> Report {
-    let floor = config.model.population_floor(config.seed ^ 0xF100);
+    let floor = config
+        .model
+        .population_floor(config.seed ^ 0xF100, config.population_pairs);
     let effects = vec![
         effect("A/A (0)", 0.0),
         effect("−floor/2", -floor / 2.0),
@@ -402,21 +442,19 @@ fn cell(config: &Config, p: usize, e: usize, theta: f64) -> Tally {
     for trial in 0..config.trials {
         // The floor stream depends on (effect, trial) only: every protocol
         // is judged against the same estimated floor in the same trial.
-        let mut aa = StdRng::seed_from_u64(mix(config.seed, e as u64, trial, u64::MAX));
+        let mut aa = Engine::new(config.model, mix(config.seed, e as u64, trial, u64::MAX));
         let floor = estimated_floor(config, &mut aa);
-        let mut rng = StdRng::seed_from_u64(mix(config.seed, e as u64, trial, p as u64));
-        let (kind, runs) = config.protocols[p].judge(&config.model, &mut rng, theta, floor);
-        tally.add(kind, runs);
+        let mut engine = Engine::new(config.model, mix(config.seed, e as u64, trial, p as u64));
+        let kind = config.protocols[p].judge(&mut engine, theta, floor);
+        tally.add(kind, engine.runs);
     }
     tally
 }
 
-fn estimated_floor(config: &Config, rng: &mut StdRng) -> Floor {
-    config.model.run(rng, 0.0);
-    config.model.run(rng, 0.0);
-    let x: Vec<f64> = (0..config.aa_pairs)
-        .map(|k| pair(&config.model, rng, 0.0, k))
-        .collect();
+fn estimated_floor(config: &Config, e: &mut Engine) -> Floor {
+    e.run(0.0);
+    e.run(0.0);
+    let x: Vec<f64> = (0..config.aa_pairs).map(|k| pair(e, 0.0, k)).collect();
     match noise::estimate(&x, config.min_floor) {
         Ok(f) => f.value,
         Err(_) => config.min_floor,
@@ -435,153 +473,89 @@ fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
     z
 }
 
-/// One protocol's headline numbers.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Summary {
-    pub false_win: f64,
-    pub false_loss: f64,
-    /// Wins at a true effect of −floor/2: smaller than the floor, so refused.
-    pub sub_floor_win: f64,
-    /// The least power over ±2×floor and ±10%.
-    pub min_power: f64,
-    pub power: [f64; 4],
-    /// Mean runs per decision over all seven effects, equally weighted.
-    pub mean_runs: f64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Summary {
-    /// The issue's error targets: false wins ≤ 1%, power ≥ 90%.
-    pub fn meets_error_targets(&self) -> bool {
-        self.false_win <= 0.01 && self.min_power >= 0.90
-    }
-}
-
-impl Report {
-    pub fn summary(&self, p: usize) -> Summary {
-        let t = &self.tallies[p];
-        let power = POWER.map(|(e, kind)| {
-            let c = &t[e];
-            c.rate(if kind == VerdictKind::Win { c.win } else { c.loss })
-        });
-        Summary {
-            false_win: t[AA].rate(t[AA].win),
-            false_loss: t[AA].rate(t[AA].loss),
-            sub_floor_win: t[NEG_HALF].rate(t[NEG_HALF].win),
-            min_power: power.iter().copied().fold(1.0, f64::min),
-            power,
-            mean_runs: t.iter().map(Tally::mean_runs).sum::<f64>() / t.len() as f64,
+    fn small(trials: u64) -> Config {
+        Config {
+            seed: 11,
+            trials,
+            model: NoiseModel::FIGURES,
+            aa_pairs: 20,
+            population_pairs: 20_000,
+            min_floor: Floor::try_from(0.005).unwrap(),
+            protocols: vec![
+                Protocol::Sequential {
+                    policy: Policy::default(),
+                    warmups_per_arm: 1,
+                    confirm: true,
+                },
+                Protocol::MedianOf { runs: 3 },
+                Protocol::Welch {
+                    runs: 10,
+                    warmups: 0,
+                    alpha: 0.05,
+                },
+            ],
+            threads: 2,
         }
     }
 
-    /// The cheapest fixed-sample protocol meeting the error targets, if any.
-    pub fn cheapest_fixed(&self) -> Option<usize> {
-        (0..self.tallies.len())
-            .filter(|&p| self.config.protocols[p].is_fixed() && self.summary(p).meets_error_targets())
-            .min_by(|&a, &b| self.summary(a).mean_runs.total_cmp(&self.summary(b).mean_runs))
+    #[test]
+    fn seeded_runs_are_identical_and_the_table_is_markdown() {
+        let a = run(small(30));
+        let b = run(small(30));
+        assert_eq!(a, b);
+        let md = a.to_markdown();
+        assert!(md.contains("| protocol | runs/decision |"), "{md}");
+        assert!(md.contains("median of 3 per arm"));
+        assert!(md.contains("Targets:"));
+        // Every cell ran every trial.
+        assert!(a.tallies.iter().flatten().all(|t| t.trials == 30));
     }
 
-    /// The whole report as Markdown.
-    pub fn to_markdown(&self) -> String {
-        use std::fmt::Write as _;
-        let c = &self.config;
-        let m = &c.model;
-        let pct = |v: f64| format!("{:.1}%", 100.0 * v);
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "Noise per run: s/token = {} · exp(N(0, {}²)), slowed by U({:.0}%, {:.0}%) in {:.0}% of runs. \
-             Population noise floor F = {:.2}% (scaled MAD of A/A pair log ratios). \
-             Each trial re-estimates the floor from {} A/A pairs (min floor {:.1}%); \
-             that refresh costs {} runs per live profile and is **not** in the run counts below. \
-             {} trials per effect, seed {}.\n",
-            m.base_spt,
-            m.body_sigma,
-            100.0 * m.spike.0,
-            100.0 * m.spike.1,
-            100.0 * m.spike_prob,
-            100.0 * self.floor.exp_m1(),
-            c.aa_pairs,
-            100.0 * c.min_floor.relative(),
-            2 * c.aa_pairs + 2,
-            c.trials,
-            c.seed,
-        );
-        s.push_str(
-            "| protocol | runs/decision | false win (A/A) | false loss (A/A) | win at −F/2 | \
-             power −2F | power +2F | power −10% | power +10% | error targets |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-        );
-        for p in 0..self.tallies.len() {
-            let sm = self.summary(p);
-            let _ = writeln!(
-                s,
-                "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                c.protocols[p].label(),
-                sm.mean_runs,
-                pct(sm.false_win),
-                pct(sm.false_loss),
-                pct(sm.sub_floor_win),
-                pct(sm.power[0]),
-                pct(sm.power[1]),
-                pct(sm.power[2]),
-                pct(sm.power[3]),
-                if sm.meets_error_targets() { "met" } else { "**not met**" },
-            );
-        }
-        s.push_str("\nRuns per decision count every engine run of the A/B, warmups included, averaged over the seven effects with equal weight.\n");
-        for p in (0..self.tallies.len()).filter(|&p| !c.protocols[p].is_fixed()) {
-            let _ = writeln!(
-                s,
-                "\nVerdicts of {}:\n\n| true effect | win | loss | within_noise | inconclusive | mean runs |\n|---|---:|---:|---:|---:|---:|",
-                c.protocols[p].label()
-            );
-            for (e, t) in self.effects.iter().zip(&self.tallies[p]) {
-                let _ = writeln!(
-                    s,
-                    "| {} ({:+.2}%) | {} | {} | {} | {} | {:.1} |",
-                    e.name,
-                    100.0 * e.theta.exp_m1(),
-                    pct(t.rate(t.win)),
-                    pct(t.rate(t.loss)),
-                    pct(t.rate(t.within_noise)),
-                    pct(t.rate(t.inconclusive)),
-                    t.mean_runs()
-                );
-            }
-        }
-        s.push_str("\nTargets:\n\n");
-        let cheapest = self.cheapest_fixed();
-        for p in (0..self.tallies.len()).filter(|&p| !c.protocols[p].is_fixed()) {
-            let sm = self.summary(p);
-            let _ = writeln!(
-                s,
-                "- {}: false win {} (≤ 1%: {}), least power {} (≥ 90%: {})",
-                c.protocols[p].label(),
-                pct(sm.false_win),
-                yes(sm.false_win <= 0.01),
-                pct(sm.min_power),
-                yes(sm.min_power >= 0.90),
-            );
-            match cheapest {
-                Some(f) => {
-                    let fr = self.summary(f).mean_runs;
-                    let _ = writeln!(
-                        s,
-                        "  - runs {:.1} vs {:.1} for the cheapest fixed protocol meeting the same targets ({}): ratio {:.2} (≤ 0.50: {})",
-                        sm.mean_runs,
-                        fr,
-                        c.protocols[f].label(),
-                        sm.mean_runs / fr,
-                        yes(sm.mean_runs <= 0.5 * fr),
-                    );
-                }
-                None => s.push_str("  - no fixed protocol in the table meets the error targets\n"),
-            }
-        }
-        s
+    #[test]
+    fn the_population_floor_reflects_the_body_not_the_spikes() {
+        // Pairs of runs with a 2% lognormal body: σ ≈ 2.83%; spikes add a little.
+        let f = NoiseModel::FIGURES.population_floor(1, 50_000);
+        assert!((0.028..0.036).contains(&f), "{f}");
     }
-}
 
-fn yes(b: bool) -> &'static str {
-    if b { "met" } else { "**not met**" }
+    #[test]
+    fn ours_beats_the_median_of_three_on_false_wins() {
+        let r = run(small(200));
+        let (ours, median3) = (r.summary(0), r.summary(1));
+        assert!(median3.false_win > 0.03, "{median3:?}");
+        assert!(ours.false_win < 0.01, "{ours:?}");
+        assert_eq!(r.summary(2).mean_runs, 20.0);
+        assert_eq!(median3.mean_runs, 6.0);
+    }
+
+    #[test]
+    fn welch_matches_a_worked_example() {
+        // Means 3 and 5, both variances 2.5, n = 5: t = 2, df = 8, p = 0.0805.
+        let b = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let c = [3.0, 4.0, 5.0, 6.0, 7.0];
+        let f = Floor::try_from(0.01).unwrap();
+        assert_eq!(welch(&b, &c, 0.10, f), VerdictKind::Loss);
+        assert_eq!(welch(&b, &c, 0.05, f), VerdictKind::WithinNoise);
+        assert_eq!(welch(&c, &b, 0.10, f), VerdictKind::Win);
+    }
+
+    #[test]
+    fn noise_spikes_only_slow_runs_down() {
+        let m = NoiseModel {
+            body_sigma: 1e-9,
+            spike_prob: 0.5,
+            ..NoiseModel::FIGURES
+        };
+        let mut rng = StdRng::seed_from_u64(5);
+        let runs: Vec<f64> = (0..400)
+            .map(|_| m.run(&mut rng, 0.0) / m.base_spt)
+            .collect();
+        assert!(runs.iter().all(|r| (0.999..1.31).contains(r)));
+        let spiked = runs.iter().filter(|r| **r > 1.09).count();
+        assert!((150..250).contains(&spiked), "{spiked}");
+    }
 }

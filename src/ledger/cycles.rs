@@ -132,12 +132,14 @@ async fn open_cycle(
 }
 
 async fn get_cycle(c: &mut SqliteConnection, cx: &Ctx, id: CycleId) -> Result<Cycle> {
-    sqlx::query_as("SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = ?1")
-        .bind(id)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read a cycle"))?
-        .ok_or_else(|| cx.not_found(CycleId::WHAT, id.0))
+    sqlx::query_as(
+        "SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = ?1",
+    )
+    .bind(id)
+    .fetch_optional(c)
+    .await
+    .map_err(cx.err("read a cycle"))?
+    .ok_or_else(|| cx.not_found(CycleId::WHAT, id.0))
 }
 
 async fn close_cycle(

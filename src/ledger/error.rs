@@ -33,10 +33,7 @@ pub enum LedgerError {
     Open { path: PathBuf, source: sqlx::Error },
 
     #[error("cannot bring the ledger {} up to date: {}", path.display(), migrate_hint(source))]
-    Migrate {
-        path: PathBuf,
-        source: MigrateError,
-    },
+    Migrate { path: PathBuf, source: MigrateError },
 
     #[error(
         "the ledger {} stayed locked by another writer for more than {} s while trying to {op}; another orchestrator process is holding a long write: wait for it to finish (or stop it) and retry",
@@ -129,6 +126,9 @@ pub enum LedgerError {
         at: DateTime<Utc>,
     },
 
+    #[error("stage {id} was not rejected: a rejection must say why; pass `--reason TEXT`")]
+    RejectionNeedsReason { id: StageId },
+
     #[error(
         "experiment {experiment_id} already has its verdict ({existing}); each experiment gets exactly one, so the new verdict was not recorded"
     )]
@@ -166,9 +166,9 @@ fn migrate_hint(e: &MigrateError) -> String {
         MigrateError::VersionMismatch(v) => format!(
             "migration {v} was changed after this ledger applied it; applied migrations are never edited: restore migrations/ from version control and add a new migration instead"
         ),
-        MigrateError::Dirty(v) => format!(
-            "migration {v} was left half-applied; restore the ledger from a backup"
-        ),
+        MigrateError::Dirty(v) => {
+            format!("migration {v} was left half-applied; restore the ledger from a backup")
+        }
         other => format!("{other}; check that the file is writable and not damaged"),
     }
 }

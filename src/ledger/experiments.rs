@@ -177,7 +177,11 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, e: &NewExperiment) -> Result
     .map_err(cx.err("record an experiment"))
 }
 
-pub(crate) async fn get(c: &mut SqliteConnection, cx: &Ctx, id: ExperimentId) -> Result<Experiment> {
+pub(crate) async fn get(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    id: ExperimentId,
+) -> Result<Experiment> {
     sqlx::query_as("SELECT * FROM experiments WHERE id = ?1")
         .bind(id)
         .fetch_optional(c)
@@ -280,7 +284,9 @@ impl Ledger {
         parameters: &Value,
         base_digest: &Digest,
     ) -> Result<Option<PriorDecision>> {
-        let mut c = self.conn("look for an identical decided experiment").await?;
+        let mut c = self
+            .conn("look for an identical decided experiment")
+            .await?;
         decided(&mut c, &self.ctx, menu_id, parameters, base_digest).await
     }
 }

@@ -4,7 +4,9 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use super::{Ledger, Result, cycles, experiments, noise, references, runs, stages, verdicts};
+use super::{
+    Ledger, Result, cycles, experiments, noise, references, report, runs, stages, verdicts,
+};
 
 /// A query whose plan matters because it runs every cycle or every report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,6 +23,13 @@ pub enum NamedQuery {
     CurrentReferenceHash,
     StagesByState,
     AllStages,
+    ReportCycles,
+    ReportVerdicts,
+    ReportProposals,
+    ReportRuns,
+    ReportNoiseFloors,
+    ReportStages,
+    ReportMetric,
 }
 
 impl NamedQuery {
@@ -37,6 +46,13 @@ impl NamedQuery {
         NamedQuery::CurrentReferenceHash,
         NamedQuery::StagesByState,
         NamedQuery::AllStages,
+        NamedQuery::ReportCycles,
+        NamedQuery::ReportVerdicts,
+        NamedQuery::ReportProposals,
+        NamedQuery::ReportRuns,
+        NamedQuery::ReportNoiseFloors,
+        NamedQuery::ReportStages,
+        NamedQuery::ReportMetric,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -54,6 +70,13 @@ impl NamedQuery {
             NamedQuery::CurrentReferenceHash => references::SQL_CURRENT_REFERENCE,
             NamedQuery::StagesByState => stages::SQL_STAGES_BY_STATE,
             NamedQuery::AllStages => stages::SQL_ALL_STAGES,
+            NamedQuery::ReportCycles => report::SQL_REPORT_CYCLES,
+            NamedQuery::ReportVerdicts => report::SQL_REPORT_VERDICTS,
+            NamedQuery::ReportProposals => report::SQL_REPORT_PROPOSALS,
+            NamedQuery::ReportRuns => report::SQL_REPORT_RUNS,
+            NamedQuery::ReportNoiseFloors => report::SQL_REPORT_NOISE_FLOORS,
+            NamedQuery::ReportStages => report::SQL_REPORT_STAGES,
+            NamedQuery::ReportMetric => report::SQL_REPORT_METRIC,
         }
     }
 }

@@ -173,9 +173,7 @@ async fn insert(
     if confirmation.base_digest != experiment.base_digest
         || confirmation.candidate_digest != experiment.candidate_digest
     {
-        return Err(refuse(
-            "its confirmation compared different profiles",
-        ));
+        return Err(refuse("its confirmation compared different profiles"));
     }
     let verdict = verdicts::of_experiment(c, cx, experiment_id).await?;
     if verdict.map(|v| v.kind) != Some(VerdictKind::Win) {
@@ -230,10 +228,7 @@ async fn list(
         Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE).bind(state),
         None => sqlx::query_as(SQL_ALL_STAGES),
     };
-    query
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("list the stages"))
+    query.fetch_all(c).await.map_err(cx.err("list the stages"))
 }
 
 async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<StageDetail> {
@@ -334,7 +329,8 @@ impl WriteTx {
     }
 
     /// Records a person's decision. Refuses, with
-    /// [`LedgerError::StageAlreadyDecided`], a stage that is not `staged`.
+    /// [`LedgerError::StageAlreadyDecided`], a stage that is not `staged`,
+    /// and a rejection without a reason in `note`.
     pub async fn decide_stage(
         &mut self,
         id: StageId,
@@ -343,6 +339,9 @@ impl WriteTx {
         note: Option<&str>,
         at: DateTime<Utc>,
     ) -> Result<()> {
+        if decision == StageDecision::Rejected && note.is_none_or(|n| n.trim().is_empty()) {
+            return Err(LedgerError::RejectionNeedsReason { id });
+        }
         let (c, cx) = self.parts();
         settle(c, cx, id, decision.state(), by, note, at).await
     }
@@ -356,7 +355,16 @@ impl WriteTx {
         at: DateTime<Utc>,
     ) -> Result<()> {
         let (c, cx) = self.parts();
-        settle(c, cx, id, StageState::Expired, "orchestrator", Some(reason), at).await
+        settle(
+            c,
+            cx,
+            id,
+            StageState::Expired,
+            "orchestrator",
+            Some(reason),
+            at,
+        )
+        .await
     }
 
     /// Expires every staged win whose base is not `live`; returns their ids.
@@ -380,7 +388,9 @@ impl Ledger {
         created_at: DateTime<Utc>,
     ) -> Result<StageId> {
         let mut tx = self.begin_write().await?;
-        let id = tx.insert_stage(experiment_id, confirmation_id, created_at).await?;
+        let id = tx
+            .insert_stage(experiment_id, confirmation_id, created_at)
+            .await?;
         tx.commit().await?;
         Ok(id)
     }

@@ -199,7 +199,11 @@ impl Ledger {
     }
 
     /// [`WriteTx::insert_cycle_verdict`] as its own transaction.
-    pub async fn insert_cycle_verdict(&self, cycle_id: CycleId, v: &NewVerdict) -> Result<VerdictId> {
+    pub async fn insert_cycle_verdict(
+        &self,
+        cycle_id: CycleId,
+        v: &NewVerdict,
+    ) -> Result<VerdictId> {
         let mut c = self.conn("record a cycle's verdict").await?;
         insert_for_cycle(&mut c, &self.ctx, cycle_id, v).await
     }

@@ -1,5 +1,27 @@
 //! Measurement: turning a profile into runs of the real stack.
 //!
 //! - [`template`]: argv templates filled from a profile (never a shell).
+//! - [`cancel`]: the shutdown signal every measurement listens to.
+//! - [`process`]: children in their own process group, timeout, group kill, stderr tail.
+//! - [`preflight`]: refuse a run when available memory is below budget plus headroom.
+//! - [`cgroup`]: a cgroup v2 memory limit per run where the machine allows one.
+//! - [`output`]: the bench JSON checked, and the FNV-1a 64 output hash.
+//! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`, `ProfileFile`.
+//! - [`bench`]: the bench scorer (a command per measurement).
+//! - [`surface`]: the surface scorer (fixed greedy requests to an OpenAI-compatible server).
+//! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.
+//! - [`gate`]: the hash gate against the pinned reference output.
+//! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
 
+pub mod ab;
+pub mod bench;
+pub mod cancel;
+pub mod cgroup;
+pub mod gate;
+pub mod output;
+pub mod preflight;
+pub mod process;
+pub mod scorer;
+pub mod shadow;
+pub mod surface;
 pub mod template;

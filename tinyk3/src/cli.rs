@@ -14,6 +14,10 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing buys nothing"
+)]
 pub enum Command {
     /// Write a deterministic synthetic checkpoint.
     Init(InitArgs),
@@ -23,6 +27,8 @@ pub enum Command {
     ExpertServer(ServerArgs),
     /// Turn an `expert_hist.json` into a `K3EXPERTS` pin list, hottest first.
     Pins(PinsArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API, with metrics and heat.
+    Serve(ServeArgs),
 }
 
 /// `tinyk3 init`.
@@ -47,7 +53,7 @@ pub struct InitArgs {
     pub d_dense: usize,
     #[arg(long, default_value_t = 4)]
     pub heads: usize,
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 32768)]
     pub vocab: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -146,4 +152,29 @@ pub struct PinsArgs {
     /// Where to write the K3EXPERTS list.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// `tinyk3 serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Model directory written by `tinyk3 init`.
+    pub model: PathBuf,
+    /// The orchestrator profile to serve under (read once; a change takes a restart).
+    #[arg(long)]
+    pub profile: PathBuf,
+    /// Address to listen on; port 0 picks a free one (the bound address is printed).
+    #[arg(long, default_value = "127.0.0.1:8181")]
+    pub listen: String,
+    /// Allow a non-loopback --listen address (the server has no authentication).
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Where `POST /heat/flush` writes expert_hist.json and expert_trace.bin.
+    #[arg(long)]
+    pub dump_cache_trace: Option<PathBuf>,
+    /// Requests that may wait behind the running one; past that, 429.
+    #[arg(long, default_value_t = 8)]
+    pub queue: usize,
+    /// Longest prompt accepted, in tokens (bytes of the templated chat).
+    #[arg(long, default_value_t = 16384)]
+    pub max_prompt_tokens: usize,
 }

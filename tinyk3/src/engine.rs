@@ -195,6 +195,11 @@ impl Engine {
         &self.heat
     }
 
+    /// The heat record, for a server that drains its trace into a bounded ring.
+    pub fn heat_mut(&mut self) -> &mut Heat {
+        &mut self.heat
+    }
+
     /// Positions in the KV cache.
     pub fn position(&self) -> usize {
         self.kv.len()
@@ -303,6 +308,16 @@ impl Engine {
         Ok(self.forward(&[token], 1)?.pop().expect("one logit vector"))
     }
 
+    /// Feeds tokens whose logits are not needed, to the full model and, when
+    /// `draft` (speculating), to the draft too: a server's prompt prefill.
+    pub fn feed(&mut self, tokens: &[u32], draft: bool) -> Result<()> {
+        self.forward(tokens, 0)?;
+        if draft {
+            self.draft_forward(tokens, 0)?;
+        }
+        Ok(())
+    }
+
     /// The draft: embedding, the bottom `draft_layers` attention blocks, the head.
     fn draft_forward(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
         let shape = self.manifest.shape.clone();
@@ -394,7 +409,10 @@ impl Engine {
     }
 
     /// One draft-and-verify round starting from input `t`; returns the next input token.
-    fn speculate(
+    ///
+    /// Public for servers that drive decoding themselves (after [`Engine::feed`]
+    /// with `draft = true`): `pick` chooses each token from exact full-model logits.
+    pub fn speculate(
         &mut self,
         t: u32,
         k: usize,

@@ -78,6 +78,29 @@ impl Heat {
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
     }
 
+    /// The histogram as `expert_hist.json` text, for a server's `GET /heat`.
+    pub fn hist_json(&self) -> String {
+        let counts: std::collections::BTreeMap<String, u64> = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (format!("{},{}", i / self.n_experts, i % self.n_experts), *c))
+            .collect();
+        let hist = HistJson {
+            n_layers: self.n_layers,
+            n_experts: self.n_experts,
+            counts: &counts,
+        };
+        serde_json::to_string(&hist).expect("serialises")
+    }
+
+    /// Takes the trace recorded so far (the histogram is kept), so that a
+    /// long-running server can hold it in a bounded ring of its own instead.
+    pub fn drain_trace(&mut self) -> Vec<(u32, u32)> {
+        std::mem::take(&mut self.trace)
+    }
+
     /// The experts ranked hottest first (ties by layer, then expert), as a pin list.
     pub fn ranked(&self) -> PinList {
         let mut rows: Vec<((usize, usize), u64)> = self

@@ -11,6 +11,7 @@
 //! - [`engine`]: open a model under [`profile::Settings`], prefill, step, generate, counters;
 //! - [`heat`]: the expert histogram and request trace;
 //! - [`profile`]: engine settings and the orchestrator's profile TOML;
+//! - [`serve`]: `tinyk3 serve`, the OpenAI-compatible server with constrained decoding and metrics;
 //! - [`cli`], [`cmd`]: the command line and one handler per subcommand;
 //! - [`error`]: the error type and its exit codes.
 
@@ -30,6 +31,7 @@ pub mod moe;
 pub mod pins;
 pub mod profile;
 pub mod rng;
+pub mod serve;
 pub mod server;
 pub mod tiers;
 pub mod trunk;

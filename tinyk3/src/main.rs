@@ -11,6 +11,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::ExpertServer(a) => cmd::serve_experts::run(a),
         Command::Pins(a) => cmd::pins::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = result {
         eprintln!("tinyk3: error: {e}");

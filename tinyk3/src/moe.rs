@@ -109,6 +109,45 @@ fn run_cold(
     Ok(outs)
 }
 
+/// Waits for the far tier's answer while reading and computing remote experts
+/// locally in order, so a slow or cold far tier never leaves the engine idle.
+/// Returns the answer (if the tier is alive) and the experts done locally meanwhile.
+#[expect(
+    clippy::type_complexity,
+    reason = "a private pair of results, named at the call site"
+)]
+fn race_far<'a>(
+    ctx: &mut MoeCtx<'a>,
+    far: &'a mut FarClient,
+    l: usize,
+    remote: &[usize],
+    n_items: usize,
+    ms: &[Vec<f32>],
+    users: &BTreeMap<usize, Vec<usize>>,
+) -> Result<(Option<Vec<Option<Vec<f32>>>>, Vec<ExpertOut>)> {
+    let shape = ctx.shape;
+    let store = &mut *ctx.store;
+    let (answers, raced, far) = std::thread::scope(|s| -> Result<_> {
+        let waiter = s.spawn(move || {
+            let answers = far.recv(l, n_items, shape.d_model);
+            (answers, far)
+        });
+        let mut raced = Vec::new();
+        for &e in remote {
+            if waiter.is_finished() {
+                break;
+            }
+            let w = Arc::new(store.load_cold((l, e))?);
+            store.insert((l, e), w.clone());
+            raced.push((e, run_expert(shape, &w, ms, &users[&e])));
+        }
+        let (answers, far) = waiter.join().expect("far waiter");
+        Ok((answers, raced, far))
+    })?;
+    ctx.far = Some(far);
+    Ok((answers, raced))
+}
+
 /// Runs layer `l`'s experts for every position; returns what to add to each position.
 pub fn moe_layer(
     ctx: &mut MoeCtx,
@@ -156,22 +195,33 @@ pub fn moe_layer(
         .collect();
     let mut cold = remote.clone();
     if sent {
-        let far = ctx.far.as_deref_mut().expect("sent implies a far tier");
-        if let Some(answers) = far.recv(l, items.len(), d) {
-            cold.clear();
-            let mut at = 0;
-            for &e in &remote {
-                let n = users[&e].len();
-                let got: Option<Vec<Vec<f32>>> = answers[at..at + n].iter().cloned().collect();
-                at += n;
+        let far = ctx.far.take().expect("sent implies a far tier");
+        let (answers, raced) = race_far(ctx, far, l, &remote, items.len(), ms, &users)?;
+        let far = ctx.far.as_deref_mut().expect("returned by race_far");
+        ctx.hits.cold += raced.len() as u64;
+        cold.clear();
+        let mut at = 0;
+        let mut raced: HashMap<usize, Vec<Vec<f32>>> = raced.into_iter().collect();
+        for &e in &remote {
+            let n = users[&e].len();
+            let got: Option<Vec<Vec<f32>>> = answers
+                .as_ref()
+                .and_then(|a| a[at..at + n].iter().cloned().collect());
+            at += n;
+            if let Some(v) = raced.remove(&e) {
+                // Read locally while the answer was on the wire; the far tier was too late.
+                outs.insert(e, v);
+                continue;
+            }
+            if answers.is_some() {
                 far.count(got.is_some());
-                match got {
-                    Some(v) => {
-                        ctx.hits.far += 1;
-                        outs.insert(e, v);
-                    }
-                    None => cold.push(e),
+            }
+            match got {
+                Some(v) => {
+                    ctx.hits.far += 1;
+                    outs.insert(e, v);
                 }
+                None => cold.push(e),
             }
         }
     }

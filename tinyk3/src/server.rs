@@ -134,7 +134,29 @@ pub fn run(model_dir: &Path, listen: &str, config: ServerConfig) -> Result<()> {
     Ok(())
 }
 
+/// Puts the calling thread in the idle CPU and I/O classes.
+///
+/// Background warming is a favour to later tokens; on a shared machine it must
+/// not take disk or CPU from a run that is waiting on reads right now.
+fn lower_thread_priority() {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: libc::c_long = 13;
+    // SAFETY: plain syscalls on the calling thread's id; failure only leaves the priority as is.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid);
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        );
+    }
+}
+
 fn background_loader(state: &State, rx: Receiver<ExpertId>) {
+    lower_thread_priority();
     for id in rx {
         let warm = state.warm.lock().expect("warm lock").map.contains_key(&id);
         if !warm {
@@ -250,11 +272,12 @@ fn compute(state: &State, layer: usize, vecs: &[Vec<f32>], items: &[(u32, u32)])
                     outs[*i] = Some(y);
                 }
             }
-            None => {
-                if state.queued.lock().expect("queue lock").insert(id) {
-                    let _ = state.loader.lock().expect("loader lock").send(id);
-                }
+            None if state.config.warm_capacity > 0
+                && state.queued.lock().expect("queue lock").insert(id) =>
+            {
+                let _ = state.loader.lock().expect("loader lock").send(id);
             }
+            None => {}
         }
     }
     Response::Compute(outs)

@@ -34,12 +34,10 @@ fn settings(args: &BenchArgs) -> Result<Settings> {
     }
     if let Some(n) = args.pin_count {
         s.pin_count = n;
-    } else if args.pins.is_some() {
+    } else if let Some(pins) = &args.pins {
         // --pins alone pins the whole list.
         let shape = crate::manifest::Manifest::load(&args.model)?.shape;
-        s.pin_count = PinList::load(args.pins.as_ref().expect("checked"), &shape)?
-            .rows
-            .len();
+        s.pin_count = PinList::load(pins, &shape)?.rows.len();
     }
     if let Some(a) = &args.far {
         s.far_addr = (!a.is_empty()).then(|| a.clone());

@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod init;
 pub mod pins;
+pub mod serve;
 pub mod serve_experts;

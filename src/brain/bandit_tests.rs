@@ -1,0 +1,366 @@
+//! Tests of the bandit: grids, rewards, UCB1's exploration, determinism,
+//! duplicates and the remeasure schedule.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use proptest::prelude::*;
+use rand::SeedableRng;
+use serde_json::json;
+
+use super::*;
+use crate::brain::double::{Decided, repo_menu};
+use crate::brain::{LiveMetrics, NoiseFloorState, params_value};
+use crate::ledger::{CycleId, ExperimentId};
+use crate::vocab::Digest;
+
+fn fresh_floor() -> NoiseFloorState {
+    NoiseFloorState::Current {
+        value: 0.01,
+        pairs: 8,
+        age: Duration::from_secs(60),
+        stale: false,
+    }
+}
+
+fn measured(id: i64, p: &Proposal, verdict: VerdictKind) -> ExperimentOutcome {
+    ExperimentOutcome {
+        experiment_id: ExperimentId(id),
+        cycle_id: CycleId(id),
+        created_at: Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap(),
+        menu_id: p.experiment,
+        parameters: params_value(p),
+        base_digest: Digest::of(b"base"),
+        proposer: Some(ProposerKind::Bandit),
+        confirmation_of: None,
+        verdict: Some(verdict),
+        effect: None,
+        interval: None,
+        noise_floor: None,
+        pairs: None,
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One proposal of a bandit seeded `seed`, with everything else fixed.
+fn propose_with(
+    bandit: &mut BanditProposer,
+    menu: &Menu,
+    floor: &NoiseFloorState,
+    history: &[ExperimentOutcome],
+    decided: &Decided,
+) -> Outcome {
+    let metrics = LiveMetrics::default();
+    let s = Situation {
+        menu,
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: floor,
+        history,
+    };
+    rt().block_on(bandit.propose(&s, decided))
+}
+
+fn chosen(o: &Outcome) -> Proposal {
+    match &o.decision {
+        Decision::Chosen(p) => p.clone(),
+        other => panic!("expected a choice, got {other:?}"),
+    }
+}
+
+fn bandit(seed: u64) -> BanditProposer {
+    BanditProposer::new(BanditAlgorithm::Ucb1, StdRng::seed_from_u64(seed))
+}
+
+#[test]
+fn grids_follow_the_menu_steps() {
+    let menu = repo_menu();
+    let g = |id: MenuId| grid(&menu.entry(id).params[0].kind);
+    let pins = g(MenuId::RerankPins);
+    assert_eq!(pins.len(), 33, "0..=512 by 16");
+    assert_eq!(pins[1], ParamValue::Integer(16));
+    assert_eq!(pins[32], ParamValue::Integer(512));
+    let split = g(MenuId::RebalanceTrunkCache);
+    assert_eq!(split.len(), 21, "0..=1 by 0.05");
+    assert_eq!(
+        split[7],
+        ParamValue::Number(0.35),
+        "rounded, no float noise"
+    );
+    assert_eq!(split[20], ParamValue::Number(1.0));
+    assert_eq!(g(MenuId::StageSpeculative).len(), 9);
+}
+
+#[test]
+fn grids_without_step_use_quartiles_and_wide_ranges_are_thinned() {
+    let q = grid(&ParamKind::Number {
+        min: 2.0,
+        max: 4.0,
+        step: None,
+    });
+    assert_eq!(
+        q,
+        [2.0, 2.5, 3.0, 3.5, 4.0].map(ParamValue::Number).to_vec()
+    );
+    let wide = grid(&ParamKind::Integer {
+        min: 0,
+        max: 1_000_000,
+        step: 1,
+    });
+    assert_eq!(wide.len(), MAX_GRID_POINTS);
+    assert_eq!(wide[0], ParamValue::Integer(0));
+    assert_eq!(wide[MAX_GRID_POINTS - 1], ParamValue::Integer(1_000_000));
+    let odd = grid(&ParamKind::Integer {
+        min: 0,
+        max: 10,
+        step: 4,
+    });
+    assert_eq!(
+        odd,
+        [0, 4, 8, 10].map(ParamValue::Integer).to_vec(),
+        "max kept"
+    );
+    let one = grid(&ParamKind::Enum {
+        values: vec!["a".into(), "b".into()],
+    });
+    assert_eq!(one.len(), 2);
+}
+
+#[test]
+fn remeasure_is_not_an_arm_and_every_arm_validates() {
+    let menu = repo_menu();
+    let all = arms(&menu);
+    assert_eq!(all.len(), 33 + 33 + 9 + 21);
+    assert!(all.iter().all(|a| a.experiment != MenuId::Remeasure));
+    let distinct: BTreeSet<String> = all
+        .iter()
+        .map(|a| format!("{}{}", a.experiment, a.params_json()))
+        .collect();
+    assert_eq!(distinct.len(), all.len());
+}
+
+#[test]
+fn rewards_count_only_measured_verdicts() {
+    assert_eq!(reward(VerdictKind::Win), Some(1.0));
+    assert_eq!(reward(VerdictKind::Loss), Some(0.0));
+    assert_eq!(reward(VerdictKind::WithinNoise), Some(0.0));
+    assert_eq!(reward(VerdictKind::Inconclusive), Some(0.0));
+    assert_eq!(reward(VerdictKind::HashMismatch), Some(0.0));
+    assert_eq!(reward(VerdictKind::Failed), None);
+    assert_eq!(reward(VerdictKind::Rejected), None);
+    let menu = repo_menu();
+    let all = arms(&menu);
+    let a = &all[3];
+    let history = vec![
+        measured(1, a, VerdictKind::Win),
+        measured(2, a, VerdictKind::Loss),
+        measured(3, a, VerdictKind::Failed),
+    ];
+    let s = stats(&all, &history);
+    assert_eq!(
+        s[3],
+        ArmStats {
+            pulls: 2,
+            reward: 1.0
+        }
+    );
+    assert_eq!(s.iter().map(|s| s.pulls).sum::<u32>(), 2);
+}
+
+#[test]
+fn a_model_written_number_matches_its_grid_arm() {
+    let menu = repo_menu();
+    let all = arms(&menu);
+    let i = all
+        .iter()
+        .position(|a| a.experiment == MenuId::RebalanceTrunkCache)
+        .unwrap()
+        + 7;
+    let mut e = measured(1, &all[i], VerdictKind::Win);
+    e.parameters = json!({"trunk_fraction": 0.35000000000000003});
+    assert!(is_arm(&all[i], &e));
+    e.parameters = json!({"trunk_fraction": 0.36});
+    assert!(!is_arm(&all[i], &e));
+}
+
+#[test]
+fn ucb1_plays_every_arm_once_before_exploiting() {
+    let menu = repo_menu();
+    let all = arms(&menu);
+    let winner = all[40].clone();
+    let mut b = bandit(11);
+    let mut history: Vec<ExperimentOutcome> = Vec::new();
+    let mut seen = BTreeSet::new();
+    // Nothing is a duplicate here (as if each cycle had a new base), so the
+    // exploration below is UCB1's own, not the duplicate rule's.
+    let none = Decided::default();
+    for n in 0..all.len() {
+        let p = chosen(&propose_with(
+            &mut b,
+            &menu,
+            &fresh_floor(),
+            &history,
+            &none,
+        ));
+        assert!(
+            seen.insert(format!("{}{}", p.experiment, p.params_json())),
+            "cycle {n} replayed an arm before trying them all"
+        );
+        let verdict = if p == winner {
+            VerdictKind::Win
+        } else {
+            VerdictKind::Loss
+        };
+        // Newest first, as the ledger returns them.
+        history.insert(0, measured(n as i64 + 1, &p, verdict));
+    }
+    assert_eq!(seen.len(), all.len());
+    // Now exploit: the only arm that ever won has the highest index.
+    let p = chosen(&propose_with(
+        &mut b,
+        &menu,
+        &fresh_floor(),
+        &history,
+        &none,
+    ));
+    assert_eq!(p, winner);
+}
+
+#[test]
+fn the_first_untried_arm_is_chosen_at_random_but_deterministically() {
+    let menu = repo_menu();
+    let pick = |seed| {
+        chosen(&propose_with(
+            &mut bandit(seed),
+            &menu,
+            &fresh_floor(),
+            &[],
+            &Decided::default(),
+        ))
+    };
+    assert_eq!(pick(1), pick(1));
+    let distinct: BTreeSet<String> = (0..16)
+        .map(|s| pick(s).params_json() + pick(s).experiment.as_str())
+        .collect();
+    assert!(distinct.len() > 1, "the tie-break must depend on the seed");
+}
+
+#[test]
+fn a_missing_or_stale_floor_schedules_remeasure() {
+    let menu = repo_menu();
+    for floor in [
+        NoiseFloorState::Missing,
+        NoiseFloorState::Current {
+            value: 0.01,
+            pairs: 8,
+            age: Duration::from_secs(999_999),
+            stale: true,
+        },
+    ] {
+        let o = propose_with(&mut bandit(3), &menu, &floor, &[], &Decided::default());
+        assert_eq!(chosen(&o).experiment, MenuId::Remeasure);
+        assert_eq!(o.proposer, ProposerKind::Bandit);
+        assert_eq!(o.attempts.len(), 1);
+        assert_eq!(o.attempts[0].prompt, None);
+        assert_eq!(o.attempts[0].raw_answer, None);
+        assert_eq!(
+            o.attempts[0].parsed,
+            Some(json!({"experiment": "remeasure", "params": {}}))
+        );
+    }
+}
+
+#[test]
+fn when_every_arm_is_decided_the_bandit_remeasures() {
+    let menu = repo_menu();
+    let decided = arms(&menu)
+        .iter()
+        .enumerate()
+        .fold(Decided::default(), |d, (i, a)| d.with(a, i as i64));
+    let o = propose_with(&mut bandit(5), &menu, &fresh_floor(), &[], &decided);
+    assert_eq!(chosen(&o).experiment, MenuId::Remeasure);
+}
+
+#[test]
+fn thompson_prefers_the_winning_arm() {
+    let menu = repo_menu();
+    let all = arms(&menu);
+    let winner = all[10].clone();
+    let mut history = Vec::new();
+    for i in 0..20 {
+        history.push(measured(i, &winner, VerdictKind::Win));
+    }
+    for (i, a) in all.iter().enumerate().filter(|(i, _)| *i != 10) {
+        history.push(measured(100 + i as i64, a, VerdictKind::Loss));
+        history.push(measured(1000 + i as i64, a, VerdictKind::Loss));
+    }
+    let mut b = BanditProposer::new(BanditAlgorithm::Thompson, StdRng::seed_from_u64(9));
+    let wins = (0..20)
+        .filter(|_| {
+            let o = rt().block_on(b.propose(
+                &Situation {
+                    menu: &menu,
+                    target_seconds_per_token: 1.0,
+                    metrics: &LiveMetrics::default(),
+                    noise_floor: &fresh_floor(),
+                    history: &history,
+                },
+                &Decided::default(),
+            ));
+            chosen(&o) == winner
+        })
+        .count();
+    assert!(
+        wins >= 18,
+        "Thompson chose the 20-0 arm only {wins} times of 20"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Whatever the history, seed and decided set: the same seed gives the
+    /// same choice, the choice validates against the menu, and it is never
+    /// one already decided on the base.
+    #[test]
+    fn choices_are_deterministic_valid_and_never_duplicates(
+        seed in any::<u64>(),
+        thompson in any::<bool>(),
+        past in proptest::collection::vec((0usize..96, 0usize..7), 0..60),
+        decided_arms in proptest::collection::btree_set(0usize..96, 0..96),
+    ) {
+        let menu = repo_menu();
+        let all = arms(&menu);
+        let verdicts = VerdictKind::ALL;
+        let history: Vec<ExperimentOutcome> = past
+            .iter()
+            .enumerate()
+            .map(|(i, (a, v))| measured(i as i64, &all[*a], verdicts[*v]))
+            .collect();
+        let decided = decided_arms
+            .iter()
+            .fold(Decided::default(), |d, i| d.with(&all[*i], *i as i64));
+        let algorithm = if thompson { BanditAlgorithm::Thompson } else { BanditAlgorithm::Ucb1 };
+        let mut one = BanditProposer::new(algorithm, StdRng::seed_from_u64(seed));
+        let mut two = BanditProposer::new(algorithm, StdRng::seed_from_u64(seed));
+        let a = chosen(&propose_with(&mut one, &menu, &fresh_floor(), &history, &decided));
+        let b = chosen(&propose_with(&mut two, &menu, &fresh_floor(), &history, &decided));
+        prop_assert_eq!(&a, &b);
+        let answer = json!({"experiment": a.experiment, "params": params_value(&a), "rationale": ""});
+        prop_assert_eq!(menu.validate_value(&answer), Ok(a.clone()));
+        let key = (a.experiment, a.params_json());
+        prop_assert!(!decided.0.contains_key(&key), "proposed a decided arm {:?}", key);
+        if decided_arms.len() == all.len() {
+            prop_assert_eq!(a.experiment, MenuId::Remeasure);
+        } else {
+            prop_assert!(a.experiment != MenuId::Remeasure);
+        }
+    }
+}

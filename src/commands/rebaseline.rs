@@ -1,0 +1,75 @@
+//! `orchestrator rebaseline`: a person re-pins the reference output hash of
+//! the live profile, on purpose, after the engine, the model or the bench
+//! command changed its (correct) output. Records who and why.
+
+use chrono::Utc;
+use std::path::Path;
+
+use super::UsageError;
+use crate::cli::RebaselineArgs;
+use crate::config::Config;
+use crate::cycle::{Scorers, StackScorer};
+use crate::ledger::{Ledger, NewReferenceHash};
+use crate::measure::cancel::Cancel;
+use crate::measure::scorer::{ProfileFile, Scorer};
+
+pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
+    if args.reason.trim().is_empty() {
+        return Err(UsageError("--reason must say why the output changed".into()).into());
+    }
+    let by = super::stage::decider(args.by)?;
+    let config = Config::load(config_path)?;
+    let live = ProfileFile::load(&config.stack.live_profile)?;
+    let scorers = Scorers::from_config(&config);
+    let targets: Vec<StackScorer> = [
+        scorers.bench.clone().map(StackScorer::Bench),
+        scorers.surface.clone().map(StackScorer::Live),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    super::runtime()?.block_on(async {
+        let ledger = Ledger::open(&config.ledger_path).await?;
+        let mut pinned = 0;
+        for scorer in &targets {
+            let prompt_set = scorer.prompt_set(&config);
+            let old = ledger
+                .current_reference_hash(&config.stack.name, &prompt_set)
+                .await?;
+            let outcome = match scorer.score(&live, &Cancel::never()).await {
+                Ok(o) => o,
+                Err(failure) => {
+                    println!(
+                        "{}: not re-pinned, the live profile could not be measured: {}",
+                        scorer.label(),
+                        failure.error
+                    );
+                    continue;
+                }
+            };
+            ledger
+                .pin_reference_hash(&NewReferenceHash {
+                    stack: config.stack.name.clone(),
+                    prompt_set: prompt_set.clone(),
+                    profile_digest: live.profile.digest(),
+                    output_hash: outcome.output_hash.as_str().to_string(),
+                    pinned_at: Utc::now(),
+                    pinned_by: by.clone(),
+                    reason: args.reason.clone(),
+                })
+                .await?;
+            pinned += 1;
+            println!(
+                "{}: reference for prompt set `{prompt_set}` is now {} (was {}), pinned by {by}",
+                scorer.label(),
+                outcome.output_hash.as_str(),
+                old.map(|o| o.output_hash).unwrap_or_else(|| "none".into()),
+            );
+        }
+        ledger.close().await;
+        if pinned == 0 {
+            anyhow::bail!("nothing was re-pinned: no configured protocol could measure the live profile");
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,66 @@
+//! `orchestrator report`: the weekly report from the ledger, as Markdown or a
+//! self-contained HTML page, to stdout or `--out FILE`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use chrono::Utc;
+
+use super::UsageError;
+use crate::cli::{ReportArgs, ReportFormat};
+use crate::config::Config;
+use crate::ledger::Ledger;
+use crate::report::redact::Redactor;
+use crate::report::{self, BuildOptions, Period};
+
+pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
+    // The period first: a mistyped week is a usage error whatever the config.
+    let period = Period::from_args(
+        args.week.as_deref(),
+        args.since.as_deref(),
+        args.until.as_deref(),
+        Utc::now(),
+    )
+    .map_err(|e| UsageError(e.to_string()))?;
+    let config = Config::load(config_path)?;
+    if !config.ledger_path.exists() {
+        // Opening would create an empty ledger; a report of nothing from a
+        // mistyped path would look like a quiet week.
+        return Err(UsageError(format!(
+            "there is no ledger at {} (`ledger.path` in {}); point it at the daemon's ledger",
+            config.ledger_path.display(),
+            config.path.display()
+        ))
+        .into());
+    }
+    // The model's API key is the one secret the orchestrator knows; hide it
+    // wherever a stored error message happens to quote it.
+    let secrets = config
+        .model
+        .api_key_env
+        .as_deref()
+        .and_then(|name| std::env::var(name).ok());
+    let mut options = BuildOptions::new(
+        period,
+        &config.stack.name,
+        config.objective.target_seconds_per_token.get(),
+        Utc::now(),
+    );
+    options.redactor = Redactor::new(secrets);
+    let report = super::runtime()?.block_on(async {
+        let ledger = Ledger::open(&config.ledger_path).await?;
+        let built = report::build(&ledger, &options).await;
+        ledger.close().await;
+        anyhow::Ok(built?)
+    })?;
+    let text = match args.format {
+        ReportFormat::Md => report::markdown::render(&report),
+        ReportFormat::Html => report::html::render(&report),
+    };
+    match &args.out {
+        Some(path) => crate::atomic_file::write(path, text.as_bytes())
+            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}

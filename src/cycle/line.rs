@@ -1,0 +1,142 @@
+//! What a cycle did, as a record for the daemon and one readable line:
+//! menu id, parameters, verdict, effect ± interval, floor, and the live
+//! stack's seconds per token against the target.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use super::valid_times;
+use crate::display;
+use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
+use crate::measure::ab::RecordedRun;
+use crate::menu::MenuId;
+use crate::vocab::{Arm, CycleStatus, VerdictKind};
+
+/// The outcome of one cycle, as recorded.
+#[derive(Debug, Clone)]
+pub struct CycleReport {
+    pub cycle_id: CycleId,
+    pub status: Option<CycleStatus>,
+    /// Why the orchestrator chose the experiment itself, if it did.
+    pub scheduled: Option<&'static str>,
+    pub menu_id: Option<MenuId>,
+    pub params: Option<Value>,
+    pub experiment_id: Option<ExperimentId>,
+    pub verdict: Option<VerdictKind>,
+    /// Log ratio candidate/baseline and its interval.
+    pub effect: Option<(f64, Interval)>,
+    pub floor: Option<f64>,
+    pub reason: Option<String>,
+    pub staged: Option<StageId>,
+    /// Median seconds per token of the live profile's runs this cycle.
+    pub live_measured: Option<f64>,
+    /// The stack's own seconds-per-token metric, when scraped.
+    pub live_metric: Option<f64>,
+    pub target: f64,
+    pub seconds: f64,
+}
+
+impl CycleReport {
+    pub fn new(cycle_id: CycleId) -> CycleReport {
+        CycleReport {
+            cycle_id,
+            status: None,
+            scheduled: None,
+            menu_id: None,
+            params: None,
+            experiment_id: None,
+            verdict: None,
+            effect: None,
+            floor: None,
+            reason: None,
+            staged: None,
+            live_measured: None,
+            live_metric: None,
+            target: 1.0,
+            seconds: 0.0,
+        }
+    }
+
+    /// Notes the live profile's measured speed from the runs.
+    pub(crate) fn note_runs(&mut self, runs: &[RecordedRun]) {
+        let mut times = valid_times(runs, Arm::Baseline);
+        if times.is_empty() {
+            return;
+        }
+        times.sort_by(f64::total_cmp);
+        let mid = times.len() / 2;
+        self.live_measured = Some(if times.len() % 2 == 1 {
+            times[mid]
+        } else {
+            (times[mid - 1] + times[mid]) / 2.0
+        });
+    }
+
+    /// The live seconds per token to show: measured here, else the metric.
+    pub fn live(&self) -> Option<f64> {
+        self.live_measured.or(self.live_metric)
+    }
+}
+
+impl fmt::Display for CycleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cycle {:>4}  ", self.cycle_id)?;
+        let what = match (self.menu_id, &self.params) {
+            (Some(m), Some(p)) => {
+                let params = p
+                    .as_object()
+                    .map(|o| {
+                        o.iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default();
+                format!("{m} {params}").trim_end().to_string()
+            }
+            _ => "(no experiment)".to_string(),
+        };
+        write!(f, "{what:<40}")?;
+        if let Some(s) = self.scheduled {
+            write!(f, " [{s}]")?;
+        }
+        let verdict = self.verdict.map(|v| v.as_str()).unwrap_or("-");
+        write!(f, "  {verdict:<13}")?;
+        if let Some((e, i)) = self.effect {
+            write!(f, " {}", display::effect(e, i.low, i.high))?;
+        }
+        if let Some(fl) = self.floor {
+            write!(f, "  floor {}", display::floor(fl))?;
+        }
+        match self.live() {
+            Some(live) => {
+                let gap = live - self.target;
+                let state = if gap <= 0.0 {
+                    "target met".to_string()
+                } else {
+                    format!("{gap:.3} s above target")
+                };
+                write!(
+                    f,
+                    "  live {live:.4} s/token vs target {:.3} ({state})",
+                    self.target
+                )?;
+            }
+            None => write!(f, "  live s/token unknown")?,
+        }
+        if let Some(stage) = self.staged {
+            write!(f, "  STAGED #{stage} (orchestrator stage show {stage})")?;
+        }
+        if let Some(reason) = &self.reason
+            && matches!(
+                self.verdict,
+                Some(VerdictKind::Failed | VerdictKind::Rejected | VerdictKind::HashMismatch)
+            )
+        {
+            let short: String = reason.chars().take(160).collect();
+            write!(f, "  ({short})")?;
+        }
+        Ok(())
+    }
+}

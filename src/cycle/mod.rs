@@ -1,0 +1,651 @@
+//! One cycle of the loop: observe → propose → validate → plan → measure →
+//! judge → record → stage. Exactly one experiment and one verdict per cycle:
+//!
+//! 1. when the noise floor of a protocol the menu needs is missing or stale,
+//!    the cycle is a scheduled A/A of the live profile (a `remeasure`);
+//! 2. else, when the last experiment was an unconfirmed win on the live
+//!    profile, the cycle is its independent confirmation (and stages it when
+//!    it wins again);
+//! 3. else the proposer chooses one experiment from the menu.
+//!
+//! Every step leaves rows in the ledger. A ledger write failure is the one
+//! error that escapes: the daemon must stop rather than run unrecorded.
+
+mod floor;
+mod line;
+mod scorer;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+
+pub use floor::CurrentFloor;
+pub use line::CycleReport;
+pub use scorer::{Scorers, StackScorer};
+
+use crate::brain::{self, DuplicateCheck, LedgerDuplicates, Proposer, Situation};
+use crate::config::Config;
+use crate::judge::{self, Policy, Step};
+use crate::ledger::{
+    CycleId, CycleOutcome, ExperimentId, Interval, Ledger, LedgerError, NewExperiment,
+    NewNoiseFloor, NewObservation, NewVerdict, ProposalId,
+};
+use crate::measure::ab::{AbError, AbRunner, AbVerdict, Clock, NoiseOutcome, RecordedRun};
+use crate::measure::cancel::Cancel;
+use crate::measure::gate::HashGate;
+use crate::measure::scorer::{ProfileFile, Scorer};
+use crate::menu::{Menu, MenuId, Proposal};
+use crate::observe::{self, Observation};
+use crate::plan::{self, PinList, PlanContext};
+use crate::profile::Profile;
+use crate::vocab::{Arm, Method, VerdictKind};
+
+/// Everything a cycle uses; built once by the daemon.
+pub struct Cycle<'a, P, C> {
+    pub config: &'a Config,
+    pub policy: Policy,
+    pub menu: &'a Menu,
+    pub ledger: &'a Ledger,
+    pub proposer: &'a mut P,
+    pub scorers: &'a Scorers,
+    pub clock: &'a C,
+    pub cancel: Cancel,
+    pub http: &'a reqwest::Client,
+    /// Show a progress indicator on stderr while measuring.
+    pub progress: bool,
+}
+
+/// Why a cycle stopped early.
+enum Stop {
+    /// The ledger could not be written: fatal for the daemon.
+    Ledger(LedgerError),
+    /// Shutdown: the cycle is recorded `aborted`.
+    Aborted(String),
+    /// It could not go on: the cycle is recorded `failed`, loudly.
+    Failed(String),
+}
+
+impl From<LedgerError> for Stop {
+    fn from(e: LedgerError) -> Stop {
+        Stop::Ledger(e)
+    }
+}
+
+impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
+    /// Runs one cycle to its end and records it. Only a ledger failure is an
+    /// error; every other failure is a recorded `failed` cycle.
+    pub async fn run(&mut self) -> Result<CycleReport, LedgerError> {
+        let started = self.clock.now();
+        let id = self.ledger.open_cycle(started, self.proposer.kind()).await?;
+        let mut report = CycleReport::new(id);
+        let stop = self.body(id, &mut report).await;
+        let now = self.clock.now();
+        report.seconds = (now - started).as_seconds_f64();
+        let outcome = match stop {
+            Ok(()) if report.verdict == Some(VerdictKind::Failed) => {
+                CycleOutcome::Failed(report.reason.clone().unwrap_or_default())
+            }
+            Ok(()) => CycleOutcome::Completed,
+            Err(Stop::Ledger(e)) => return Err(e),
+            Err(Stop::Aborted(why)) => {
+                self.record_failure(&mut report, &format!("aborted: {why}")).await?;
+                CycleOutcome::Aborted(why)
+            }
+            Err(Stop::Failed(why)) => {
+                self.record_failure(&mut report, &why).await?;
+                CycleOutcome::Failed(why)
+            }
+        };
+        if let CycleOutcome::Failed(why) = &outcome {
+            tracing::error!(cycle = %id, "cycle failed: {why}");
+        }
+        report.status = Some(match &outcome {
+            CycleOutcome::Completed => crate::vocab::CycleStatus::Completed,
+            CycleOutcome::Failed(_) => crate::vocab::CycleStatus::Failed,
+            CycleOutcome::Aborted(_) => crate::vocab::CycleStatus::Aborted,
+        });
+        self.ledger.close_cycle(id, &outcome, now).await?;
+        Ok(report)
+    }
+
+    /// Records a `failed` verdict unless the cycle already has its verdict.
+    async fn record_failure(&self, r: &mut CycleReport, why: &str) -> Result<(), LedgerError> {
+        if r.verdict.is_some() {
+            return Ok(());
+        }
+        let v = refusal(VerdictKind::Failed, why, self.clock.now());
+        match r.experiment_id {
+            Some(e) => self.ledger.insert_verdict(e, &v).await?,
+            None => self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?,
+        };
+        r.verdict = Some(VerdictKind::Failed);
+        r.reason = Some(why.to_string());
+        Ok(())
+    }
+
+    async fn body(&mut self, id: CycleId, r: &mut CycleReport) -> Result<(), Stop> {
+        let cfg = self.config;
+        let live = ProfileFile::load(&cfg.stack.live_profile).map_err(|e| {
+            Stop::Failed(format!(
+                "the live profile cannot be read ({e}); fix it or approve a stage to rewrite it"
+            ))
+        })?;
+        let live_digest = live.profile.digest();
+        let now = self.clock.now();
+        let expired = self
+            .ledger
+            .expire_stale_stages(
+                &live_digest,
+                "the live profile changed since it was measured",
+                now,
+            )
+            .await?;
+        if !expired.is_empty() {
+            tracing::info!(?expired, "expired staged wins whose base is no longer live");
+        }
+
+        let obs = observe::observe(cfg.stack.metrics.as_ref(), self.http)
+            .await
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        for gap in &obs.gaps {
+            tracing::warn!("observe: {gap}");
+        }
+        self.ledger
+            .insert_observation(&NewObservation {
+                cycle_id: id,
+                observed_at: now,
+                metrics: obs.metrics_json(),
+                heat: obs.heat_json(),
+                live_profile_digest: live_digest.clone(),
+            })
+            .await?;
+        r.live_metric = obs.metrics.seconds_per_token;
+
+        // 1. A floor the menu's experiments need is missing or stale.
+        for method in self.candidate_methods() {
+            let current = self.floor(method, &live).await?;
+            if current.stale {
+                let scorer = self
+                    .scorers
+                    .for_live(method)
+                    .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+                r.scheduled = Some("noise floor refresh");
+                return self.remeasure(id, None, &live, &scorer, r).await;
+            }
+        }
+
+        // 2. An unconfirmed win on the live profile is confirmed first.
+        if let Some(first) = self.pending_win(&live).await? {
+            return self.confirm(id, first, &live, r).await;
+        }
+
+        // 3. The proposer chooses.
+        let bench_floor = match self.candidate_methods().first() {
+            Some(m) => self.floor(*m, &live).await?,
+            None => CurrentFloor {
+                row: None,
+                stale: true,
+            },
+        };
+        let history = self
+            .ledger
+            .recent_experiments(cfg.cycle.history.max(64))
+            .await?;
+        let floor_state = bench_floor.state(self.policy.min_floor, now);
+        let situation = Situation {
+            menu: self.menu,
+            target_seconds_per_token: cfg.objective.target_seconds_per_token.get(),
+            metrics: &obs.metrics,
+            noise_floor: &floor_state,
+            history: &history,
+        };
+        let duplicates = LedgerDuplicates {
+            ledger: self.ledger,
+            base_digest: &live_digest,
+        };
+        let outcome = self.proposer.propose(&situation, &duplicates).await;
+        let mut last_proposal: Option<ProposalId> = None;
+        for p in outcome.new_proposals(id, self.clock.now()) {
+            last_proposal = Some(self.ledger.insert_proposal(&p).await?);
+        }
+        let proposal = match outcome.decision {
+            brain::Decision::Chosen(p) => p,
+            brain::Decision::Rejected => {
+                let last = outcome
+                    .attempts
+                    .last()
+                    .and_then(|a| a.rejection.as_ref())
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "no attempt".into());
+                let why = format!(
+                    "every answer of the proposer was refused ({} attempts; last: {last})",
+                    outcome.attempts.len()
+                );
+                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
+                return Ok(());
+            }
+            brain::Decision::Failed(e) => return Err(Stop::Failed(format!("proposer: {e}"))),
+        };
+        r.menu_id = Some(proposal.experiment);
+        r.params = Some(brain::params_value(&proposal));
+        // A proposal the checker would refuse never gets here, but a race
+        // with another writer is harmless: the ledger keeps both.
+        let _ = duplicates.previous(&proposal).await;
+
+        if proposal.experiment == MenuId::Remeasure {
+            let method = self.menu.entry(MenuId::Remeasure).method;
+            let scorer = self
+                .scorers
+                .for_live(method)
+                .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+            return self.remeasure(id, last_proposal, &live, &scorer, r).await;
+        }
+        self.experiment(id, last_proposal, &proposal, &live, &obs, r)
+            .await
+    }
+
+    /// The protocols the menu's (non-remeasure) experiments are measured with.
+    fn candidate_methods(&self) -> Vec<Method> {
+        let mut methods: Vec<Method> = self
+            .menu
+            .entries()
+            .iter()
+            .filter(|e| e.id != MenuId::Remeasure)
+            .filter_map(|e| self.scorers.for_candidate(e.method))
+            .map(|s| s.method())
+            .collect();
+        methods.sort_by_key(|m| m.as_str());
+        methods.dedup();
+        methods
+    }
+
+    async fn floor(&self, method: Method, live: &ProfileFile) -> Result<CurrentFloor, LedgerError> {
+        CurrentFloor::load(
+            self.ledger,
+            &self.config.stack.name,
+            method,
+            &live.profile.digest(),
+            self.config.measure.noise_floor_max_age_s.duration(),
+            self.clock.now(),
+        )
+        .await
+    }
+
+    /// The last experiment, when it is a win on the live profile that no
+    /// experiment has confirmed yet.
+    async fn pending_win(&self, live: &ProfileFile) -> Result<Option<ExperimentId>, LedgerError> {
+        let Some(last) = self.ledger.recent_experiments(1).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        let pending = last.verdict == Some(VerdictKind::Win)
+            && last.confirmation_of.is_none()
+            && last.base_digest == live.profile.digest()
+            && self.ledger.confirmations(last.experiment_id).await?.is_empty();
+        Ok(pending.then_some(last.experiment_id))
+    }
+
+    async fn cycle_verdict(
+        &self,
+        r: &mut CycleReport,
+        kind: VerdictKind,
+        why: &str,
+    ) -> Result<(), LedgerError> {
+        let v = refusal(kind, why, self.clock.now());
+        self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?;
+        r.verdict = Some(kind);
+        r.reason = Some(why.to_string());
+        Ok(())
+    }
+
+    /// Plans, records and measures one proposed experiment.
+    async fn experiment(
+        &mut self,
+        id: CycleId,
+        proposal_id: Option<ProposalId>,
+        proposal: &Proposal,
+        live: &ProfileFile,
+        obs: &Observation,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let cfg = self.config;
+        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
+        let current_pins = match live.profile.pins_path(&live.path) {
+            Some(p) => match PinList::load(&p) {
+                Ok(list) => Some(list),
+                Err(e) => {
+                    tracing::warn!("the live pin list cannot be read: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let ctx = PlanContext {
+            live: &live.profile,
+            live_path: &live.path,
+            profiles_dir: &profiles_dir,
+            expert_bytes: cfg.stack.expert_bytes,
+            heat: obs.heat.as_ref(),
+            trace: obs.trace.as_ref(),
+            current_pins: current_pins.as_ref(),
+            top_k: None,
+        };
+        let plan = match plan::plan(&ctx, proposal) {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                let why = match refusal.notes() {
+                    Some(notes) => format!("not measured: {refusal} (planner notes: {notes})"),
+                    None => format!("not measured: {refusal}"),
+                };
+                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
+                return Ok(());
+            }
+        };
+        plan::write_plan(&plan).map_err(|e| {
+            Stop::Failed(format!(
+                "writing the candidate profile {}: {e}",
+                plan.candidate_path.display()
+            ))
+        })?;
+        let candidate = ProfileFile {
+            path: plan.candidate_path.clone(),
+            profile: plan.candidate.clone(),
+        };
+        let entry = self.menu.entry(proposal.experiment);
+        let scorer = self
+            .scorers
+            .for_candidate(entry.method)
+            .ok_or_else(|| Stop::Failed(no_scorer(entry.method)))?;
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&NewExperiment {
+                cycle_id: id,
+                proposal_id,
+                confirmation_of: None,
+                created_at: self.clock.now(),
+                menu_id: proposal.experiment,
+                parameters: brain::params_value(proposal),
+                method: scorer.method(),
+                base_profile: live.profile.canonical(),
+                base_digest: live.profile.digest(),
+                candidate_profile: plan.candidate.canonical(),
+                candidate_digest: plan.candidate.digest(),
+                planner_notes: Some(plan.notes.clone()),
+            })
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        self.ab(experiment_id, live, &candidate, &scorer, r).await
+    }
+
+    /// The independent second A/B of a win; stages it when it wins again.
+    async fn confirm(
+        &mut self,
+        id: CycleId,
+        first: ExperimentId,
+        live: &ProfileFile,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let original = self.ledger.experiment(first).await?;
+        r.menu_id = Some(original.menu_id);
+        r.params = Some(original.parameters.clone());
+        r.scheduled = Some("confirmation");
+        let candidate = Profile::parse(&original.candidate_profile, Path::new("the staged candidate"))
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        let path = profiles_dir(&self.config.stack.live_profile)
+            .join(format!("candidate-{}.toml", candidate.digest().short()));
+        let candidate = ProfileFile::write(&path, candidate)
+            .map_err(|e| Stop::Failed(format!("rewriting the candidate for its confirmation: {e}")))?;
+        let scorer = self
+            .scorers
+            .for_candidate(original.method)
+            .ok_or_else(|| Stop::Failed(no_scorer(original.method)))?;
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&NewExperiment {
+                cycle_id: id,
+                proposal_id: None,
+                confirmation_of: Some(first),
+                created_at: self.clock.now(),
+                menu_id: original.menu_id,
+                parameters: original.parameters.clone(),
+                method: scorer.method(),
+                base_profile: live.profile.canonical(),
+                base_digest: live.profile.digest(),
+                candidate_profile: candidate.profile.canonical(),
+                candidate_digest: candidate.profile.digest(),
+                planner_notes: original.planner_notes.clone(),
+            })
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        self.ab(experiment_id, live, &candidate, &scorer, r).await?;
+        if r.verdict == Some(VerdictKind::Win) {
+            let stage = self
+                .ledger
+                .insert_stage(first, experiment_id, self.clock.now())
+                .await?;
+            tracing::info!(%stage, "a confirmed win is staged: `orchestrator stage show {stage}`");
+            r.staged = Some(stage);
+        }
+        Ok(())
+    }
+
+    /// Runs the A/B and records its verdict.
+    async fn ab(
+        &mut self,
+        experiment_id: ExperimentId,
+        live: &ProfileFile,
+        candidate: &ProfileFile,
+        scorer: &StackScorer,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let current = self.floor(scorer.method(), live).await?;
+        let floor = current.floor(self.policy.min_floor).ok_or_else(|| {
+            Stop::Failed(format!(
+                "no noise floor has been measured for the {} protocol; the next cycle measures it",
+                scorer.method()
+            ))
+        })?;
+        let mut gate = HashGate::load(self.ledger, &self.config.stack.name, &scorer.prompt_set(self.config))
+            .await?;
+        let runner = AbRunner {
+            scorer,
+            ledger: self.ledger,
+            clock: self.clock,
+            cancel: self.cancel.clone(),
+            warmups_per_arm: self.config.measure.warmup_runs as usize,
+        };
+        let progress = self.progress.then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let result = runner
+            .run_ab(experiment_id, live, candidate, &mut gate, self.policy, floor)
+            .await;
+        if let Some(task) = progress {
+            task.abort();
+            eprint!("\r\x1b[2K");
+        }
+        let report = result.map_err(ab_stop)?;
+        r.note_runs(&report.runs);
+        let verdict = report.verdict.to_new_verdict(self.clock.now());
+        self.ledger.insert_verdict(experiment_id, &verdict).await?;
+        r.verdict = Some(verdict.kind);
+        r.floor = Some(floor.get());
+        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
+            r.effect = Some((e, i));
+        }
+        if let AbVerdict::Failed { .. } | AbVerdict::HashMismatch { .. } = report.verdict {
+            r.reason = verdict.reason.clone();
+        }
+        if verdict.kind == VerdictKind::Failed {
+            tracing::error!(experiment = %experiment_id, "{}", verdict.reason.as_deref().unwrap_or(""));
+        }
+        Ok(())
+    }
+
+    /// An A/A of the live profile: a new noise floor, and a verdict on it.
+    async fn remeasure(
+        &mut self,
+        id: CycleId,
+        proposal_id: Option<ProposalId>,
+        live: &ProfileFile,
+        scorer: &StackScorer,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        r.menu_id = Some(MenuId::Remeasure);
+        r.params = Some(json!({}));
+        let digest = live.profile.digest();
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&NewExperiment {
+                cycle_id: id,
+                proposal_id,
+                confirmation_of: None,
+                created_at: self.clock.now(),
+                menu_id: MenuId::Remeasure,
+                parameters: json!({}),
+                method: scorer.method(),
+                base_profile: live.profile.canonical(),
+                base_digest: digest.clone(),
+                candidate_profile: live.profile.canonical(),
+                candidate_digest: digest.clone(),
+                planner_notes: None,
+            })
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        let mut gate = HashGate::load(self.ledger, &self.config.stack.name, &scorer.prompt_set(self.config))
+            .await?;
+        let runner = AbRunner {
+            scorer,
+            ledger: self.ledger,
+            clock: self.clock,
+            cancel: self.cancel.clone(),
+            warmups_per_arm: self.config.measure.warmup_runs as usize,
+        };
+        let progress = self.progress.then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let pairs = self.policy.min_pairs.max(8);
+        let result = runner
+            .measure_noise_floor(experiment_id, live, &mut gate, pairs, self.policy.min_floor)
+            .await;
+        if let Some(task) = progress {
+            task.abort();
+            eprint!("\r\x1b[2K");
+        }
+        let report = result.map_err(ab_stop)?;
+        r.note_runs(&report.runs);
+        let (floor, log_ratios) = match report.outcome {
+            NoiseOutcome::Measured { floor, log_ratios } => (floor, log_ratios),
+            NoiseOutcome::Failed { reason } => {
+                let v = refusal(VerdictKind::Failed, &reason, self.clock.now());
+                self.ledger.insert_verdict(experiment_id, &v).await?;
+                r.verdict = Some(VerdictKind::Failed);
+                r.reason = Some(reason);
+                return Ok(());
+            }
+        };
+        let now = self.clock.now();
+        self.ledger
+            .insert_noise_floor(&NewNoiseFloor {
+                stack: floor::key(&self.config.stack.name, scorer.method()),
+                profile_digest: digest,
+                value: floor.measured,
+                n: u32::try_from(floor.n).unwrap_or(u32::MAX),
+                method: floor.method.to_string(),
+                measured_at: now,
+                experiment_id: Some(experiment_id),
+            })
+            .await?;
+        r.floor = Some(floor.value.get());
+        // The A/A's own verdict: what the sequential test says of identical
+        // profiles under the new floor (normally within_noise).
+        let verdict = match judge::decide(&log_ratios, floor.value, &self.policy) {
+            Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
+            Ok(Step::Continue { pairs, estimate }) => match estimate {
+                Some(e) => NewVerdict {
+                    kind: VerdictKind::Inconclusive,
+                    decided_at: now,
+                    effect: Some(e.log_ratio),
+                    interval: Some(Interval {
+                        low: e.interval.0,
+                        high: e.interval.1,
+                    }),
+                    noise_floor: Some(floor.value.get()),
+                    pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
+                    method: Some(judge::sequential::METHOD.to_string()),
+                    reason: None,
+                },
+                None => refusal(VerdictKind::Failed, "too few A/A pairs to judge", now),
+            },
+            Err(e) => refusal(VerdictKind::Failed, &e.to_string(), now),
+        };
+        self.ledger.insert_verdict(experiment_id, &verdict).await?;
+        r.verdict = Some(verdict.kind);
+        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
+            r.effect = Some((e, i));
+        }
+        Ok(())
+    }
+}
+
+/// Candidates and pin lists live next to the live profile, so relative
+/// paths inside profiles mean the same in all of them.
+pub fn profiles_dir(live_profile: &Path) -> PathBuf {
+    live_profile
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn no_scorer(method: Method) -> String {
+    format!(
+        "the config has no way to measure with the {method} protocol: add [stack.bench], or [stack.surface] (and [stack.shadow] for candidates)"
+    )
+}
+
+fn refusal(kind: VerdictKind, why: &str, at: chrono::DateTime<Utc>) -> NewVerdict {
+    NewVerdict {
+        kind,
+        decided_at: at,
+        effect: None,
+        interval: None,
+        noise_floor: None,
+        pairs: 0,
+        method: None,
+        reason: Some(why.to_string()),
+    }
+}
+
+fn ab_stop(e: AbError) -> Stop {
+    match e {
+        AbError::Cancelled { runs } => {
+            Stop::Aborted(format!("shutdown during the measurement, after {runs} run(s)"))
+        }
+        AbError::Ledger(e) => Stop::Ledger(e),
+        AbError::Gate(e) => Stop::Failed(e.to_string()),
+        other => Stop::Failed(other.to_string()),
+    }
+}
+
+/// Shows which run is in progress, from the ledger's rows, once a second.
+fn spawn_progress(ledger: Ledger, experiment: ExperimentId) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let spinner = ['|', '/', '-', '\\'];
+        for tick in 0usize.. {
+            let runs = ledger.runs(experiment).await.map(|r| r.len()).unwrap_or(0);
+            eprint!(
+                "\r\x1b[2K  {} measuring: {runs} run(s) done, {:.0}s",
+                spinner[tick % 4],
+                started.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+/// Runs of an arm that produced a metric, for the cycle line.
+pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
+    runs.iter()
+        .filter(|r| r.run.arm == arm && !r.run.refused)
+        .filter_map(|r| r.run.seconds_per_token)
+        .collect()
+}
+

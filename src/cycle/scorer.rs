@@ -1,0 +1,108 @@
+//! Which scorer measures an experiment: the bench command, the live surface
+//! (for an A/A of the live stack) or a shadow instance (a candidate measured
+//! through the serving surface). One enum so the A/B runner stays generic.
+
+use crate::config::Config;
+use crate::measure::bench::BenchScorer;
+use crate::measure::cancel::Cancel;
+use crate::measure::gate;
+use crate::measure::scorer::{ProfileFile, RunFailure, RunOutcome, Scorer};
+use crate::measure::shadow::ShadowScorer;
+use crate::measure::surface::SurfaceScorer;
+use crate::vocab::Method;
+
+/// The scorers a config provides.
+#[derive(Debug, Clone)]
+pub struct Scorers {
+    pub bench: Option<BenchScorer>,
+    pub surface: Option<SurfaceScorer>,
+    pub shadow: Option<ShadowScorer>,
+}
+
+/// One chosen scorer.
+#[derive(Debug, Clone)]
+pub enum StackScorer {
+    Bench(BenchScorer),
+    /// The live server as it is (an A/A of the live profile).
+    Live(SurfaceScorer),
+    Shadow(ShadowScorer),
+}
+
+impl Scorers {
+    pub fn from_config(config: &Config) -> Scorers {
+        Scorers {
+            bench: BenchScorer::from_config(config),
+            surface: SurfaceScorer::from_config(config),
+            shadow: ShadowScorer::from_config(config),
+        }
+    }
+
+    /// The scorer for an A/B with a candidate profile: the bench when the
+    /// menu says bench (or when no shadow can be started), else a shadow.
+    pub fn for_candidate(&self, method: Method) -> Option<StackScorer> {
+        let bench = self.bench.clone().map(StackScorer::Bench);
+        let shadow = self.shadow.clone().map(StackScorer::Shadow);
+        match method {
+            Method::Bench => bench.or(shadow),
+            Method::Surface => shadow.or(bench),
+        }
+    }
+
+    /// The scorer for an A/A of the live profile under `method`'s protocol:
+    /// the live server for `surface`, the bench command for `bench`.
+    pub fn for_live(&self, method: Method) -> Option<StackScorer> {
+        let bench = self.bench.clone().map(StackScorer::Bench);
+        let live = self.surface.clone().map(StackScorer::Live);
+        match method {
+            Method::Bench => bench.or(live),
+            Method::Surface => live.or(bench),
+        }
+    }
+}
+
+impl StackScorer {
+    /// The prompt set the hash gate pins a reference for.
+    pub fn prompt_set(&self, config: &Config) -> String {
+        match self {
+            StackScorer::Bench(_) => config
+                .stack
+                .bench
+                .as_ref()
+                .map(gate::bench_prompt_set)
+                .unwrap_or_default(),
+            StackScorer::Live(_) | StackScorer::Shadow(_) => config
+                .stack
+                .surface
+                .as_ref()
+                .map(gate::surface_prompt_set)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A short label for logs and the ledger's verdict method.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StackScorer::Bench(_) => "bench",
+            StackScorer::Live(_) => "live surface",
+            StackScorer::Shadow(_) => "shadow surface",
+        }
+    }
+}
+
+impl Scorer for StackScorer {
+    fn method(&self) -> Method {
+        match self {
+            StackScorer::Bench(s) => s.method(),
+            StackScorer::Live(s) => s.method(),
+            StackScorer::Shadow(s) => s.method(),
+        }
+    }
+
+    async fn score(&self, profile: &ProfileFile, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+        match self {
+            StackScorer::Bench(s) => s.score(profile, cancel).await,
+            StackScorer::Live(s) => s.score(profile, cancel).await,
+            StackScorer::Shadow(s) => s.score(profile, cancel).await,
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The long-running service around the cycle (`orchestrator run`): one loop,
+//! an interval tick with missed ticks skipped, cycles that never overlap, a
+//! clean shutdown on SIGINT/SIGTERM (the current measurement's process group
+//! is killed and the cycle recorded `aborted`), exponential backoff with
+//! jitter after repeated failures, and the daemon's own metrics endpoint.
+//!
+//! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`proposer`]: the configured proposer as one type.
+
+pub mod metrics;
+pub mod proposer;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use rand::Rng;
+use tokio::time::MissedTickBehavior;
+
+use crate::config::Config;
+use crate::cycle::{Cycle, Scorers};
+use crate::embedded;
+use crate::judge::{Confidence, Floor, Policy};
+use crate::ledger::Ledger;
+use crate::measure::ab::SystemClock;
+use crate::measure::cancel::{Cancel, CancelHandle};
+use crate::menu::Menu;
+use crate::vocab::{CycleStatus, StageState};
+
+use metrics::DaemonMetrics;
+use proposer::AnyProposer;
+
+/// How long to run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Stop after this many cycles (forever when `None`).
+    pub cycles: Option<u64>,
+    /// One cycle; a failed cycle makes the command fail.
+    pub once: bool,
+    /// Show a progress indicator on stderr while measuring.
+    pub progress: bool,
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    pub cycles: u64,
+    pub failed: u64,
+    pub interrupted: bool,
+    /// The last cycle failed (what `--once` reports as exit 1).
+    pub last_failed: bool,
+}
+
+/// The judge's policy from the config's measurement section.
+pub fn policy(config: &Config) -> anyhow::Result<Policy> {
+    let m = &config.measure;
+    let confidence = Confidence::try_from(m.confidence.get())?;
+    // The config states the floor as a relative change; the judge works in
+    // log ratios.
+    let min_floor = Floor::try_from(m.min_noise_floor.get().ln_1p())?;
+    Policy::new(confidence, m.min_pairs as usize, m.max_pairs as usize, min_floor)
+        .map_err(|e| crate::commands::UsageError(format!("{}: [measure] {e}", config.path.display())).into())
+}
+
+/// Runs the loop until done or interrupted.
+pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
+    let menu = Menu::load(&config.menu_dir)?;
+    let policy = policy(&config)?;
+    let mut proposer = AnyProposer::from_config(&config)
+        .map_err(|e| crate::commands::UsageError(e.to_string()))?;
+    let ledger = Ledger::open(&config.ledger_path).await?;
+    let aborted = ledger
+        .abort_running_cycles(
+            "found `running` at start: the previous orchestrator process ended mid-cycle",
+            Utc::now(),
+        )
+        .await?;
+    if aborted > 0 {
+        tracing::warn!(aborted, "closed cycles a previous process left running as aborted");
+    }
+
+    let (handle, cancel) = Cancel::new();
+    let signals = tokio::spawn(watch_signals(handle));
+
+    let mut stack = None;
+    if let Some(e) = &config.embedded {
+        embedded::prepare(&config, e, &cancel).await?;
+        stack = Some(embedded::start(&config, e, &cancel).await?);
+    }
+
+    let daemon_metrics = DaemonMetrics::new(config.objective.target_seconds_per_token.get());
+    let listener = metrics::bind(config.daemon.metrics_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the orchestrator's metrics endpoint {} ([daemon] metrics_listen): is another orchestrator running?",
+                config.daemon.metrics_listen
+            )
+        })?;
+    let metrics_task = tokio::spawn(metrics::serve(listener, daemon_metrics.clone()));
+
+    let result = run_loop(
+        &config,
+        &menu,
+        policy,
+        &ledger,
+        &mut proposer,
+        &cancel,
+        &daemon_metrics,
+        opts,
+    )
+    .await;
+
+    metrics_task.abort();
+    signals.abort();
+    if let Some(stack) = stack {
+        stack.stop().await;
+    }
+    ledger.close().await;
+    result
+}
+
+#[expect(clippy::too_many_arguments, reason = "the loop's whole context, built once in run()")]
+async fn run_loop(
+    config: &Config,
+    menu: &Menu,
+    policy: Policy,
+    ledger: &Ledger,
+    proposer: &mut AnyProposer,
+    cancel: &Cancel,
+    daemon_metrics: &DaemonMetrics,
+    opts: RunOptions,
+) -> anyhow::Result<RunSummary> {
+    let scorers = Scorers::from_config(config);
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("building the HTTP client")?;
+    let clock = SystemClock;
+    let limit = if opts.once { Some(1) } else { opts.cycles };
+    let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut summary = RunSummary::default();
+    let mut consecutive_failures = 0u32;
+    loop {
+        if limit.is_some_and(|n| summary.cycles >= n) {
+            break;
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = cancel.cancelled() => { summary.interrupted = true; break; }
+        }
+        if consecutive_failures >= config.cycle.max_consecutive_failures {
+            let wait = backoff(
+                consecutive_failures - config.cycle.max_consecutive_failures,
+                config.cycle.interval_s.duration(),
+                config.cycle.backoff_max_s.duration(),
+            );
+            tracing::warn!(
+                consecutive_failures,
+                "{consecutive_failures} cycles failed in a row; backing off {:.0} s before the next",
+                wait.as_secs_f64()
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => { summary.interrupted = true; break; }
+            }
+        }
+        let mut cycle = Cycle {
+            config,
+            policy,
+            menu,
+            ledger,
+            proposer: &mut *proposer,
+            scorers: &scorers,
+            clock: &clock,
+            cancel: cancel.clone(),
+            http: &http,
+            progress: opts.progress,
+        };
+        let mut report = cycle.run().await.context(
+            "the ledger could not be written, so the daemon stops rather than run unrecorded",
+        )?;
+        report.target = config.objective.target_seconds_per_token.get();
+        println!("{report}");
+        summary.cycles += 1;
+        let failed = report.status == Some(CycleStatus::Failed);
+        summary.last_failed = failed;
+        if failed {
+            summary.failed += 1;
+            consecutive_failures += 1;
+        } else {
+            consecutive_failures = 0;
+        }
+        if let Some(v) = report.verdict {
+            daemon_metrics.cycle_finished(v, report.seconds, failed);
+        }
+        if let Some(live) = report.live() {
+            daemon_metrics.observe_seconds_per_token(live);
+        }
+        daemon_metrics.set_noise_floor(report.floor);
+        if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
+            daemon_metrics.set_staged_waiting(staged.len() as u64);
+        }
+        if report.status == Some(CycleStatus::Aborted) {
+            summary.interrupted = true;
+            break;
+        }
+    }
+    Ok(summary)
+}
+
+/// Exponential backoff with "equal jitter" (half fixed, half random), capped:
+/// the k-th wait after the failure threshold lies in [d/2, d] with
+/// d = min(cap, base · 2^k) (AWS Architecture Blog, "Exponential Backoff
+/// and Jitter", 2015).
+pub fn backoff(k: u32, base: Duration, cap: Duration) -> Duration {
+    let d = base
+        .saturating_mul(1u32.checked_shl(k.min(20)).unwrap_or(u32::MAX))
+        .min(cap);
+    let half = d / 2;
+    half + half.mul_f64(rand::rng().random::<f64>())
+}
+
+/// Cancels on the first SIGINT or SIGTERM.
+async fn watch_signals(handle: CancelHandle) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::error!("cannot install the SIGINT/SIGTERM handlers; stop with SIGKILL only");
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => tracing::warn!("SIGINT: finishing the current step and stopping"),
+        _ = term.recv() => tracing::warn!("SIGTERM: finishing the current step and stopping"),
+    }
+    handle.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_secs(10);
+        let cap = Duration::from_secs(60);
+        for _ in 0..50 {
+            let b0 = backoff(0, base, cap);
+            assert!(b0 >= Duration::from_secs(5) && b0 <= base, "{b0:?}");
+            let b2 = backoff(2, base, cap);
+            assert!(b2 >= Duration::from_secs(20) && b2 <= Duration::from_secs(40), "{b2:?}");
+            let b9 = backoff(9, base, cap);
+            assert!(b9 >= Duration::from_secs(30) && b9 <= cap, "{b9:?}");
+        }
+        assert!(backoff(u32::MAX, base, cap) <= cap);
+    }
+}

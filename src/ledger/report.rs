@@ -1,0 +1,313 @@
+//! Read-only queries for `orchestrator report`: everything recorded in a time
+//! range `[start, end)`, each query walking a time index (cycles by start,
+//! experiments by creation, noise floors by stack and time, stages by
+//! creation) so a weekly report over a year-old ledger reads one week.
+//!
+//! Rows come back in index order and are aggregated by the caller: a
+//! `GROUP BY` here would sort through a temporary b-tree for no gain.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
+
+use super::codec::ts;
+use super::cycles::Cycle;
+use super::error::Ctx;
+use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
+use super::noise::NoiseFloor;
+use super::{Interval, Ledger, Result};
+use crate::menu::MenuId;
+use crate::vocab::{Arm, Digest, ProposerKind, StageState, VerdictKind};
+
+/// A verdict of a cycle started in the range, with what it was about and who
+/// proposed it (the proposal's proposer, else the cycle's).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportVerdict {
+    pub id: VerdictId,
+    pub cycle_id: CycleId,
+    pub experiment_id: Option<ExperimentId>,
+    pub kind: VerdictKind,
+    pub decided_at: DateTime<Utc>,
+    pub effect: Option<f64>,
+    pub interval: Option<Interval>,
+    pub noise_floor: Option<f64>,
+    pub pairs: u32,
+    pub reason: Option<String>,
+    pub menu_id: Option<MenuId>,
+    pub base_digest: Option<Digest>,
+    pub confirmation_of: Option<ExperimentId>,
+    pub proposer: ProposerKind,
+}
+
+impl FromRow<'_, SqliteRow> for ReportVerdict {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        let low: Option<f64> = row.try_get("interval_low")?;
+        let high: Option<f64> = row.try_get("interval_high")?;
+        Ok(ReportVerdict {
+            id: row.try_get("id")?,
+            cycle_id: row.try_get("cycle_id")?,
+            experiment_id: row.try_get("experiment_id")?,
+            kind: row.try_get("kind")?,
+            decided_at: row.try_get("decided_at")?,
+            effect: row.try_get("effect")?,
+            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+            noise_floor: row.try_get("noise_floor")?,
+            pairs: row.try_get("pairs")?,
+            reason: row.try_get("reason")?,
+            menu_id: row.try_get("menu_id")?,
+            base_digest: row.try_get("base_digest")?,
+            confirmation_of: row.try_get("confirmation_of")?,
+            proposer: row.try_get("proposer")?,
+        })
+    }
+}
+
+/// One proposer attempt, without its prompt or answer text (which can be
+/// long, and are not the report's business).
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct ReportProposal {
+    pub cycle_id: CycleId,
+    pub proposer: ProposerKind,
+    pub attempt: u32,
+    pub parsed: bool,
+    pub rejection_kind: Option<String>,
+}
+
+/// One measured (or refused) A/B run of an experiment created in the range.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct ReportRun {
+    pub experiment_id: ExperimentId,
+    pub created_at: DateTime<Utc>,
+    pub menu_id: MenuId,
+    pub base_digest: Digest,
+    pub arm: Arm,
+    pub seconds_per_token: Option<f64>,
+    pub refused: bool,
+}
+
+/// A stage that was open at some point of the range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportStage {
+    pub id: StageId,
+    pub experiment_id: ExperimentId,
+    pub state: StageState,
+    pub menu_id: MenuId,
+    pub base_digest: Digest,
+    pub effect: f64,
+    pub interval: Interval,
+    pub noise_floor: f64,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    pub note: Option<String>,
+}
+
+impl FromRow<'_, SqliteRow> for ReportStage {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        Ok(ReportStage {
+            id: row.try_get("id")?,
+            experiment_id: row.try_get("experiment_id")?,
+            state: row.try_get("state")?,
+            menu_id: row.try_get("menu_id")?,
+            base_digest: row.try_get("base_digest")?,
+            effect: row.try_get("effect")?,
+            interval: Interval {
+                low: row.try_get("interval_low")?,
+                high: row.try_get("interval_high")?,
+            },
+            noise_floor: row.try_get("noise_floor")?,
+            created_at: row.try_get("created_at")?,
+            decided_at: row.try_get("decided_at")?,
+            decided_by: row.try_get("decided_by")?,
+            note: row.try_get("note")?,
+        })
+    }
+}
+
+/// The latest value of one observed metric in the range, and where it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricReading {
+    pub cycle_id: CycleId,
+    pub observed_at: DateTime<Utc>,
+    pub value: f64,
+}
+
+pub(crate) const SQL_REPORT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
+     WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at";
+
+pub(crate) const SQL_REPORT_VERDICTS: &str = "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
+            v.interval_low, v.interval_high, v.noise_floor, v.pairs, v.reason, \
+            e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer \
+     FROM cycles c \
+     JOIN verdicts v ON v.cycle_id = c.id \
+     LEFT JOIN experiments e ON e.id = v.experiment_id \
+     LEFT JOIN proposals p ON p.id = e.proposal_id \
+     WHERE c.started_at >= ?1 AND c.started_at < ?2 ORDER BY c.started_at";
+
+pub(crate) const SQL_REPORT_PROPOSALS: &str = "SELECT p.cycle_id, p.proposer, p.attempt, p.parsed IS NOT NULL AS parsed, \
+            p.rejection_kind \
+     FROM cycles c JOIN proposals p ON p.cycle_id = c.id \
+     WHERE c.started_at >= ?1 AND c.started_at < ?2 ORDER BY c.started_at";
+
+pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
+            r.seconds_per_token, r.refused \
+     FROM experiments e JOIN runs r ON r.experiment_id = e.id \
+     WHERE e.created_at >= ?1 AND e.created_at < ?2 AND r.arm <> 'warmup' \
+     ORDER BY e.created_at";
+
+pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
+     WHERE stack = ?1 AND measured_at >= ?2 AND measured_at < ?3 ORDER BY measured_at";
+
+pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, s.base_digest, s.effect, \
+            s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
+            s.decided_by, s.note \
+     FROM stages s JOIN experiments e ON e.id = s.experiment_id \
+     WHERE s.created_at < ?2 AND (s.decided_at IS NULL OR s.decided_at >= ?1) \
+     ORDER BY s.created_at";
+
+/// `?3` is a JSON path (`$."name"`), built by [`metric_path`].
+pub(crate) const SQL_REPORT_METRIC: &str = "SELECT c.id AS cycle_id, o.observed_at, \
+            CAST(json_extract(o.metrics, ?3) AS REAL) AS value \
+     FROM cycles c JOIN observations o ON o.cycle_id = c.id \
+     WHERE c.started_at >= ?1 AND c.started_at < ?2 \
+       AND json_type(o.metrics, ?3) IN ('real', 'integer') \
+     ORDER BY c.started_at DESC LIMIT 1";
+
+/// The JSON path of a top-level key, quoted so any name is taken literally.
+fn metric_path(name: &str) -> String {
+    format!("$.{}", serde_json::Value::String(name.to_string()))
+}
+
+async fn cycles(c: &mut SqliteConnection, cx: &Ctx, start: &str, end: &str) -> Result<Vec<Cycle>> {
+    sqlx::query_as(SQL_REPORT_CYCLES)
+        .bind(start)
+        .bind(end)
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("read the report's cycles"))
+}
+
+impl Ledger {
+    /// Cycles started in `[start, end)`, oldest first.
+    pub async fn report_cycles(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<Cycle>> {
+        let mut c = self.conn("read the report's cycles").await?;
+        cycles(&mut c, &self.ctx, &ts(&start), &ts(&end)).await
+    }
+
+    /// Verdicts of the cycles started in `[start, end)`.
+    pub async fn report_verdicts(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<ReportVerdict>> {
+        let op = "read the report's verdicts";
+        let mut c = self.conn(op).await?;
+        sqlx::query_as(SQL_REPORT_VERDICTS)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))
+    }
+
+    /// Proposer attempts of the cycles started in `[start, end)`.
+    pub async fn report_proposals(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<ReportProposal>> {
+        let op = "read the report's proposals";
+        let mut c = self.conn(op).await?;
+        sqlx::query_as(SQL_REPORT_PROPOSALS)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))
+    }
+
+    /// Baseline and candidate runs (no warmups) of experiments created in
+    /// `[start, end)`, oldest experiment first.
+    pub async fn report_runs(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<ReportRun>> {
+        let op = "read the report's runs";
+        let mut c = self.conn(op).await?;
+        sqlx::query_as(SQL_REPORT_RUNS)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))
+    }
+
+    /// Noise floors of `stack` measured in `[start, end)`, oldest first.
+    pub async fn report_noise_floors(
+        &self,
+        stack: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<NoiseFloor>> {
+        let op = "read the report's noise floors";
+        let mut c = self.conn(op).await?;
+        sqlx::query_as(SQL_REPORT_NOISE_FLOORS)
+            .bind(stack)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))
+    }
+
+    /// Stages open at some point of `[start, end)`: created before its end
+    /// and not decided before its start.
+    pub async fn report_stages(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<ReportStage>> {
+        let op = "read the report's stages";
+        let mut c = self.conn(op).await?;
+        sqlx::query_as(SQL_REPORT_STAGES)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))
+    }
+
+    /// The latest numeric value of the observed metric `name` among the
+    /// cycles started in `[start, end)`, if any observation carries it.
+    pub async fn report_latest_metric(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        name: &str,
+    ) -> Result<Option<MetricReading>> {
+        let op = "read an observed metric";
+        let mut c = self.conn(op).await?;
+        let row = sqlx::query(SQL_REPORT_METRIC)
+            .bind(ts(&start))
+            .bind(ts(&end))
+            .bind(metric_path(name))
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))?;
+        row.map(|r| {
+            Ok(MetricReading {
+                cycle_id: r.try_get("cycle_id")?,
+                observed_at: r.try_get("observed_at")?,
+                value: r.try_get("value")?,
+            })
+        })
+        .transpose()
+        .map_err(self.ctx.err(op))
+    }
+}

@@ -1,0 +1,243 @@
+//! Opening, pragmas, transactions, concurrency and query plans.
+
+use super::*;
+
+#[tokio::test]
+async fn file_ledger_sets_its_pragmas_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub").join("orchestrator.db");
+    let ledger = Ledger::open(&path).await.unwrap();
+    let mut c = ledger.pool.acquire().await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+    let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+    drop(c);
+    assert_eq!(mode, "wal");
+    assert_eq!(fk, 1);
+    assert_eq!(sync, 1, "synchronous=NORMAL");
+    assert_eq!(busy, 10_000);
+    let id = ledger.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+    ledger.close().await;
+
+    // Reopening finds the schema applied and the data kept.
+    let again = Ledger::open(&path).await.unwrap();
+    assert_eq!(
+        again.cycle(id).await.unwrap().proposer,
+        ProposerKind::Bandit
+    );
+    assert_eq!(again.path(), path.as_path());
+}
+
+#[tokio::test]
+async fn open_names_the_file_when_it_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage.db");
+    std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+    let err = Ledger::open(&path).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn dropping_a_write_transaction_rolls_it_back() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let mut tx = ledger.begin_write().await.unwrap();
+    let id = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    assert_eq!(tx.cycle(id).await.unwrap().status, CycleStatus::Running);
+    drop(tx);
+    assert!(matches!(
+        ledger.cycle(id).await.unwrap_err(),
+        LedgerError::NotFound { .. }
+    ));
+}
+
+/// Two processes' worth of `stage approve` racing: separate pools on one
+/// file, each doing load → (write the profile) → decide → commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_decisions_on_a_file_ledger_exactly_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let setup = Ledger::open(&path).await.unwrap();
+    let mut stages = Vec::new();
+    for base in 1..=5 {
+        stages.push(staged_win(&setup, base).await.0);
+    }
+    setup.close().await;
+
+    let a = Ledger::open(&path).await.unwrap();
+    let b = Ledger::open(&path).await.unwrap();
+    for id in stages {
+        let barrier = Arc::new(Barrier::new(2));
+        let race = |ledger: Ledger, who: &'static str, decision| {
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut tx = ledger.begin_write().await?;
+                let stage = tx.stage(id).await?;
+                // The approve command writes the live profile here; hold the
+                // lock a while so the other side really has to wait.
+                if stage.state == StageState::Staged {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tx.decide_stage(id, decision, who, Some("raced"), t(400))
+                    .await?;
+                tx.commit().await
+            })
+        };
+        let one = race(a.clone(), "alice", StageDecision::Approved);
+        let two = race(b.clone(), "bob", StageDecision::Rejected);
+        let results = [one.await.unwrap(), two.await.unwrap()];
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "{results:?}");
+        let stage = a.stage(id).await.unwrap();
+        for r in results {
+            if let Err(e) = r {
+                match e {
+                    LedgerError::StageAlreadyDecided { by, state, .. } => {
+                        assert_eq!(Some(by), stage.decided_by);
+                        assert_eq!(state, stage.state);
+                    }
+                    other => panic!("the loser must get the typed refusal, got {other}"),
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_writer_stuck_past_the_timeout_gets_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let holder = Ledger::open(&path).await.unwrap();
+    let waiter = Ledger::open_with(&path, Duration::from_millis(200))
+        .await
+        .unwrap();
+    let held = holder.begin_write().await.unwrap();
+    let err = waiter.begin_write().await.unwrap_err();
+    drop(held);
+    let msg = err.to_string();
+    assert!(matches!(err, LedgerError::Locked { .. }), "{err:?}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("another orchestrator process"), "{msg}");
+    assert!(!msg.contains("database is locked"), "{msg}");
+    // Once the holder is gone the waiter writes normally.
+    waiter.begin_write().await.unwrap().commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn named_queries_use_indexes() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    for &q in NamedQuery::ALL {
+        let plan = ledger.query_plan(q).await.unwrap();
+        for line in plan.lines() {
+            let full_scan = line.starts_with("SCAN ")
+                && !line.contains(" USING ")
+                && !line.contains("VIRTUAL TABLE");
+            // The newest K experiments walk the primary key backwards and stop
+            // after K rows: bounded, not a full scan.
+            let bounded = q == NamedQuery::RecentExperiments && line == "SCAN e";
+            assert!(!full_scan || bounded, "{q:?} scans a table:\n{plan}");
+            assert!(!line.contains("TEMP B-TREE"), "{q:?} sorts rows:\n{plan}");
+        }
+        assert!(
+            plan.contains("USING") || q == NamedQuery::RecentExperiments,
+            "{q:?} uses no index:\n{plan}"
+        );
+    }
+    let dup = ledger
+        .query_plan(NamedQuery::DuplicateDecided)
+        .await
+        .unwrap();
+    assert!(dup.contains("experiments_by_identity"), "{dup}");
+    let floor = ledger
+        .query_plan(NamedQuery::LatestNoiseFloor)
+        .await
+        .unwrap();
+    assert!(floor.contains("noise_floors_by_stack"), "{floor}");
+}
+
+#[test]
+fn canonical_json_sorts_keys_at_every_level() {
+    let v: serde_json::Value =
+        serde_json::from_str(r#"{"b": [{"y": 1, "x": 2}], "a": null}"#).unwrap();
+    assert_eq!(
+        codec::canonical_json(&v),
+        r#"{"a":null,"b":[{"x":2,"y":1}]}"#
+    );
+}
+
+#[test]
+fn timestamps_are_fixed_width_and_ordered() {
+    let a = codec::ts(&t(0));
+    let b = codec::ts(&(t(0) + chrono::Duration::microseconds(1)));
+    assert_eq!(a, "2026-11-29T08:00:00.000000Z");
+    assert_eq!(a.len(), 27);
+    assert!(a < b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_opening_a_fresh_ledger_at_once_migrate_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { Ledger::open(&path).await })
+        })
+        .collect();
+    for open in opens {
+        let ledger = open.await.unwrap().unwrap();
+        ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    }
+    let ledger = Ledger::open(&path).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, i64::try_from(MIGRATOR.iter().count()).unwrap());
+    assert_eq!(ledger.recent_cycles(10).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn an_edited_or_newer_schema_is_refused_with_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let ledger = Ledger::open(&path).await.unwrap();
+    raw(&ledger, "UPDATE _sqlx_migrations SET checksum = x'00'")
+        .await
+        .unwrap();
+    ledger.close().await;
+    let edited = Ledger::open(&path).await.unwrap_err();
+    let msg = edited.to_string();
+    assert!(matches!(edited, LedgerError::Migrate { .. }), "{edited:?}");
+    assert!(msg.contains("never edited"), "{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let ledger = Ledger::open(&path).await.unwrap();
+    raw(
+        &ledger,
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99991231000000, 'from the future', 1, x'00', 0)",
+    )
+    .await
+    .unwrap();
+    ledger.close().await;
+    let newer = Ledger::open(&path).await.unwrap_err();
+    assert!(newer.to_string().contains("newer orchestrator"), "{newer}");
+}

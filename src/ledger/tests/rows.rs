@@ -1,0 +1,429 @@
+//! Round trips of cycles, observations, proposals, experiments, runs, noise
+//! floors and reference hashes, with the rules the schema enforces on them.
+
+use super::*;
+
+#[tokio::test]
+async fn cycle_round_trip_and_close_once() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let id = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let open = ledger.cycle(id).await.unwrap();
+    assert_eq!(
+        open,
+        Cycle {
+            id,
+            started_at: t(0),
+            ended_at: None,
+            status: CycleStatus::Running,
+            error: None,
+            proposer: ProposerKind::Model,
+        }
+    );
+    let outcome = CycleOutcome::Failed("model unreachable at http://127.0.0.1:9".into());
+    ledger.close_cycle(id, &outcome, t(5)).await.unwrap();
+    let closed = ledger.cycle(id).await.unwrap();
+    assert_eq!(closed.status, CycleStatus::Failed);
+    assert_eq!(closed.ended_at, Some(t(5)));
+    assert_eq!(
+        closed.error.as_deref(),
+        Some("model unreachable at http://127.0.0.1:9")
+    );
+
+    let again = ledger
+        .close_cycle(id, &CycleOutcome::Completed, t(6))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            LedgerError::CycleNotRunning {
+                status: CycleStatus::Failed,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    let missing = ledger.cycle(CycleId(999)).await.unwrap_err();
+    assert!(missing.to_string().contains("cycle 999"), "{missing}");
+}
+
+#[tokio::test]
+async fn abort_running_cycles_closes_only_running_ones() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let a = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let b = ledger.open_cycle(t(1), ProposerKind::Model).await.unwrap();
+    let done = ledger.open_cycle(t(2), ProposerKind::Model).await.unwrap();
+    ledger
+        .close_cycle(done, &CycleOutcome::Completed, t(3))
+        .await
+        .unwrap();
+
+    let n = ledger
+        .abort_running_cycles("found running at start: the daemon crashed", t(10))
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    for id in [a, b] {
+        let c = ledger.cycle(id).await.unwrap();
+        assert_eq!(c.status, CycleStatus::Aborted);
+        assert_eq!(c.ended_at, Some(t(10)));
+        assert_eq!(
+            c.error.as_deref(),
+            Some("found running at start: the daemon crashed")
+        );
+    }
+    assert_eq!(
+        ledger.cycle(done).await.unwrap().status,
+        CycleStatus::Completed
+    );
+    assert_eq!(
+        ledger.abort_running_cycles("again", t(11)).await.unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn observation_round_trip() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let new = NewObservation {
+        cycle_id: cycle,
+        observed_at: t(1),
+        metrics: json!({"seconds_per_token": 1.7, "tier_hits": {"ram": 0.5}}),
+        heat: Some(json!({"coverage": 0.9})),
+        live_profile_digest: digest(1),
+    };
+    let id = ledger.insert_observation(&new).await.unwrap();
+    let got = ledger.observation(cycle).await.unwrap().unwrap();
+    assert_eq!(
+        got,
+        Observation {
+            id,
+            cycle_id: cycle,
+            observed_at: t(1),
+            metrics: new.metrics.clone(),
+            heat: new.heat.clone(),
+            live_profile_digest: digest(1),
+        }
+    );
+    let bad = ledger
+        .insert_observation(&NewObservation {
+            metrics: json!([1, 2]),
+            ..new
+        })
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("an array"), "{bad}");
+}
+
+#[tokio::test]
+async fn proposal_round_trip_keeps_raw_answer_and_rejection() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let rejected = NewProposal {
+        cycle_id: cycle,
+        proposer: ProposerKind::Model,
+        attempt: 1,
+        created_at: t(1),
+        prompt: Some("choose one experiment".into()),
+        raw_answer: Some("{\"experiment\": \"rm -rf /\"}".into()),
+        parsed: None,
+        rejection: Some(ProposalRejection {
+            kind: "off_menu".into(),
+            reason: "the experiment id is not on the menu".into(),
+        }),
+    };
+    let accepted = NewProposal {
+        attempt: 2,
+        created_at: t(2),
+        raw_answer: Some("{\"experiment\":\"remeasure\",\"params\":{}}".into()),
+        parsed: Some(json!({"experiment": "remeasure", "params": {}})),
+        rejection: None,
+        ..rejected.clone()
+    };
+    let r1 = ledger.insert_proposal(&rejected).await.unwrap();
+    let r2 = ledger.insert_proposal(&accepted).await.unwrap();
+    let got = ledger.proposals(cycle).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].id, r1);
+    assert_eq!(got[0].raw_answer, rejected.raw_answer);
+    assert_eq!(got[0].rejection, rejected.rejection);
+    assert_eq!(got[0].parsed, None);
+    assert_eq!(got[1].id, r2);
+    assert_eq!(got[1].attempt, 2);
+    assert_eq!(got[1].parsed, accepted.parsed);
+    assert_eq!(got[1].prompt.as_deref(), Some("choose one experiment"));
+
+    // Neither parsed nor refused says nothing: the schema refuses it.
+    let silent = NewProposal {
+        attempt: 3,
+        parsed: None,
+        rejection: None,
+        ..rejected.clone()
+    };
+    assert_constraint(ledger.insert_proposal(&silent).await, "silent proposal");
+    // The same attempt twice.
+    assert_constraint(ledger.insert_proposal(&rejected).await, "repeated attempt");
+}
+
+#[tokio::test]
+async fn experiment_round_trip_with_canonical_parameters() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let proposal = ledger
+        .insert_proposal(&NewProposal {
+            cycle_id: cycle,
+            proposer: ProposerKind::Model,
+            attempt: 1,
+            created_at: t(1),
+            prompt: Some("p".into()),
+            raw_answer: Some("a".into()),
+            parsed: Some(json!({"experiment": "rerank_pins"})),
+            rejection: None,
+        })
+        .await
+        .unwrap();
+    let new = NewExperiment {
+        proposal_id: Some(proposal),
+        menu_id: MenuId::RerankPins,
+        parameters: serde_json::from_str(r#"{"pin_count": 64, "a": {"z": 1, "b": 2}}"#).unwrap(),
+        planner_notes: Some(
+            json!({"hit_rate": {"new": 0.61, "current": 0.55, "lru": 0.5, "belady": 0.7}}),
+        ),
+        ..experiment(cycle, 1, 2)
+    };
+    let id = ledger.insert_experiment(&new).await.unwrap();
+    let got = ledger.experiment(id).await.unwrap();
+    assert_eq!(
+        got,
+        Experiment {
+            id,
+            cycle_id: cycle,
+            proposal_id: Some(proposal),
+            confirmation_of: None,
+            created_at: new.created_at,
+            menu_id: MenuId::RerankPins,
+            parameters: new.parameters.clone(),
+            method: Method::Bench,
+            base_profile: new.base_profile.clone(),
+            base_digest: digest(1),
+            candidate_profile: new.candidate_profile.clone(),
+            candidate_digest: digest(2),
+            planner_notes: new.planner_notes.clone(),
+        }
+    );
+    let stored: String = sqlx::query_scalar("SELECT parameters FROM experiments WHERE id = ?1")
+        .bind(id)
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, r#"{"a":{"b":2,"z":1},"pin_count":64}"#);
+
+    let not_object = ledger
+        .insert_experiment(&NewExperiment {
+            parameters: json!(4),
+            ..experiment(cycle, 1, 2)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(not_object, LedgerError::NotAnObject { .. }),
+        "{not_object:?}"
+    );
+}
+
+#[tokio::test]
+async fn run_round_trip_and_run_rules() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let exp = ledger
+        .insert_experiment(&experiment(cycle, 1, 2))
+        .await
+        .unwrap();
+    let warmup = NewRun {
+        seconds_per_token: None,
+        timing_source: None,
+        tokens: None,
+        output_hash: None,
+        exit_code: Some(4),
+        error: Some("exit 4: an expert failed to load".into()),
+        stderr_tail: "expert 3,17: short read\n".into(),
+        ..run(exp, Arm::Warmup, 0, None)
+    };
+    let refused = NewRun {
+        seconds_per_token: None,
+        refused: true,
+        output_hash: Some("0000000000000bad".into()),
+        timing_source: Some(TimingSource::Client),
+        ..run(exp, Arm::Candidate, 1, Some(0))
+    };
+    let good = run(exp, Arm::Baseline, 2, Some(0));
+    let mut ids = Vec::new();
+    for r in [&warmup, &refused, &good] {
+        ids.push(ledger.insert_run(r).await.unwrap());
+    }
+    let got = ledger.runs(exp).await.unwrap();
+    assert_eq!(got.len(), 3);
+    for ((stored, new), id) in got.iter().zip([&warmup, &refused, &good]).zip(&ids) {
+        assert_eq!(
+            stored,
+            &Run {
+                id: *id,
+                experiment_id: new.experiment_id,
+                arm: new.arm,
+                order_index: new.order_index,
+                pair_index: new.pair_index,
+                started_at: new.started_at,
+                seconds_per_token: new.seconds_per_token,
+                timing_source: new.timing_source,
+                tokens: new.tokens,
+                output_hash: new.output_hash.clone(),
+                exit_code: new.exit_code,
+                duration_s: new.duration_s,
+                stderr_tail: new.stderr_tail.clone(),
+                refused: new.refused,
+                error: new.error.clone(),
+            }
+        );
+    }
+
+    // A refused run never carries a metric.
+    let refused_with_metric = NewRun {
+        refused: true,
+        ..run(exp, Arm::Candidate, 3, Some(1))
+    };
+    assert_constraint(
+        ledger.insert_run(&refused_with_metric).await,
+        "refused metric",
+    );
+    // Warmups belong to no pair, measured runs to one.
+    assert_constraint(
+        ledger.insert_run(&run(exp, Arm::Warmup, 4, Some(1))).await,
+        "warmup in a pair",
+    );
+    assert_constraint(
+        ledger.insert_run(&run(exp, Arm::Baseline, 5, None)).await,
+        "pairless baseline",
+    );
+    // Two runs in the same slot.
+    assert_constraint(ledger.insert_run(&good).await, "same order index");
+}
+
+#[tokio::test]
+async fn foreign_keys_are_enforced() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    assert_constraint(
+        ledger
+            .insert_run(&run(ExperimentId(42), Arm::Baseline, 0, Some(0)))
+            .await,
+        "run of a missing experiment",
+    );
+    assert_constraint(
+        ledger
+            .insert_experiment(&experiment(CycleId(7), 1, 2))
+            .await,
+        "experiment of a missing cycle",
+    );
+    let err = ledger
+        .insert_verdict(
+            ExperimentId(42),
+            &measured(VerdictKind::Loss, 0.1, 0.05, 0.2),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LedgerError::NotFound {
+                what: "experiment",
+                id: 42,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn noise_floor_latest_per_stack() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    assert_eq!(ledger.latest_noise_floor("tinyk3").await.unwrap(), None);
+    let older = NewNoiseFloor {
+        stack: "tinyk3".into(),
+        profile_digest: digest(1),
+        value: 0.031,
+        n: 8,
+        method: "A/A log-ratio quantile".into(),
+        measured_at: t(0),
+        experiment_id: None,
+    };
+    let newer = NewNoiseFloor {
+        value: 0.024,
+        n: 12,
+        measured_at: t(60),
+        ..older.clone()
+    };
+    let other_stack = NewNoiseFloor {
+        stack: "llama".into(),
+        value: 0.5,
+        measured_at: t(120),
+        ..older.clone()
+    };
+    ledger.insert_noise_floor(&newer).await.unwrap();
+    ledger.insert_noise_floor(&older).await.unwrap();
+    ledger.insert_noise_floor(&other_stack).await.unwrap();
+    let got = ledger.latest_noise_floor("tinyk3").await.unwrap().unwrap();
+    assert_eq!(got.value, 0.024);
+    assert_eq!(got.n, 12);
+    assert_eq!(got.measured_at, t(60));
+    assert_eq!(got.method, "A/A log-ratio quantile");
+    assert_eq!(got.profile_digest, digest(1));
+}
+
+#[tokio::test]
+async fn reference_hash_current_is_the_latest_pin() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let first = NewReferenceHash {
+        stack: "tinyk3".into(),
+        prompt_set: "greedy-8".into(),
+        profile_digest: digest(1),
+        output_hash: "aaaaaaaaaaaaaaaa".into(),
+        pinned_at: t(0),
+        pinned_by: "orchestrator".into(),
+        reason: "first pin".into(),
+    };
+    let repin = NewReferenceHash {
+        output_hash: "bbbbbbbbbbbbbbbb".into(),
+        pinned_at: t(500),
+        pinned_by: "alice".into(),
+        reason: "engine rebuilt with the new kernels".into(),
+        ..first.clone()
+    };
+    ledger.pin_reference_hash(&first).await.unwrap();
+    let id = ledger.pin_reference_hash(&repin).await.unwrap();
+    let got = ledger
+        .current_reference_hash("tinyk3", "greedy-8")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got,
+        ReferenceHash {
+            id,
+            stack: "tinyk3".into(),
+            prompt_set: "greedy-8".into(),
+            profile_digest: digest(1),
+            output_hash: "bbbbbbbbbbbbbbbb".into(),
+            pinned_at: t(500),
+            pinned_by: "alice".into(),
+            reason: "engine rebuilt with the new kernels".into(),
+        }
+    );
+    assert_eq!(
+        ledger
+            .current_reference_hash("tinyk3", "other")
+            .await
+            .unwrap(),
+        None
+    );
+}

@@ -1,0 +1,206 @@
+//! Shadow instances: a throw-away copy of the serving stack started with a
+//! candidate profile on a free loopback port, measured through its surface
+//! like the live one, then stopped (its whole process group killed and
+//! reaped). The live stack is never touched.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::cancel::Cancel;
+use super::preflight;
+use super::process::{self, Group, Spec};
+use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use super::surface::SurfaceScorer;
+use super::template::{ArgvTemplate, RenderContext};
+use crate::config::{Config, Shadow};
+use crate::vocab::Method;
+
+/// Pause between health probes.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// One health probe's own bound.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Starts shadow instances and measures them with a surface scorer.
+#[derive(Debug, Clone)]
+pub struct ShadowScorer {
+    pub argv: ArgvTemplate,
+    pub env: BTreeMap<String, String>,
+    pub health_path: String,
+    pub start_timeout: Duration,
+    /// The children's working directory (the config's directory).
+    pub cwd: PathBuf,
+    /// Memory that must stay free beyond the profile's budget, in GB.
+    pub headroom_gb: f64,
+    /// The measurement, pointed at each shadow in turn.
+    pub surface: SurfaceScorer,
+}
+
+/// A started, healthy shadow instance. Dropping it kills its group.
+#[derive(Debug)]
+pub struct RunningShadow {
+    group: Group,
+    base_url: reqwest::Url,
+}
+
+impl RunningShadow {
+    pub fn base_url(&self) -> &reqwest::Url {
+        &self.base_url
+    }
+
+    /// The leader's pid (also its process group).
+    pub fn pid(&self) -> i32 {
+        self.group.pid()
+    }
+
+    /// Kills the whole group, reaps it, returns its stderr tail.
+    pub async fn stop(self) -> String {
+        self.group.stop().await
+    }
+}
+
+impl ShadowScorer {
+    /// The shadow scorer the config describes (needs `[stack.shadow]` and
+    /// `[stack.surface]`).
+    pub fn from_config(config: &Config) -> Option<ShadowScorer> {
+        let shadow = config.stack.shadow.as_ref()?;
+        let surface = SurfaceScorer::from_config(config)?;
+        Some(ShadowScorer::new(shadow, config, surface))
+    }
+
+    pub fn new(shadow: &Shadow, config: &Config, surface: SurfaceScorer) -> ShadowScorer {
+        ShadowScorer {
+            argv: shadow.argv.clone(),
+            env: shadow.env.clone(),
+            health_path: shadow.health_path.clone(),
+            start_timeout: shadow.start_timeout.duration(),
+            cwd: config.base_dir.clone(),
+            headroom_gb: config.measure.memory_headroom_gb,
+            surface,
+        }
+    }
+
+    /// Starts a shadow for `profile` and waits until it answers 200 on the
+    /// health path, it exits, the deadline passes or `cancel` fires.
+    pub async fn start(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+    ) -> Result<RunningShadow, RunFailure> {
+        preflight::check(&profile.profile, self.headroom_gb).map_err(RunFailure::before_start)?;
+        let port = free_port().map_err(|source| {
+            RunFailure::before_start(MeasureError::Spawn(process::ProcessError::Spawn {
+                program: "(a free loopback port)".into(),
+                cwd: self.cwd.clone(),
+                source,
+            }))
+        })?;
+        let ctx = RenderContext {
+            out: None,
+            profile: Some(profile.path.clone()),
+            port: Some(port),
+        };
+        let mut argv = self.argv.render(&profile.profile, profile.dir(), &ctx);
+        let program = argv.remove(0);
+        let spec = Spec {
+            program,
+            args: argv,
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            timeout: self.start_timeout,
+            capture_stdout: false,
+            cgroup_procs: None,
+        };
+        let mut group =
+            Group::spawn(&spec).map_err(|e| RunFailure::before_start(MeasureError::Spawn(e)))?;
+        let base_url: reqwest::Url = format!("http://127.0.0.1:{port}")
+            .parse()
+            .expect("a loopback URL parses");
+        let health = base_url
+            .join(&self.health_path)
+            .unwrap_or_else(|_| base_url.clone());
+        let client = reqwest::Client::builder()
+            .timeout(PROBE_TIMEOUT)
+            .build()
+            .expect("a client with a timeout always builds");
+        let t0 = Instant::now();
+        let mut last = String::from("no answer yet");
+        loop {
+            if let Some(status) = group.try_exited() {
+                let tail = group.stop().await;
+                return Err(RunFailure {
+                    error: MeasureError::ShadowExited {
+                        status: status.to_string(),
+                        message: process::last_line(&tail).to_string(),
+                    },
+                    exit_code: status.code(),
+                    duration: t0.elapsed(),
+                    stderr_tail: tail,
+                });
+            }
+            if cancel.is_cancelled() || t0.elapsed() >= self.start_timeout {
+                let tail = group.stop().await;
+                let error = if cancel.is_cancelled() {
+                    MeasureError::Cancelled
+                } else {
+                    MeasureError::ShadowUnhealthy {
+                        url: health.to_string(),
+                        after: self.start_timeout,
+                        last,
+                    }
+                };
+                return Err(RunFailure {
+                    error,
+                    exit_code: None,
+                    duration: t0.elapsed(),
+                    stderr_tail: tail,
+                });
+            }
+            match client.get(health.clone()).send().await {
+                Ok(r) if r.status().is_success() => {
+                    return Ok(RunningShadow { group, base_url });
+                }
+                Ok(r) => last = format!("HTTP {}", r.status()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+            }
+        }
+    }
+}
+
+/// A loopback port free right now. Another process could take it before
+/// the shadow binds it; the shadow then exits and the run fails loudly.
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Scorer for ShadowScorer {
+    fn method(&self) -> Method {
+        Method::Surface
+    }
+
+    async fn score(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+    ) -> Result<RunOutcome, RunFailure> {
+        let shadow = self.start(profile, cancel).await?;
+        let measured = self.surface.at(shadow.base_url()).measure(cancel).await;
+        let tail = shadow.stop().await;
+        match measured {
+            Ok(mut o) => {
+                o.stderr_tail = tail;
+                Ok(o)
+            }
+            Err(mut f) => {
+                f.stderr_tail = tail;
+                Err(f)
+            }
+        }
+    }
+}

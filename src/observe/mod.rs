@@ -1,0 +1,233 @@
+//! Observe: what the cycle reads before proposing — the stack's metrics, its
+//! expert heat histogram and request trace. What cannot be read is said
+//! (in [`Observation::gaps`]), and fails the cycle only when the config says
+//! metrics are required.
+//!
+//! - [`prometheus`]: the stack's metrics, in the Prometheus text format.
+
+pub mod prometheus;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::brain::LiveMetrics;
+use crate::config::Metrics;
+use crate::heat::{Heat, Trace};
+
+/// Our names for the series the proposer is shown (`[stack.metrics.names]`).
+pub const SECONDS_PER_TOKEN: &str = "seconds_per_token";
+pub const HEAT_COVERAGE: &str = "heat_coverage";
+pub const TIER_RESIDENCY: &str = "tier_residency";
+pub const FAR_AVAILABLE: &str = "far_available";
+pub const DRAFT_PROPOSED: &str = "draft_proposed";
+pub const DRAFT_ACCEPTED: &str = "draft_accepted";
+
+/// What one cycle saw.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    pub metrics: LiveMetrics,
+    pub heat: Option<Heat>,
+    pub trace: Option<Trace>,
+    /// What could not be read, and why (shown in logs and stored).
+    pub gaps: Vec<String>,
+}
+
+/// The metrics could not be read and the config requires them.
+#[derive(Debug, thiserror::Error)]
+#[error("the stack's metrics are required ([stack.metrics] required = true) but could not be read: {0}")]
+pub struct MetricsRequired(pub String);
+
+impl Observation {
+    /// The snapshot stored in the ledger's observation row.
+    pub fn metrics_json(&self) -> Value {
+        let m = &self.metrics;
+        json!({
+            SECONDS_PER_TOKEN: m.seconds_per_token,
+            HEAT_COVERAGE: m.heat_coverage,
+            TIER_RESIDENCY: m.tier_residency,
+            FAR_AVAILABLE: m.far_available,
+            "draft_acceptance": m.draft_acceptance,
+            "other": m.other,
+            "gaps": self.gaps,
+        })
+    }
+
+    /// A small summary of the heat (not the whole histogram).
+    pub fn heat_json(&self) -> Option<Value> {
+        let heat = self.heat.as_ref()?;
+        let shape = heat.shape();
+        let ranked = heat.ranked();
+        let top: Vec<Value> = ranked
+            .iter()
+            .take(16)
+            .map(|(e, n)| json!([e.layer, e.expert, n]))
+            .collect();
+        Some(json!({
+            "n_layers": shape.n_layers,
+            "n_experts": shape.n_experts,
+            "requests": heat.total(),
+            "trace_requests": self.trace.as_ref().map(|t| t.requests().len()),
+            "hottest": top,
+        }))
+    }
+}
+
+/// Reads everything `[stack.metrics]` names. Never fails unless metrics are
+/// required; gaps are reported instead.
+pub async fn observe(
+    cfg: Option<&Metrics>,
+    client: &reqwest::Client,
+) -> Result<Observation, MetricsRequired> {
+    let mut obs = Observation::default();
+    let Some(cfg) = cfg else {
+        obs.gaps
+            .push("no [stack.metrics] configured: the proposer sees no live metrics".into());
+        return Ok(obs);
+    };
+    match scrape(client, cfg).await {
+        Ok(samples) => obs.metrics = live_metrics(&samples, &cfg.names),
+        Err(e) if cfg.required => return Err(MetricsRequired(e)),
+        Err(e) => obs.gaps.push(format!("metrics: {e}")),
+    }
+    if let Some(source) = &cfg.heat {
+        match read_heat(client, source).await {
+            Ok(heat) => {
+                if let Some(path) = &cfg.heat_trace {
+                    if let Some(flush) = &cfg.heat_flush
+                        && let Err(e) = client.post(flush.clone()).send().await.and_then(|r| r.error_for_status())
+                    {
+                        obs.gaps.push(format!("heat flush {flush}: {e}"));
+                    }
+                    match Trace::load(path, heat.shape()) {
+                        Ok(t) => obs.trace = Some(t),
+                        Err(e) => obs.gaps.push(format!("trace: {e}")),
+                    }
+                }
+                obs.heat = Some(heat);
+            }
+            Err(e) => obs.gaps.push(format!("heat: {e}")),
+        }
+    }
+    Ok(obs)
+}
+
+async fn scrape(
+    client: &reqwest::Client,
+    cfg: &Metrics,
+) -> Result<Vec<prometheus::Sample>, String> {
+    let resp = client
+        .get(cfg.url.clone())
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| format!("{}: {e}", cfg.url))?;
+    if !resp.status().is_success() {
+        return Err(format!("{} answered {}", cfg.url, resp.status()));
+    }
+    let text = resp.text().await.map_err(|e| format!("{}: {e}", cfg.url))?;
+    prometheus::parse(&text).map_err(|e| format!("{}: {e}", cfg.url))
+}
+
+/// Maps the stack's series to the proposer's view through the config's names.
+fn live_metrics(samples: &[prometheus::Sample], names: &BTreeMap<String, String>) -> LiveMetrics {
+    let get = |ours: &str| {
+        names
+            .get(ours)
+            .and_then(|theirs| prometheus::value(samples, theirs))
+            .filter(|v| v.is_finite())
+    };
+    let draft_acceptance = match (get(DRAFT_PROPOSED), get(DRAFT_ACCEPTED)) {
+        (Some(p), Some(a)) if p > 0.0 => Some(a / p),
+        _ => None,
+    };
+    let known = [
+        SECONDS_PER_TOKEN,
+        HEAT_COVERAGE,
+        TIER_RESIDENCY,
+        FAR_AVAILABLE,
+        DRAFT_PROPOSED,
+        DRAFT_ACCEPTED,
+    ];
+    let other = names
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .filter_map(|k| get(k).map(|v| (k.clone(), v)))
+        .collect();
+    LiveMetrics {
+        seconds_per_token: get(SECONDS_PER_TOKEN),
+        tier_residency: get(TIER_RESIDENCY),
+        heat_coverage: get(HEAT_COVERAGE),
+        far_available: get(FAR_AVAILABLE),
+        draft_acceptance,
+        other,
+    }
+}
+
+async fn read_heat(client: &reqwest::Client, source: &str) -> Result<Heat, String> {
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let resp = client
+            .get(source)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| format!("{source}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("{source} answered {}", resp.status()));
+        }
+        let text = resp.text().await.map_err(|e| format!("{source}: {e}"))?;
+        Heat::parse(&text, source).map_err(|e| e.to_string())
+    } else {
+        Heat::load(std::path::Path::new(source)).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_the_stacks_names_and_derives_acceptance() {
+        let samples = prometheus::parse(
+            "tinyk3_seconds_per_token 0.05\ntinyk3_draft_proposed_total 10\ntinyk3_draft_accepted_total 7\nx_other 3\n",
+        )
+        .unwrap();
+        let names: BTreeMap<String, String> = [
+            ("seconds_per_token", "tinyk3_seconds_per_token"),
+            ("draft_proposed", "tinyk3_draft_proposed_total"),
+            ("draft_accepted", "tinyk3_draft_accepted_total"),
+            ("queue", "x_other"),
+            ("missing", "not_there"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let m = live_metrics(&samples, &names);
+        assert_eq!(m.seconds_per_token, Some(0.05));
+        assert_eq!(m.draft_acceptance, Some(0.7));
+        assert_eq!(m.other.get("queue"), Some(&3.0));
+        assert!(!m.other.contains_key("missing"));
+        assert_eq!(m.heat_coverage, None);
+    }
+
+    #[tokio::test]
+    async fn unreachable_metrics_are_a_gap_unless_required() {
+        let mut cfg = Metrics {
+            url: "http://127.0.0.1:9/metrics".parse().unwrap(),
+            names: BTreeMap::new(),
+            heat: Some("/nonexistent/expert_hist.json".into()),
+            heat_trace: None,
+            heat_flush: None,
+            required: false,
+        };
+        let client = reqwest::Client::new();
+        let obs = observe(Some(&cfg), &client).await.unwrap();
+        assert_eq!(obs.gaps.len(), 2, "{:?}", obs.gaps);
+        assert!(obs.gaps[0].starts_with("metrics:"), "{:?}", obs.gaps);
+        assert!(obs.gaps[1].contains("expert_hist.json"), "{:?}", obs.gaps);
+        cfg.required = true;
+        let err = observe(Some(&cfg), &client).await.unwrap_err();
+        assert!(err.to_string().contains("required = true"), "{err}");
+    }
+}

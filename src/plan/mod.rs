@@ -1,0 +1,250 @@
+//! Planners: turn a validated proposal plus the observation into a candidate
+//! profile (and the files it names), one planner per menu entry.
+//!
+//! Planners see only [`Proposal`] values (numbers and the menu's own enum
+//! strings), the live profile and measured inputs; nothing the served model
+//! wrote reaches a path. File names come from content digests.
+//!
+//! - [`pins`]: `rerank_pins`, checked by [`replay`] of the recorded trace.
+//! - [`warm_set`], [`speculative`], [`split`], [`remeasure`]: the other entries.
+//! - [`pin_list`]: the `K3EXPERTS` format.
+
+pub mod pin_list;
+pub mod pins;
+pub mod remeasure;
+pub mod replay;
+pub mod speculative;
+pub mod split;
+pub mod warm_set;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::heat::{Heat, Trace};
+use crate::menu::{MenuId, Proposal};
+use crate::profile::Profile;
+
+pub use pin_list::PinList;
+
+/// GB as the profile and the engines count them (10^9 bytes).
+const GB: f64 = 1e9;
+
+/// What a planner may look at. The caller loads the files; planners are pure.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanContext<'a> {
+    pub live: &'a Profile,
+    /// The live profile's file: its `pins.file` is relative to its directory.
+    pub live_path: &'a Path,
+    /// Where candidates and their pin lists go (e.g. `ledger/profiles/`).
+    pub profiles_dir: &'a Path,
+    /// Bytes of one routed expert (`[stack] expert_bytes`).
+    pub expert_bytes: Option<u64>,
+    pub heat: Option<&'a Heat>,
+    pub trace: Option<&'a Trace>,
+    /// The live pin list (`live.pins_path(live_path)`), when the live profile
+    /// names one.
+    pub current_pins: Option<&'a PinList>,
+    /// Experts each token uses per layer, when the caller knows it.
+    pub top_k: Option<u32>,
+}
+
+impl PlanContext<'_> {
+    /// top-k and where it came from: the caller, the live pin list's header,
+    /// or the trace's shape (see [`replay::infer_top_k`]).
+    pub fn top_k(&self) -> Option<(u32, &'static str)> {
+        self.top_k
+            .map(|k| (k, "given"))
+            .or_else(|| self.current_pins.map(|p| (p.top_k, "the live pin list")))
+            .or_else(|| self.trace.and_then(replay::infer_top_k).map(|k| (k, "the trace")))
+    }
+
+    /// Checks a candidate and names its file; `NoChange` when it is the live
+    /// profile.
+    fn finish(
+        &self,
+        candidate: Profile,
+        files: Vec<(PathBuf, Vec<u8>)>,
+        notes: Value,
+    ) -> Result<Plan, PlanRefusal> {
+        candidate.validate().map_err(|why| PlanRefusal::Invalid {
+            why: format!("the candidate would not be a valid profile: {why}"),
+        })?;
+        if candidate == *self.live {
+            return Err(PlanRefusal::NoChange);
+        }
+        let candidate_path = self
+            .profiles_dir
+            .join(format!("{}.toml", candidate.digest()));
+        Ok(Plan {
+            candidate,
+            candidate_path,
+            files,
+            notes,
+            candidate_is_live: false,
+        })
+    }
+}
+
+/// A candidate ready to be written and measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub candidate: Profile,
+    /// Where the candidate is written: in the profiles directory, named by its
+    /// digest (for `remeasure`, the live profile's own file).
+    pub candidate_path: PathBuf,
+    /// Files the candidate names (pin lists), named by content digest.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// What the planner predicted and from what, for the ledger.
+    pub notes: Value,
+    /// An A/A: the candidate is the live profile and nothing is written.
+    pub candidate_is_live: bool,
+}
+
+/// Why a proposal yields nothing to measure. Each message says what to do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanRefusal {
+    #[error("{why}; choose another experiment")]
+    NotApplicable { why: String },
+    #[error("the candidate equals the live profile: nothing to measure; choose other parameters")]
+    NoChange,
+    #[error("{why}: not measured; choose other parameters or another experiment")]
+    NotPredictedToHelp { why: String, notes: Value },
+    #[error("missing {what}: {fix}")]
+    MissingInput { what: String, fix: String },
+    #[error("{why}")]
+    Invalid { why: String },
+}
+
+impl PlanRefusal {
+    /// A short stable name for the ledger.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PlanRefusal::NotApplicable { .. } => "not_applicable",
+            PlanRefusal::NoChange => "no_change",
+            PlanRefusal::NotPredictedToHelp { .. } => "not_predicted_to_help",
+            PlanRefusal::MissingInput { .. } => "missing_input",
+            PlanRefusal::Invalid { .. } => "invalid",
+        }
+    }
+
+    /// The planner's predictions, when it got far enough to make some.
+    pub fn notes(&self) -> Option<&Value> {
+        match self {
+            PlanRefusal::NotPredictedToHelp { notes, .. } => Some(notes),
+            _ => None,
+        }
+    }
+}
+
+/// One menu entry's planner.
+pub trait Planner: Sync {
+    fn id(&self) -> MenuId;
+    fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal>;
+}
+
+/// The planner of a menu entry.
+pub fn planner(id: MenuId) -> &'static dyn Planner {
+    match id {
+        MenuId::RerankPins => &pins::RerankPins,
+        MenuId::DeepenWarmSet => &warm_set::DeepenWarmSet,
+        MenuId::StageSpeculative => &speculative::StageSpeculative,
+        MenuId::RebalanceTrunkCache => &split::RebalanceTrunkCache,
+        MenuId::Remeasure => &remeasure::Remeasure,
+    }
+}
+
+/// Plans a validated proposal.
+pub fn plan(ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal> {
+    planner(proposal.experiment).plan(ctx, proposal)
+}
+
+/// Writes the plan's files, then its candidate profile, each atomically, so a
+/// candidate never names a file that is not there yet. Files already holding
+/// the same content are left alone (names are content digests), and an A/A
+/// writes nothing: the live profile is never rewritten here.
+pub fn write_plan(plan: &Plan) -> io::Result<()> {
+    for (path, bytes) in &plan.files {
+        if std::fs::read(path).is_ok_and(|old| old == *bytes) {
+            continue;
+        }
+        write_creating_dir(path, bytes)?;
+    }
+    if plan.candidate_is_live {
+        return Ok(());
+    }
+    if Profile::load(&plan.candidate_path).is_ok_and(|p| p == plan.candidate) {
+        return Ok(());
+    }
+    write_creating_dir(&plan.candidate_path, plan.candidate.canonical().as_bytes())
+}
+
+fn write_creating_dir(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(named)?;
+    }
+    crate::atomic_file::write(path, bytes).map_err(named)
+}
+
+/// An integer parameter of a validated proposal.
+fn integer(proposal: &Proposal, name: &str) -> Result<u64, PlanRefusal> {
+    proposal
+        .params
+        .get(name)
+        .and_then(|v| v.as_i64())
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| PlanRefusal::Invalid {
+            why: format!(
+                "{} needs a non-negative integer `{name}`; validate proposals against the menu before planning",
+                proposal.experiment
+            ),
+        })
+}
+
+/// A number parameter of a validated proposal.
+fn number(proposal: &Proposal, name: &str) -> Result<f64, PlanRefusal> {
+    proposal
+        .params
+        .get(name)
+        .and_then(|v| v.as_f64())
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| PlanRefusal::Invalid {
+            why: format!(
+                "{} needs a finite number `{name}`; validate proposals against the menu before planning",
+                proposal.experiment
+            ),
+        })
+}
+
+/// GB to whole bytes. Profiles written by people hold decimal GB; rounding
+/// (not truncating) keeps 0.3 GB at 300,000,000 bytes.
+fn gb_to_bytes(gb: f64) -> u64 {
+    (gb * GB).round() as u64
+}
+
+/// Experts a cache of `cache_gb` holds, computed exactly as the engine does
+/// (`floor(cache_gb * 1e9 / expert_bytes)`), float rounding included.
+pub fn cache_slots(cache_gb: f64, expert_bytes: u64) -> u64 {
+    (cache_gb * GB / expert_bytes as f64).floor() as u64
+}
+
+/// The `cache_gb` for `bytes` of cache. `bytes / 1e9` can come out a hair
+/// under in float, and the engine's floor would then lose a whole expert
+/// slot, so it is raised by the smallest steps until the engine's formula
+/// gives `bytes / expert_bytes` slots.
+fn cache_gb_holding(bytes: u64, expert_bytes: Option<u64>) -> f64 {
+    let mut gb = bytes as f64 / GB;
+    if let Some(eb) = expert_bytes {
+        let want = bytes / eb;
+        while cache_slots(gb, eb) < want {
+            gb = f64::from_bits(gb.to_bits() + 1);
+        }
+    }
+    gb
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

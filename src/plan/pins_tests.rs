@@ -1,0 +1,215 @@
+//! Tests of rerank_pins on hand-made heat and traces.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::heat::Shape;
+use crate::menu::ParamValue;
+use crate::profile::Profile;
+
+const EB: u64 = 1_000_000;
+
+fn proposal(n: i64) -> Proposal {
+    Proposal {
+        experiment: MenuId::RerankPins,
+        params: BTreeMap::from([("pin_count".to_string(), ParamValue::Integer(n))]),
+    }
+}
+
+fn live(cache_slots: u64, pins: u64) -> Profile {
+    let mut p = Profile::parse(
+        "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.1\ncache_gb = 0.0\n",
+        Path::new("live.toml"),
+    )
+    .unwrap();
+    p.memory.cache_gb = (cache_slots * EB) as f64 / 1e9;
+    if pins > 0 {
+        p.pins = Pins {
+            file: "pins.k3experts".into(),
+            count: pins,
+        };
+    }
+    p
+}
+
+/// Two layers, one expert per layer per step: `cycle` lists layer-0 experts
+/// visited in turn (layer 1 always asks expert 0).
+fn trace_of(cycle: &[u32], steps: usize) -> Trace {
+    let shape = Shape::new(2, 8, "t").unwrap();
+    let mut reqs = Vec::new();
+    for s in 0..steps {
+        reqs.push(Expert { layer: 0, expert: cycle[s % cycle.len()] });
+        reqs.push(Expert { layer: 1, expert: 0 });
+    }
+    Trace::from_requests(shape, reqs).unwrap()
+}
+
+struct Fixture {
+    live: Profile,
+    heat: Heat,
+    trace: Trace,
+    current: Option<PinList>,
+}
+
+impl Fixture {
+    fn new(live: Profile, trace: Trace) -> Fixture {
+        Fixture {
+            heat: Heat::of_requests(trace.shape(), trace.requests()),
+            live,
+            trace,
+            current: None,
+        }
+    }
+
+    fn ctx(&self) -> PlanContext<'_> {
+        PlanContext {
+            live: &self.live,
+            live_path: Path::new("/ledger/live.toml"),
+            profiles_dir: Path::new("/ledger/profiles"),
+            expert_bytes: Some(EB),
+            heat: Some(&self.heat),
+            trace: Some(&self.trace),
+            current_pins: self.current.as_ref(),
+            top_k: Some(1),
+        }
+    }
+}
+
+/// Layer 0 loops over experts 1..=7 with 1 twice as often, at a reuse
+/// distance (4 distinct lookups) that a 4-slot LRU just misses; layer 1
+/// always asks expert 0.
+fn skewed() -> Trace {
+    trace_of(&[1, 2, 3, 4, 1, 5, 6, 7], 400)
+}
+
+#[test]
+fn pins_the_hottest_and_pays_for_them_with_cache() {
+    // A 4-slot LRU keeps only layer 1's expert; pinning the two hottest
+    // (layer 1 expert 0, layer 0 expert 1) serves both always.
+    let f = Fixture::new(live(4, 0), skewed());
+    let plan = plan(&f.ctx(), &proposal(2)).unwrap();
+    let c = &plan.candidate;
+    assert_eq!(c.pins.count, 2);
+    assert_eq!(cache_slots(c.memory.cache_gb, EB), 2, "4 slots - 2 pinned");
+    assert!(c.pins.file.starts_with("pins-") && c.pins.file.ends_with(".k3experts"));
+    assert_eq!(plan.candidate_path, Path::new("/ledger/profiles").join(format!("{}.toml", c.digest())));
+    // The list goes where the candidate is read from and where the live
+    // profile (which it may become) is.
+    let dirs: Vec<&Path> = plan.files.iter().map(|(p, _)| p.parent().unwrap()).collect();
+    assert_eq!(dirs, [Path::new("/ledger/profiles"), Path::new("/ledger")]);
+    let list = PinList::parse(std::str::from_utf8(&plan.files[0].1).unwrap(), "x").unwrap();
+    assert_eq!(list.top_k, 1);
+    let e = |layer, expert| Expert { layer, expert };
+    assert_eq!(list.pinned(2), [(e(1, 0), 400), (e(0, 1), 100)]);
+    assert_eq!(list.rows.len(), 8, "the whole ranking, for the far tier");
+    let p = &plan.notes["predicted_hit_rate"];
+    let rate = |k: &str| p[k].as_f64().unwrap();
+    assert!(rate("new_pins") > rate("current_pins"), "{p}");
+    assert!(rate("belady_min") >= rate("new_pins") && rate("belady_min") >= rate("lru"), "{p}");
+    assert_eq!(plan.notes["replay"]["slots"], 4);
+    assert_eq!(plan.notes["replay"]["lookups"], 800);
+}
+
+#[test]
+fn a_shifting_working_set_is_not_predicted_to_help() {
+    // Two phases with disjoint layer-0 experts: all-LRU follows the shift,
+    // pins chosen by overall heat serve only one phase.
+    let mut reqs = trace_of(&[1, 2, 3], 300).requests().to_vec();
+    reqs.extend(trace_of(&[4, 5, 6], 300).requests());
+    let f = Fixture::new(live(4, 0), Trace::from_requests(Shape::new(2, 8, "t").unwrap(), reqs).unwrap());
+    let err = plan(&f.ctx(), &proposal(3)).unwrap_err();
+    let PlanRefusal::NotPredictedToHelp { why, notes } = &err else {
+        panic!("{err}");
+    };
+    assert!(why.contains("recorded lookups"), "{why}");
+    for k in ["new_pins", "current_pins", "lru", "belady_min"] {
+        assert!(notes["predicted_hit_rate"][k].is_f64(), "{notes}");
+    }
+    assert_eq!(err.notes(), Some(notes));
+}
+
+#[test]
+fn the_same_pins_again_is_no_change() {
+    let mut f = Fixture::new(live(2, 2), skewed());
+    let ranked = f.heat.ranked();
+    f.current = Some(PinList { shape: f.heat.shape(), top_k: 1, rows: ranked });
+    assert_eq!(plan(&f.ctx(), &proposal(2)).unwrap_err(), PlanRefusal::NoChange);
+}
+
+#[test]
+fn refusals_say_what_to_do() {
+    let f = Fixture::new(live(4, 0), skewed());
+    let err = plan(&f.ctx(), &proposal(9)).unwrap_err().to_string();
+    assert!(err.contains("8 experts with recorded heat") && err.contains("pin_count <= 8"), "{err}");
+    let err = plan(&f.ctx(), &proposal(4)).unwrap_err().to_string();
+    assert!(err.contains("top-k = 1") && err.contains("pin_count <= 3"), "{err}");
+
+    let mut ctx = f.ctx();
+    ctx.expert_bytes = None;
+    let err = plan(&ctx, &proposal(2)).unwrap_err();
+    assert_eq!(err.kind(), "missing_input");
+    assert!(err.to_string().contains("expert_bytes"), "{err}");
+    let mut ctx = f.ctx();
+    ctx.trace = None;
+    assert!(plan(&ctx, &proposal(2)).unwrap_err().to_string().contains("heat_trace"));
+    let mut ctx = f.ctx();
+    ctx.heat = None;
+    assert!(plan(&ctx, &proposal(2)).unwrap_err().to_string().contains("expert_hist.json"));
+
+    let g = Fixture::new(live(4, 2), skewed());
+    let err = plan(&g.ctx(), &proposal(2)).unwrap_err().to_string();
+    assert!(err.contains("/ledger/pins.k3experts") && err.contains("pins.count = 0"), "{err}");
+}
+
+#[test]
+fn top_k_is_read_off_the_trace_when_not_given() {
+    let f = Fixture::new(live(4, 0), skewed());
+    let mut ctx = f.ctx();
+    ctx.top_k = None;
+    let plan = plan(&ctx, &proposal(2)).unwrap();
+    assert_eq!(plan.notes["top_k"], serde_json::json!({ "value": 1, "from": "the trace" }));
+}
+
+#[test]
+fn pin_count_zero_unpins_and_returns_the_bytes_to_the_cache() {
+    // Two never-requested pins leave a 2-slot LRU, which misses layer 0's
+    // expert 1 (reused 2 lookups apart); 4 slots of LRU catch it.
+    let mut f = Fixture::new(live(2, 2), trace_of(&[1, 2, 1, 3], 400));
+    let e = |layer, expert| Expert { layer, expert };
+    f.current = Some(PinList { shape: f.heat.shape(), top_k: 1, rows: vec![(e(1, 5), 0), (e(1, 6), 0)] });
+    let plan = plan(&f.ctx(), &proposal(0)).unwrap();
+    assert_eq!(plan.candidate.pins, Pins::default());
+    assert_eq!(cache_slots(plan.candidate.memory.cache_gb, EB), 4);
+    assert!(plan.files.is_empty());
+}
+
+proptest! {
+    /// Whatever the split, trunk + cache + pinned bytes stay what they were,
+    /// the engine's own formula finds the planned number of cache slots, and
+    /// the candidate is a valid profile.
+    #[test]
+    fn the_budget_stays_fixed(
+        cache_bytes in 2 * EB..40 * EB,
+        current in 0u64..4,
+        n in 0i64..6,
+        eb in prop::sample::select(vec![EB, 1_572_864, 24_576, 3]),
+    ) {
+        let mut f = Fixture::new(live(0, current), skewed());
+        f.live.memory.cache_gb = cache_bytes as f64 / 1e9;
+        f.current = Some(PinList { shape: f.heat.shape(), top_k: 1, rows: f.heat.ranked().into_iter().rev().collect() });
+        let mut ctx = f.ctx();
+        ctx.expert_bytes = Some(eb);
+        if let Ok(plan) = plan(&ctx, &proposal(n)) {
+            let c = &plan.candidate;
+            prop_assert!(c.validate().is_ok());
+            let before = cache_bytes + current * eb;
+            let after = gb_to_bytes(c.memory.cache_gb) + c.pins.count * eb;
+            prop_assert_eq!(before, after);
+            let pool = cache_bytes + current * eb;
+            prop_assert_eq!(cache_slots(c.memory.cache_gb, eb), (pool - n as u64 * eb) / eb);
+        }
+    }
+}

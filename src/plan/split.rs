@@ -1,0 +1,88 @@
+//! `rebalance_trunk_cache`: split the RAM of the resident trunk and the expert
+//! cache anew, the total fixed; pinned experts keep their bytes.
+
+use serde_json::json;
+
+use super::replay::{self, Lookups};
+use super::{
+    Plan, PlanContext, PlanRefusal, Planner, cache_gb_holding, cache_slots, gb_to_bytes, number,
+};
+use crate::heat::Expert;
+use crate::menu::{MenuId, Proposal};
+
+/// The trunk share is rounded to whole MB (10^6 bytes) so candidates read
+/// well and near-equal fractions collapse into one profile.
+const MB: u64 = 1_000_000;
+
+/// The `rebalance_trunk_cache` planner.
+pub struct RebalanceTrunkCache;
+
+impl Planner for RebalanceTrunkCache {
+    fn id(&self) -> MenuId {
+        MenuId::RebalanceTrunkCache
+    }
+
+    fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal> {
+        let fraction = number(proposal, "trunk_fraction")?;
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(PlanRefusal::Invalid {
+                why: format!("trunk_fraction = {fraction} must be within 0 to 1"),
+            });
+        }
+        let live = ctx.live;
+        let total = gb_to_bytes(live.memory.trunk_gb) + gb_to_bytes(live.memory.cache_gb);
+        let trunk = ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB);
+        let cache = total - trunk;
+        let eb = ctx.expert_bytes;
+        if let (Some(eb), Some((k, _))) = (eb, ctx.top_k()) {
+            let need = u64::from(k) * eb;
+            if cache / eb < u64::from(k) {
+                let largest = total.saturating_sub(need) / MB * MB;
+                return Err(PlanRefusal::Invalid {
+                    why: format!(
+                        "trunk_fraction {fraction} leaves {} GB of cache, fewer than top-k = {k} \
+                         experts of {eb} bytes, which the engine refuses; the largest trunk_fraction \
+                         that works is {:.3}",
+                        cache as f64 / 1e9,
+                        (largest as f64 / total.max(1) as f64 * 1000.0).floor() / 1000.0
+                    ),
+                });
+            }
+        }
+        let mut candidate = live.clone();
+        candidate.memory.trunk_gb = trunk as f64 / 1e9;
+        candidate.memory.cache_gb = cache_gb_holding(cache, eb);
+        let mut notes = json!({
+            "trunk_gb": { "from": live.memory.trunk_gb, "to": candidate.memory.trunk_gb },
+            "cache_gb": { "from": live.memory.cache_gb, "to": candidate.memory.cache_gb },
+        });
+        if let Some(eb) = eb {
+            notes["cache_slots"] = json!({
+                "from": cache_slots(live.memory.cache_gb, eb),
+                "to": cache_slots(candidate.memory.cache_gb, eb),
+            });
+            notes["predicted_cache_hit_rate"] = predicted(ctx, eb, candidate.memory.cache_gb);
+        }
+        ctx.finish(candidate, Vec::new(), notes)
+    }
+}
+
+/// The replayed hit rate of the live pins with the old and the new cache.
+/// Only the expert side: what a smaller resident trunk costs in re-reads is
+/// for the measurement to show.
+fn predicted(ctx: &PlanContext<'_>, eb: u64, new_cache_gb: f64) -> serde_json::Value {
+    let Some(trace) = ctx.trace else {
+        return json!({ "skipped": "no request trace to replay" });
+    };
+    let count = ctx.live.pins.count as usize;
+    let pins: Vec<Expert> = match ctx.current_pins {
+        Some(list) if list.shape == trace.shape() && list.rows.len() >= count => {
+            list.pinned(count).iter().map(|r| r.0).collect()
+        }
+        _ if count == 0 => Vec::new(),
+        _ => return json!({ "skipped": "the live pin list is missing or does not fit the trace" }),
+    };
+    let lookups = Lookups::of_trace(trace);
+    let at = |gb: f64| replay::pinned_lru(&lookups, &pins, cache_slots(gb, eb) as usize).hit_rate();
+    json!({ "from": at(ctx.live.memory.cache_gb), "to": at(new_cache_gb), "lookups": lookups.len() })
+}

@@ -1,0 +1,246 @@
+//! Tests of what every planner shares, and of the planners other than
+//! rerank_pins (which has its own file).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::heat::Shape;
+use crate::menu::{Menu, ParamValue};
+
+fn live() -> Profile {
+    Profile::parse(
+        "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.25\ncache_gb = 0.5\n\
+         [far]\naddr = \"127.0.0.1:7070\"\nwarm_set = 64\n",
+        Path::new("live.toml"),
+    )
+    .unwrap()
+}
+
+fn ctx<'a>(live: &'a Profile, dir: &'a Path) -> PlanContext<'a> {
+    PlanContext {
+        live,
+        live_path: Box::leak(dir.join("live.toml").into_boxed_path()),
+        profiles_dir: Box::leak(dir.join("profiles").into_boxed_path()),
+        expert_bytes: Some(1_572_864),
+        heat: None,
+        trace: None,
+        current_pins: None,
+        top_k: Some(4),
+    }
+}
+
+fn proposal(id: MenuId, params: &[(&str, ParamValue)]) -> Proposal {
+    Proposal {
+        experiment: id,
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn int(id: MenuId, name: &str, n: i64) -> Proposal {
+    proposal(id, &[(name, ParamValue::Integer(n))])
+}
+
+fn fraction(x: f64) -> Proposal {
+    proposal(MenuId::RebalanceTrunkCache, &[("trunk_fraction", ParamValue::Number(x))])
+}
+
+#[test]
+fn every_planner_touches_only_the_knobs_its_menu_entry_declares() {
+    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")).unwrap();
+    let live = live();
+    let dir = Path::new("/ledger");
+    let cases = [
+        int(MenuId::DeepenWarmSet, "warm_set", 128),
+        int(MenuId::StageSpeculative, "draft_len", 3),
+        fraction(0.5),
+        proposal(MenuId::Remeasure, &[]),
+    ];
+    for p in cases {
+        assert_eq!(planner(p.experiment).id(), p.experiment);
+        let plan = plan(&ctx(&live, dir), &p).unwrap();
+        let touches = &menu.entry(p.experiment).touches;
+        for change in live.diff(&plan.candidate) {
+            assert!(touches.contains(&change.knob), "{} changed {change}", p.experiment);
+        }
+    }
+    // rerank_pins is covered in its own tests; it touches pins.* and cache_gb.
+    assert_eq!(planner(MenuId::RerankPins).id(), MenuId::RerankPins);
+}
+
+#[test]
+fn warm_set_needs_a_far_tier_and_a_difference_it_can_make() {
+    let mut live = live();
+    let dir = Path::new("/ledger");
+    let plan = plan(&ctx(&live, dir), &int(MenuId::DeepenWarmSet, "warm_set", 96)).unwrap();
+    assert_eq!(plan.candidate.far.warm_set, 96);
+    assert_eq!(plan.notes["warm_set"]["from"], 64);
+
+    let same = plan_err(&live, dir, int(MenuId::DeepenWarmSet, "warm_set", 64));
+    assert_eq!(same, PlanRefusal::NoChange);
+
+    // 2 x 8 = 16 experts: warm sets of 64 and 96 both hold them all.
+    let heat = Heat::parse(r#"{"n_layers":2,"n_experts":8,"counts":{"0,1":3}}"#, "h").unwrap();
+    let mut c = ctx(&live, dir);
+    c.heat = Some(&heat);
+    let err = super::plan(&c, &int(MenuId::DeepenWarmSet, "warm_set", 96)).unwrap_err();
+    assert_eq!(err.kind(), "not_predicted_to_help", "{err}");
+    assert!(err.to_string().contains("all 16 experts"), "{err}");
+
+    live.far.addr.clear();
+    let err = plan_err(&live, dir, int(MenuId::DeepenWarmSet, "warm_set", 96));
+    assert_eq!(err.kind(), "not_applicable");
+    assert!(err.to_string().contains("far.addr is empty"), "{err}");
+}
+
+fn plan_err(live: &Profile, dir: &Path, p: Proposal) -> PlanRefusal {
+    plan(&ctx(live, dir), &p).unwrap_err()
+}
+
+#[test]
+fn speculative_sets_the_draft_length() {
+    let live = live();
+    let dir = Path::new("/ledger");
+    let plan = plan(&ctx(&live, dir), &int(MenuId::StageSpeculative, "draft_len", 4)).unwrap();
+    assert_eq!(plan.candidate.speculative.draft_len, 4);
+    assert_eq!(
+        plan_err(&live, dir, int(MenuId::StageSpeculative, "draft_len", 0)),
+        PlanRefusal::NoChange
+    );
+}
+
+#[test]
+fn rebalance_moves_ram_between_trunk_and_cache_in_whole_mb() {
+    let live = live();
+    let dir = Path::new("/ledger");
+    let plan = plan(&ctx(&live, dir), &fraction(0.5)).unwrap();
+    assert_eq!(plan.candidate.memory.trunk_gb, 0.375);
+    assert_eq!(plan.candidate.memory.cache_gb, 0.375);
+    assert_eq!(plan.notes["cache_slots"]["from"], 317);
+    let odd = plan_err_or(&live, dir, fraction(0.123_456_7));
+    assert_eq!(odd.candidate.memory.trunk_gb, 0.093);
+    assert_eq!(
+        plan_err(&live, dir, fraction(1.0 / 3.0)),
+        PlanRefusal::NoChange,
+        "a third of 0.75 GB is the live 0.25"
+    );
+    let err = plan_err(&live, dir, fraction(1.0)).to_string();
+    assert!(err.contains("top-k = 4") && err.contains("largest trunk_fraction that works is 0.990"), "{err}");
+}
+
+fn plan_err_or(live: &Profile, dir: &Path, p: Proposal) -> Plan {
+    plan(&ctx(live, dir), &p).unwrap()
+}
+
+#[test]
+fn remeasure_is_the_live_profile_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = live();
+    let live_path = dir.path().join("live.toml");
+    std::fs::write(&live_path, "# a comment the live file keeps\n".to_string() + &live.canonical())
+        .unwrap();
+    let c = ctx(&live, dir.path());
+    let plan = plan(&c, &proposal(MenuId::Remeasure, &[])).unwrap();
+    assert!(plan.candidate_is_live);
+    assert_eq!(plan.candidate, live);
+    assert_eq!(plan.candidate_path, live_path);
+    write_plan(&plan).unwrap();
+    let text = std::fs::read_to_string(&live_path).unwrap();
+    assert!(text.starts_with("# a comment"), "the live file was rewritten: {text}");
+    assert!(!dir.path().join("profiles").exists());
+}
+
+#[test]
+fn write_plan_writes_files_then_the_candidate_by_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = live();
+    let plan = plan(&ctx(&live, dir.path()), &int(MenuId::StageSpeculative, "draft_len", 2)).unwrap();
+    let mut plan = plan;
+    let list = dir.path().join("profiles").join("pins-x.k3experts");
+    plan.files.push((list.clone(), b"K3EXPERTS 1 1 1 1\n".to_vec()));
+    write_plan(&plan).unwrap();
+    assert_eq!(std::fs::read(&list).unwrap(), b"K3EXPERTS 1 1 1 1\n");
+    let written = Profile::load(&plan.candidate_path).unwrap();
+    assert_eq!(written, plan.candidate);
+    assert_eq!(
+        plan.candidate_path.file_name().unwrap().to_string_lossy(),
+        format!("{}.toml", written.digest())
+    );
+    // Idempotent, and a file in the way is an error that names it.
+    write_plan(&plan).unwrap();
+    plan.files[0].0 = dir.path().join("live.toml").join("sub");
+    std::fs::write(dir.path().join("live.toml"), "x").unwrap();
+    let err = write_plan(&plan).unwrap_err().to_string();
+    assert!(err.contains("live.toml/sub"), "{err}");
+}
+
+#[test]
+fn refusals_have_stable_kinds() {
+    let kinds = [
+        PlanRefusal::NotApplicable { why: "x".into() }.kind(),
+        PlanRefusal::NoChange.kind(),
+        PlanRefusal::NotPredictedToHelp { why: "x".into(), notes: Value::Null }.kind(),
+        PlanRefusal::MissingInput { what: "x".into(), fix: "y".into() }.kind(),
+        PlanRefusal::Invalid { why: "x".into() }.kind(),
+    ];
+    assert_eq!(kinds, ["not_applicable", "no_change", "not_predicted_to_help", "missing_input", "invalid"]);
+}
+
+#[test]
+fn a_proposal_that_skipped_validation_is_refused_not_panicked_on() {
+    let live = live();
+    let err = plan(&ctx(&live, Path::new("/l")), &proposal(MenuId::StageSpeculative, &[])).unwrap_err();
+    assert!(err.to_string().contains("draft_len"), "{err}");
+    let err = plan(&ctx(&live, Path::new("/l")), &int(MenuId::StageSpeculative, "draft_len", -1)).unwrap_err();
+    assert_eq!(err.kind(), "invalid");
+}
+
+#[test]
+fn top_k_comes_from_the_caller_then_the_pin_list_then_the_trace() {
+    let live = live();
+    let shape = Shape::new(2, 4, "t").unwrap();
+    let list = PinList { shape, top_k: 2, rows: vec![] };
+    let e = |layer, expert| crate::heat::Expert { layer, expert };
+    let trace = Trace::from_requests(shape, vec![e(0, 1), e(0, 2), e(1, 0), e(1, 3)]).unwrap();
+    let mut c = ctx(&live, Path::new("/l"));
+    assert_eq!(c.top_k(), Some((4, "given")));
+    c.top_k = None;
+    c.trace = Some(&trace);
+    assert_eq!(c.top_k(), Some((2, "the trace")));
+    c.current_pins = Some(&list);
+    assert_eq!(c.top_k(), Some((2, "the live pin list")));
+}
+
+proptest! {
+    /// The engine floors `cache_gb * 1e9 / expert_bytes`; the planner's GB
+    /// value must give exactly the slots it planned, and stay within a hair
+    /// of the bytes.
+    #[test]
+    fn cache_gb_gives_the_engine_the_planned_slots(slots in 0u64..100_000, extra in 0u64..1000, eb in 1u64..4_000_000) {
+        let bytes = slots * eb + extra.min(eb - 1);
+        let gb = cache_gb_holding(bytes, Some(eb));
+        prop_assert_eq!(cache_slots(gb, eb), bytes / eb);
+        prop_assert_eq!(gb_to_bytes(gb), bytes);
+    }
+
+    /// Every rebalance keeps trunk + cache, rounds the trunk to whole MB and
+    /// passes Profile::validate.
+    #[test]
+    fn rebalance_keeps_the_total(x in 0.0f64..=1.0, trunk_mb in 0u64..4000, cache_mb in 50u64..4000) {
+        let mut live = live();
+        live.memory.trunk_gb = trunk_mb as f64 / 1000.0;
+        live.memory.cache_gb = cache_mb as f64 / 1000.0;
+        live.memory.budget_gb = 8.0;
+        if let Ok(plan) = plan(&ctx(&live, Path::new("/l")), &fraction(x)) {
+            let m = &plan.candidate.memory;
+            prop_assert!(plan.candidate.validate().is_ok());
+            prop_assert_eq!(gb_to_bytes(m.trunk_gb) + gb_to_bytes(m.cache_gb), (trunk_mb + cache_mb) * 1_000_000);
+            prop_assert_eq!(gb_to_bytes(m.trunk_gb) % 1_000_000, 0);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! `deepen_warm_set`: grow or shrink the far tier's warm set.
+
+use serde_json::json;
+
+use super::{Plan, PlanContext, PlanRefusal, Planner, integer};
+use crate::menu::{MenuId, Proposal};
+
+/// The `deepen_warm_set` planner.
+pub struct DeepenWarmSet;
+
+impl Planner for DeepenWarmSet {
+    fn id(&self) -> MenuId {
+        MenuId::DeepenWarmSet
+    }
+
+    fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal> {
+        let warm_set = integer(proposal, "warm_set")?;
+        let live = ctx.live;
+        if live.far.addr.is_empty() {
+            return Err(PlanRefusal::NotApplicable {
+                why: "the live profile has no far tier (far.addr is empty), so it has no warm set \
+                      to change"
+                    .into(),
+            });
+        }
+        let mut candidate = live.clone();
+        candidate.far.warm_set = warm_set;
+        let mut notes = json!({ "warm_set": { "from": live.far.warm_set, "to": warm_set } });
+        // The far tier is asked only for experts not pinned locally; past
+        // that many, a bigger warm set holds nothing more.
+        if let Some(heat) = ctx.heat {
+            let askable = (heat.shape().total() as u64).saturating_sub(live.pins.count);
+            notes["experts_not_pinned"] = json!(askable);
+            if warm_set != live.far.warm_set
+                && warm_set.min(askable) == live.far.warm_set.min(askable)
+            {
+                return Err(PlanRefusal::NotPredictedToHelp {
+                    why: format!(
+                        "warm sets of {} and {warm_set} both hold all {askable} experts the far tier \
+                         can be asked for",
+                        live.far.warm_set
+                    ),
+                    notes,
+                });
+            }
+        }
+        ctx.finish(candidate, Vec::new(), notes)
+    }
+}

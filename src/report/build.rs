@@ -1,0 +1,578 @@
+//! Reads one period from the ledger and assembles the [`Report`]: counts,
+//! series, change points, the proposer's record, failures and the projection.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::changepoint::pelt;
+use super::period::Period;
+use super::projection::{self, Parts, Sourced, Term};
+use super::redact::Redactor;
+use super::{
+    BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
+    RefusedDelta, Report, Series, SpeedPoint, StageCounts,
+};
+use crate::ledger::{
+    Cycle, ExperimentId, Ledger, LedgerError, MetricReading, ReportProposal, ReportRun,
+    ReportStage, ReportVerdict,
+};
+use crate::menu::MenuId;
+use crate::vocab::{Arm, CycleStatus, Digest, ProposerKind, StageState, VerdictKind};
+
+/// How many refused deltas, mismatches and failure examples to list.
+const TOP: usize = 5;
+/// Longest failure cause shown; the ledger keeps the whole text.
+const CAUSE_CHARS: usize = 200;
+
+/// What to build a report of.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub period: Period,
+    /// The stack's name (noise floors are kept per stack).
+    pub stack: String,
+    /// The objective, seconds per token.
+    pub target: f64,
+    pub now: DateTime<Utc>,
+    pub redactor: Redactor,
+    /// How much noise-floor history before the period the change-point test
+    /// sees: floors are re-measured about daily, so one week alone is too
+    /// short to tell a shift from noise.
+    pub floor_lookback: Duration,
+}
+
+impl BuildOptions {
+    pub fn new(period: Period, stack: &str, target: f64, now: DateTime<Utc>) -> BuildOptions {
+        BuildOptions {
+            period,
+            stack: stack.to_string(),
+            target,
+            now,
+            redactor: Redactor::default(),
+            floor_lookback: Duration::weeks(8),
+        }
+    }
+}
+
+/// The measured kinds: the proposer's decided experiments.
+fn decided(kind: VerdictKind) -> bool {
+    !matches!(kind, VerdictKind::Rejected | VerdictKind::Failed)
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Reads the period and builds the report.
+pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerError> {
+    let (start, end) = (o.period.start, o.period.end);
+    let (cycles, verdicts, proposals, runs, floors, stages) = tokio::try_join!(
+        ledger.report_cycles(start, end),
+        ledger.report_verdicts(start, end),
+        ledger.report_proposals(start, end),
+        ledger.report_runs(start, end),
+        ledger.report_noise_floors(&o.stack, start - o.floor_lookback, end),
+        ledger.report_stages(start, end),
+    )?;
+    let (trunk, expert, far, accepted, proposed) = tokio::try_join!(
+        ledger.report_latest_metric(start, end, projection::TRUNK_METRIC),
+        ledger.report_latest_metric(start, end, projection::EXPERT_METRIC),
+        ledger.report_latest_metric(start, end, projection::FAR_SHARE_METRIC),
+        ledger.report_latest_metric(start, end, projection::DRAFT_ACCEPTED_METRIC),
+        ledger.report_latest_metric(start, end, projection::DRAFT_PROPOSED_METRIC),
+    )?;
+
+    let speed_by_base = Speeds::from_runs(&runs);
+    let live = speed_by_base.live();
+    let stage_counts = stage_counts(&stages, &o.period, &o.redactor);
+    let best_staged = stage_counts
+        .open_at_end
+        .iter()
+        .min_by(|a, b| a.effect.total_cmp(&b.effect))
+        .map(|s| BestStaged {
+            stage: s.clone(),
+            seconds_per_token: speed_by_base
+                .median_of(&s.base_digest)
+                .map(|l| l * s.effect.exp()),
+        });
+
+    let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period);
+    let speed = speed_by_base.points.clone();
+    let logs: Vec<f64> = speed.iter().map(|p| p.seconds_per_token.ln()).collect();
+    match pelt(&logs) {
+        Some(cps) => changes.extend(cps.into_iter().map(|c| Change {
+            series: Series::Baseline,
+            at: speed[c.index].at,
+            before: c.before.exp(),
+            after: c.after.exp(),
+        })),
+        None => change_notes.push(format!(
+            "baseline s/token: {} points in the period, too few or too flat to test",
+            speed.len()
+        )),
+    }
+    changes.sort_by_key(|c| c.at);
+
+    let parts = Parts {
+        live: live.clone(),
+        trunk: trunk
+            .as_ref()
+            .map(|r| observed(r, projection::TRUNK_METRIC)),
+        expert: expert
+            .as_ref()
+            .map(|r| observed(r, projection::EXPERT_METRIC)),
+        far_share: far
+            .as_ref()
+            .map(|r| observed(r, projection::FAR_SHARE_METRIC)),
+        acceptance: acceptance(accepted.as_ref(), proposed.as_ref()),
+    };
+    // A win a person refused (or that expired) is not a remaining lever.
+    let refused: BTreeSet<ExperimentId> = stages
+        .iter()
+        .filter(|s| matches!(s.state, StageState::Rejected | StageState::Expired))
+        .filter(|s| s.decided_at.is_some_and(|at| at < end))
+        .map(|s| s.experiment_id)
+        .collect();
+    let bests = lever_bests(
+        &verdicts,
+        &stage_counts.open_at_end,
+        speed_by_base.live_base.as_ref(),
+        &refused,
+    );
+
+    Ok(Report {
+        period: o.period,
+        title: o.period.title(),
+        generated_at: o.now,
+        stack: o.stack.clone(),
+        target: o.target,
+        live,
+        cycles: cycle_counts(&cycles),
+        speed,
+        best_staged,
+        verdicts: verdict_mix(&verdicts),
+        stages: stage_counts,
+        refusals: refusals(&verdicts, &runs, &o.redactor),
+        noise,
+        changes,
+        change_notes,
+        proposers: proposer_records(&proposals, &verdicts),
+        failures: failures(&cycles, &verdicts, &o.redactor),
+        projection: projection::project(&parts, &bests),
+    })
+}
+
+/// Baseline runs grouped by experiment, and by the profile they measured.
+struct Speeds {
+    points: Vec<SpeedPoint>,
+    by_base: HashMap<Digest, (Vec<f64>, BTreeSet<ExperimentId>)>,
+    /// The base of the latest experiment with a measured baseline.
+    live_base: Option<Digest>,
+}
+
+impl Speeds {
+    fn from_runs(runs: &[ReportRun]) -> Speeds {
+        let mut per_exp: BTreeMap<ExperimentId, (DateTime<Utc>, Digest, Vec<f64>)> =
+            BTreeMap::new();
+        for r in runs {
+            if r.arm != Arm::Baseline || r.refused {
+                continue;
+            }
+            let Some(s) = r.seconds_per_token else {
+                continue;
+            };
+            per_exp
+                .entry(r.experiment_id)
+                .or_insert_with(|| (r.created_at, r.base_digest.clone(), Vec::new()))
+                .2
+                .push(s);
+        }
+        let mut points = Vec::with_capacity(per_exp.len());
+        let mut by_base: HashMap<Digest, (Vec<f64>, BTreeSet<ExperimentId>)> = HashMap::new();
+        let mut live_base: Option<(DateTime<Utc>, ExperimentId, Digest)> = None;
+        for (id, (at, base, mut v)) in per_exp {
+            let entry = by_base.entry(base.clone()).or_default();
+            entry.0.extend_from_slice(&v);
+            entry.1.insert(id);
+            if live_base
+                .as_ref()
+                .is_none_or(|(t, i, _)| (at, id) > (*t, *i))
+            {
+                live_base = Some((at, id, base));
+            }
+            let runs = v.len();
+            if let Some(m) = median(&mut v) {
+                points.push(SpeedPoint {
+                    at,
+                    experiment: id,
+                    seconds_per_token: m,
+                    runs,
+                });
+            }
+        }
+        points.sort_by_key(|p| (p.at, p.experiment));
+        Speeds {
+            points,
+            by_base,
+            live_base: live_base.map(|(_, _, b)| b),
+        }
+    }
+
+    fn median_of(&self, base: &Digest) -> Option<f64> {
+        self.by_base
+            .get(base)
+            .and_then(|(v, _)| median(&mut v.clone()))
+    }
+
+    fn live(&self) -> Option<Sourced> {
+        let base = self.live_base.as_ref()?;
+        let (v, ids) = self.by_base.get(base)?;
+        let value = median(&mut v.clone())?;
+        let (first, last) = (ids.first()?, ids.last()?);
+        let span = if first == last {
+            format!("experiment #{first}")
+        } else {
+            format!("{} experiments, #{first} to #{last}", ids.len())
+        };
+        Some(Sourced {
+            value,
+            source: format!(
+                "median of {} baseline runs ({span}) of the live profile {}",
+                v.len(),
+                base.short()
+            ),
+        })
+    }
+}
+
+fn observed(r: &MetricReading, name: &str) -> Sourced {
+    Sourced {
+        value: r.value,
+        source: format!(
+            "observed `{name}` in cycle #{} at {}",
+            r.cycle_id,
+            r.observed_at.format("%Y-%m-%d %H:%M UTC")
+        ),
+    }
+}
+
+fn acceptance(
+    accepted: Option<&MetricReading>,
+    proposed: Option<&MetricReading>,
+) -> Option<Sourced> {
+    let (a, p) = (accepted?, proposed?);
+    // Counters from two different observations do not make a ratio.
+    (a.cycle_id == p.cycle_id && p.value > 0.0).then(|| Sourced {
+        value: a.value / p.value,
+        source: format!(
+            "observed `{}` / `{}` = {} / {} in cycle #{}",
+            projection::DRAFT_ACCEPTED_METRIC,
+            projection::DRAFT_PROPOSED_METRIC,
+            a.value,
+            p.value,
+            a.cycle_id
+        ),
+    })
+}
+
+/// Each lever's best measured effect on the live base: its best open stage
+/// (a confirmed effect) if it has one, else its best first-A/B win.
+fn lever_bests(
+    verdicts: &[ReportVerdict],
+    open: &[ReportStage],
+    live_base: Option<&Digest>,
+    refused: &BTreeSet<ExperimentId>,
+) -> Vec<(MenuId, Sourced)> {
+    let Some(live_base) = live_base else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for &menu in MenuId::ALL {
+        if Term::of(menu).is_none() {
+            continue;
+        }
+        let staged = open
+            .iter()
+            .filter(|s| s.menu_id == menu && &s.base_digest == live_base)
+            .min_by(|a, b| a.effect.total_cmp(&b.effect))
+            .map(|s| Sourced {
+                value: s.effect,
+                source: format!(
+                    "stage #{} (experiment #{}, effect confirmed by an independent second A/B)",
+                    s.id, s.experiment_id
+                ),
+            });
+        let won = || {
+            verdicts
+                .iter()
+                .filter(|v| {
+                    v.kind == VerdictKind::Win
+                        && v.menu_id == Some(menu)
+                        && v.confirmation_of.is_none()
+                        && v.base_digest.as_ref() == Some(live_base)
+                        && v.experiment_id.is_none_or(|e| !refused.contains(&e))
+                })
+                .filter_map(|v| v.effect.map(|e| (e, v)))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(e, v)| Sourced {
+                    value: e,
+                    source: format!(
+                        "win verdict of experiment #{} (first A/B, unconfirmed: optimistic)",
+                        v.experiment_id.map_or(0, |i| i.0)
+                    ),
+                })
+        };
+        if let Some(best) = staged.or_else(won) {
+            out.push((menu, best));
+        }
+    }
+    out
+}
+
+fn cycle_counts(cycles: &[Cycle]) -> CycleCounts {
+    let mut c = CycleCounts::default();
+    for cy in cycles {
+        c.total += 1;
+        match cy.status {
+            CycleStatus::Completed => c.completed += 1,
+            CycleStatus::Failed => c.failed += 1,
+            CycleStatus::Aborted => c.aborted += 1,
+            CycleStatus::Running => c.running += 1,
+        }
+    }
+    c
+}
+
+fn verdict_mix(verdicts: &[ReportVerdict]) -> Vec<MenuVerdicts> {
+    let mut map: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    for v in verdicts {
+        // Menu order as declared; cycles without an experiment last.
+        let slot = v
+            .menu_id
+            .and_then(|m| MenuId::ALL.iter().position(|x| *x == m))
+            .unwrap_or(MenuId::ALL.len());
+        let k = VerdictKind::ALL
+            .iter()
+            .position(|k| *k == v.kind)
+            .unwrap_or(0);
+        map.entry(slot)
+            .or_insert_with(|| vec![0; VerdictKind::ALL.len()])[k] += 1;
+    }
+    map.into_iter()
+        .map(|(slot, counts)| MenuVerdicts {
+            menu: MenuId::ALL.get(slot).copied(),
+            counts,
+        })
+        .collect()
+}
+
+fn stage_counts(stages: &[ReportStage], p: &Period, r: &Redactor) -> StageCounts {
+    let mut c = StageCounts::default();
+    for s in stages {
+        if p.contains(s.created_at) {
+            c.staged += 1;
+        }
+        match s.decided_at {
+            Some(at) if p.contains(at) => {
+                match s.state {
+                    StageState::Approved => c.approved += 1,
+                    StageState::Rejected => c.rejected += 1,
+                    StageState::Expired => c.expired += 1,
+                    StageState::Staged => {}
+                }
+                let mut s = s.clone();
+                s.note = s.note.map(|n| r.apply(&n));
+                s.decided_by = s.decided_by.map(|n| r.apply(&n));
+                c.decided.push(s);
+            }
+            Some(at) if at < p.end => {}
+            _ => {
+                let mut s = s.clone();
+                // Open at the end of the period, whatever happened later.
+                s.state = StageState::Staged;
+                s.decided_at = None;
+                s.decided_by = None;
+                s.note = None;
+                c.open_at_end.push(s);
+            }
+        }
+    }
+    c
+}
+
+fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Refusals {
+    let delta = |v: &ReportVerdict| RefusedDelta {
+        experiment: v.experiment_id,
+        menu: v.menu_id,
+        effect: v.effect,
+        floor: v.noise_floor,
+        reason: v.reason.as_deref().map(|t| r.apply(t)),
+    };
+    let mut within: Vec<&ReportVerdict> = verdicts
+        .iter()
+        .filter(|v| v.kind == VerdictKind::WithinNoise)
+        .collect();
+    within.sort_by(|a, b| {
+        let key = |v: &ReportVerdict| v.effect.map_or(0.0, f64::abs);
+        key(b).total_cmp(&key(a)).then(a.id.cmp(&b.id))
+    });
+    let mismatches: Vec<&ReportVerdict> = verdicts
+        .iter()
+        .filter(|v| v.kind == VerdictKind::HashMismatch)
+        .collect();
+    Refusals {
+        within_noise: within.len() as u32,
+        hash_mismatch: mismatches.len() as u32,
+        refused_runs: runs.iter().filter(|r| r.refused).count() as u32,
+        largest: within.iter().take(TOP).map(|v| delta(v)).collect(),
+        mismatches: mismatches
+            .iter()
+            .rev()
+            .take(TOP)
+            .map(|v| delta(v))
+            .collect(),
+    }
+}
+
+/// The floors in the period, and change points over the longer history.
+fn noise_series(
+    floors: &[crate::ledger::NoiseFloor],
+    p: &Period,
+) -> (Vec<FloorPoint>, Vec<Change>, Vec<String>) {
+    let points: Vec<FloorPoint> = floors
+        .iter()
+        .filter(|f| p.contains(f.measured_at))
+        .map(|f| FloorPoint {
+            at: f.measured_at,
+            value: f.value,
+            n: f.n,
+            method: f.method.clone(),
+        })
+        .collect();
+    let values: Vec<f64> = floors.iter().map(|f| f.value).collect();
+    let mut notes = Vec::new();
+    let mut changes = Vec::new();
+    match pelt(&values) {
+        Some(cps) => changes.extend(
+            cps.into_iter()
+                .filter(|c| p.contains(floors[c.index].measured_at))
+                .map(|c| Change {
+                    series: Series::NoiseFloor,
+                    at: floors[c.index].measured_at,
+                    before: c.before,
+                    after: c.after,
+                }),
+        ),
+        None => notes.push(format!(
+            "noise floor: {} measurements in the period and the 8 weeks before, too few or too flat to test",
+            values.len()
+        )),
+    }
+    (points, changes, notes)
+}
+
+fn proposer_records(
+    proposals: &[ReportProposal],
+    verdicts: &[ReportVerdict],
+) -> Vec<ProposerRecord> {
+    let mut out = Vec::new();
+    for &kind in ProposerKind::ALL {
+        let mine: Vec<&ReportProposal> = proposals.iter().filter(|p| p.proposer == kind).collect();
+        let judged: Vec<&ReportVerdict> = verdicts
+            .iter()
+            .filter(|v| v.proposer == kind && v.confirmation_of.is_none() && decided(v.kind))
+            .collect();
+        if mine.is_empty() && judged.is_empty() {
+            continue;
+        }
+        let mut rejections: BTreeMap<&str, u32> = BTreeMap::new();
+        for p in &mine {
+            if let Some(k) = p.rejection_kind.as_deref().filter(|k| *k != "duplicate") {
+                *rejections.entry(k).or_default() += 1;
+            }
+        }
+        let mut rejections: Vec<(String, u32)> = rejections
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), n))
+            .collect();
+        rejections.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let per_menu = MenuId::ALL
+            .iter()
+            .filter_map(|&m| {
+                let of: Vec<_> = judged.iter().filter(|v| v.menu_id == Some(m)).collect();
+                let wins = of.iter().filter(|v| v.kind == VerdictKind::Win).count() as u32;
+                (!of.is_empty()).then_some((m, wins, of.len() as u32))
+            })
+            .collect();
+        out.push(ProposerRecord {
+            proposer: kind,
+            attempts: mine.len() as u32,
+            valid: mine
+                .iter()
+                .filter(|p| p.parsed && p.rejection_kind.is_none())
+                .count() as u32,
+            retries: mine.iter().filter(|p| p.attempt > 1).count() as u32,
+            duplicates: mine
+                .iter()
+                .filter(|p| p.rejection_kind.as_deref() == Some("duplicate"))
+                .count() as u32,
+            rejections,
+            per_menu,
+        });
+    }
+    out
+}
+
+fn cause_of(text: &str, r: &Redactor) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    let line = r.apply(line);
+    if line.chars().count() > CAUSE_CHARS {
+        let cut: String = line.chars().take(CAUSE_CHARS).collect();
+        format!("{cut}…")
+    } else {
+        line
+    }
+}
+
+fn failures(cycles: &[Cycle], verdicts: &[ReportVerdict], r: &Redactor) -> Vec<Failure> {
+    let mut by_cause: BTreeMap<String, BTreeSet<crate::ledger::CycleId>> = BTreeMap::new();
+    for c in cycles {
+        if let Some(e) = &c.error {
+            let what = if c.status == CycleStatus::Aborted {
+                "aborted: "
+            } else {
+                ""
+            };
+            by_cause
+                .entry(format!("{what}{}", cause_of(e, r)))
+                .or_default()
+                .insert(c.id);
+        }
+    }
+    for v in verdicts.iter().filter(|v| v.kind == VerdictKind::Failed) {
+        let reason = v.reason.as_deref().unwrap_or("no reason recorded");
+        by_cause
+            .entry(cause_of(reason, r))
+            .or_default()
+            .insert(v.cycle_id);
+    }
+    let mut out: Vec<Failure> = by_cause
+        .into_iter()
+        .map(|(cause, ids)| Failure {
+            cause,
+            cycles: ids.len() as u32,
+            examples: ids.into_iter().take(TOP).collect(),
+        })
+        .collect();
+    out.sort_by(|a, b| b.cycles.cmp(&a.cycles).then(a.cause.cmp(&b.cause)));
+    out
+}

@@ -1,0 +1,281 @@
+//! The period a report covers: an ISO week (`2026-W48`) or an inclusive date
+//! range (`--since 2026-11-23 --until 2026-11-29`), as a half-open UTC
+//! interval `[start, end)` so consecutive reports never count a row twice.
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, Days, NaiveDate, NaiveTime, Utc, Weekday};
+
+/// The expected spelling of a week, for messages.
+pub const WEEK_FORMAT: &str = "YYYY-Www (an ISO 8601 week, e.g. 2026-W48)";
+/// The expected spelling of a date, for messages.
+pub const DATE_FORMAT: &str = "YYYY-MM-DD (e.g. 2026-11-23)";
+
+/// What was wrong with a `--week`, `--since` or `--until` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeriodError {
+    #[error("--week `{given}` is not an ISO week: {why}; expected {WEEK_FORMAT}")]
+    Week { given: String, why: String },
+    #[error("{flag} `{given}` is not a date: {why}; expected {DATE_FORMAT}")]
+    Date {
+        flag: &'static str,
+        given: String,
+        why: String,
+    },
+    #[error(
+        "--since {since} is after --until {until}; the range is inclusive, so give since <= until"
+    )]
+    Reversed { since: NaiveDate, until: NaiveDate },
+}
+
+/// An ISO 8601 week: weeks start on Monday, and week 1 is the one holding the
+/// year's first Thursday (so 2026-W01 starts on Monday 2025-12-29).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IsoWeek {
+    pub year: i32,
+    pub week: u32,
+}
+
+impl IsoWeek {
+    /// The week holding `date`.
+    pub fn of(date: NaiveDate) -> IsoWeek {
+        let w = date.iso_week();
+        IsoWeek {
+            year: w.year(),
+            week: w.week(),
+        }
+    }
+
+    /// Its Monday.
+    pub fn monday(self) -> NaiveDate {
+        NaiveDate::from_isoywd_opt(self.year, self.week, Weekday::Mon)
+            .expect("an IsoWeek is only built from a valid week")
+    }
+
+    /// Parses `YYYY-Www` strictly: four-digit year, a capital `W`, two digits,
+    /// and a week the year really has (52 or 53).
+    pub fn parse(s: &str) -> Result<IsoWeek, PeriodError> {
+        let err = |why: &str| PeriodError::Week {
+            given: s.to_string(),
+            why: why.to_string(),
+        };
+        let b = s.as_bytes();
+        let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+        if b.len() != 8 || b[4] != b'-' || b[5] != b'W' || !digits(0..4) || !digits(6..8) {
+            return Err(err("wrong shape"));
+        }
+        let year: i32 = s[0..4].parse().map_err(|_| err("bad year"))?;
+        let week: u32 = s[6..8].parse().map_err(|_| err("bad week number"))?;
+        if week == 0 {
+            return Err(err("weeks are numbered from 01"));
+        }
+        if NaiveDate::from_isoywd_opt(year, week, Weekday::Mon).is_none() {
+            let last = weeks_in(year);
+            return Err(err(&format!("{year} has only {last} ISO weeks")));
+        }
+        Ok(IsoWeek { year, week })
+    }
+}
+
+/// 52 or 53: the ISO week of 28 December is always the year's last.
+fn weeks_in(year: i32) -> u32 {
+    NaiveDate::from_ymd_opt(year, 12, 28).map_or(52, |d| d.iso_week().week())
+}
+
+impl fmt::Display for IsoWeek {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-W{:02}", self.year, self.week)
+    }
+}
+
+/// Parses `YYYY-MM-DD` strictly (chrono alone would accept `2026-1-5`).
+pub fn parse_date(flag: &'static str, s: &str) -> Result<NaiveDate, PeriodError> {
+    let err = |why: &str| PeriodError::Date {
+        flag,
+        given: s.to_string(),
+        why: why.to_string(),
+    };
+    let b = s.as_bytes();
+    let shape = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !shape {
+        return Err(err("wrong shape"));
+    }
+    NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| err("no such day"))
+}
+
+/// What a report covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Period {
+    /// First instant included.
+    pub start: DateTime<Utc>,
+    /// First instant excluded.
+    pub end: DateTime<Utc>,
+    /// How the user named it.
+    pub label: PeriodLabel,
+}
+
+/// How a period was named, to title the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeriodLabel {
+    Week(IsoWeek),
+    /// Inclusive first and last day.
+    Days(NaiveDate, NaiveDate),
+}
+
+fn midnight(d: NaiveDate) -> DateTime<Utc> {
+    d.and_time(NaiveTime::MIN).and_utc()
+}
+
+impl Period {
+    pub fn week(w: IsoWeek) -> Period {
+        let monday = w.monday();
+        Period {
+            start: midnight(monday),
+            end: midnight(monday + Days::new(7)),
+            label: PeriodLabel::Week(w),
+        }
+    }
+
+    /// The whole days `since..=until`.
+    pub fn days(since: NaiveDate, until: NaiveDate) -> Result<Period, PeriodError> {
+        if since > until {
+            return Err(PeriodError::Reversed { since, until });
+        }
+        Ok(Period {
+            start: midnight(since),
+            end: midnight(until + Days::new(1)),
+            label: PeriodLabel::Days(since, until),
+        })
+    }
+
+    /// The last ISO week that ended before `now`: on any day of 2026-W49,
+    /// 2026-W48.
+    pub fn last_complete_week(now: DateTime<Utc>) -> Period {
+        Period::week(IsoWeek::of(now.date_naive() - Days::new(7)))
+    }
+
+    /// From the command line: `--week`, or `--since` (default: today) with
+    /// an optional `--until`, or the last complete week.
+    pub fn from_args(
+        week: Option<&str>,
+        since: Option<&str>,
+        until: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Period, PeriodError> {
+        match (week, since, until) {
+            (Some(w), _, _) => Ok(Period::week(IsoWeek::parse(w)?)),
+            (None, Some(s), u) => {
+                let since = parse_date("--since", s)?;
+                let until = match u {
+                    Some(u) => parse_date("--until", u)?,
+                    None => now.date_naive(),
+                };
+                Period::days(since, until)
+            }
+            (None, None, Some(u)) => {
+                // A week ending on the given day, like the default.
+                let until = parse_date("--until", u)?;
+                Period::days(until - Days::new(6), until)
+            }
+            (None, None, None) => Ok(Period::last_complete_week(now)),
+        }
+    }
+
+    pub fn contains(&self, t: DateTime<Utc>) -> bool {
+        self.start <= t && t < self.end
+    }
+
+    pub fn title(&self) -> String {
+        match self.label {
+            PeriodLabel::Week(w) => format!(
+                "{w} ({} to {})",
+                self.start.date_naive(),
+                (self.end - chrono::Duration::days(1)).date_naive()
+            ),
+            PeriodLabel::Days(a, b) if a == b => a.to_string(),
+            PeriodLabel::Days(a, b) => format!("{a} to {b}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(y: i32, m: u32, day: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(y, m, day).unwrap()
+    }
+
+    #[test]
+    fn weeks_follow_iso_8601() {
+        let w = IsoWeek::parse("2026-W48").unwrap();
+        assert_eq!(w.monday(), d(2026, 11, 23));
+        // Week 1 of 2026 starts in 2025 (the year's first Thursday is 1 January).
+        assert_eq!(
+            IsoWeek::parse("2026-W01").unwrap().monday(),
+            d(2025, 12, 29)
+        );
+        assert_eq!(
+            IsoWeek::parse("2026-W53").unwrap().monday(),
+            d(2026, 12, 28)
+        );
+        let e = IsoWeek::parse("2025-W53").unwrap_err().to_string();
+        assert!(e.contains("2025 has only 52 ISO weeks"), "{e}");
+        assert!(e.contains("YYYY-Www"), "{e}");
+    }
+
+    #[test]
+    fn sloppy_spellings_are_refused() {
+        for bad in [
+            "2026-48",
+            "2026-w48",
+            "2026-W4",
+            "26-W48",
+            "2026-W00",
+            " 2026-W48",
+            "",
+        ] {
+            assert!(IsoWeek::parse(bad).is_err(), "{bad}");
+        }
+        for bad in ["2026-1-05", "2026/11/23", "2026-02-30", "2026-11-23T00:00"] {
+            let e = parse_date("--since", bad).unwrap_err().to_string();
+            assert!(e.contains("YYYY-MM-DD") && e.contains("--since"), "{e}");
+        }
+    }
+
+    #[test]
+    fn default_is_the_last_complete_week() {
+        let now = d(2026, 11, 29).and_hms_opt(23, 0, 0).unwrap().and_utc();
+        // Sunday of W48: W48 is not complete yet.
+        assert_eq!(
+            Period::last_complete_week(now).label,
+            PeriodLabel::Week(IsoWeek {
+                year: 2026,
+                week: 47
+            })
+        );
+        let monday = d(2026, 11, 30).and_hms_opt(0, 0, 0).unwrap().and_utc();
+        assert_eq!(
+            Period::last_complete_week(monday).label,
+            PeriodLabel::Week(IsoWeek {
+                year: 2026,
+                week: 48
+            })
+        );
+    }
+
+    #[test]
+    fn date_ranges_are_inclusive_and_ordered() {
+        let p = Period::days(d(2026, 11, 23), d(2026, 11, 23)).unwrap();
+        assert_eq!(p.end - p.start, chrono::Duration::days(1));
+        assert!(matches!(
+            Period::days(d(2026, 11, 24), d(2026, 11, 23)),
+            Err(PeriodError::Reversed { .. })
+        ));
+    }
+}

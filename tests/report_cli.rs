@@ -1,0 +1,100 @@
+//! `orchestrator report` as a real process: formats, files, empty weeks, and
+//! exit 2 with the expected format for a bad week or date.
+
+mod report_fixture;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use report_fixture::Site;
+
+fn cmd(site: &Site) -> Command {
+    let mut c = Command::cargo_bin("orchestrator").unwrap();
+    c.arg("--config").arg(site.config_path()).arg("report");
+    c
+}
+
+#[test]
+fn markdown_to_stdout_and_html_to_a_file() {
+    let site = Site::new(true);
+    cmd(&site)
+        .args(["--week", "2026-W47"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "# Weekly report: tinyk3, 2026-W47 (2026-11-16 to 2026-11-22)",
+        ))
+        .stdout(predicate::str::contains("Projection (not a measurement)"))
+        .stdout(predicate::str::contains(report_fixture::LEAKED_TOKEN).not());
+    let out = site.dir.path().join("w47.html");
+    cmd(&site)
+        .args([
+            "--since",
+            "2026-11-16",
+            "--until",
+            "2026-11-22",
+            "--format",
+            "html",
+            "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::is_empty());
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg id=\"chart-noise\""));
+    assert!(html.contains("2026-11-16 to 2026-11-22"));
+}
+
+#[test]
+fn an_empty_week_is_reported_not_refused() {
+    let site = Site::new(false);
+    cmd(&site)
+        .args(["--week", "2026-W01"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "Nothing was recorded in this period",
+        ));
+}
+
+#[test]
+fn bad_periods_exit_2_naming_the_format() {
+    let site = Site::new(false);
+    for (args, expected) in [
+        (&["--week", "2026-W54"][..], "YYYY-Www"),
+        (&["--week", "2026-48"][..], "YYYY-Www"),
+        (&["--since", "2026-13-01"][..], "YYYY-MM-DD"),
+        (&["--since", "23/11/2026"][..], "YYYY-MM-DD"),
+        (
+            &["--since", "2026-11-20", "--until", "2026-11-19"][..],
+            "since <= until",
+        ),
+    ] {
+        cmd(&site)
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(expected));
+    }
+    // clap refuses a week together with dates, also with exit 2.
+    cmd(&site)
+        .args(["--week", "2026-W47", "--since", "2026-11-16"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--week"));
+}
+
+#[test]
+fn a_missing_ledger_is_not_a_quiet_week() {
+    let site = Site::new(false);
+    std::fs::remove_file(site.ledger_path()).unwrap();
+    cmd(&site)
+        .args(["--week", "2026-W47"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("there is no ledger at"));
+    assert!(
+        !site.ledger_path().exists(),
+        "the report must not create a ledger"
+    );
+}

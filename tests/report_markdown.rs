@@ -1,0 +1,109 @@
+//! The Markdown report of a fixed ledger week, as an `insta` snapshot, and
+//! the facts the snapshot must hold (so a careless `cargo insta accept`
+//! cannot bless a wrong report).
+
+mod report_fixture;
+
+use chrono::{NaiveDate, TimeZone, Utc};
+use orchestrator::ledger::Ledger;
+use orchestrator::report::period::IsoWeek;
+use orchestrator::report::redact::Redactor;
+use orchestrator::report::{BuildOptions, Period, Report, build, markdown};
+use report_fixture::{LEAKED_TOKEN, NOTE_TOKEN};
+
+async fn report_of(ledger: &Ledger, week: &str) -> Report {
+    let period = Period::week(IsoWeek::parse(week).unwrap());
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    let mut o = BuildOptions::new(period, "tinyk3", 1.0, now);
+    o.redactor = Redactor::new([]);
+    build(ledger, &o).await.unwrap()
+}
+
+#[tokio::test]
+async fn fixture_week_markdown_snapshot() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let r = report_of(&ledger, "2026-W47").await;
+    let md = markdown::render(&r);
+
+    // Facts first, each traceable to the fixture.
+    assert_eq!(r.cycles.total, 18, "{md}");
+    assert_eq!((r.cycles.failed, r.cycles.aborted), (2, 1), "{md}");
+    assert_eq!(
+        (r.stages.staged, r.stages.approved, r.stages.rejected),
+        (2, 1, 1),
+        "{md}"
+    );
+    assert_eq!(r.stages.open_at_end.len(), 1, "{md}");
+    assert_eq!(
+        (
+            r.refusals.within_noise,
+            r.refusals.hash_mismatch,
+            r.refusals.refused_runs
+        ),
+        (5, 1, 4)
+    );
+    // The largest refused delta is the +2.0% trunk rebalance, not the -1.5% one.
+    assert!((r.refusals.largest[0].effect.unwrap() - 0.02).abs() < 1e-12);
+    // The baseline dropped on Wednesday noon and the floor rose on Thursday.
+    let series: Vec<&str> = r.changes.iter().map(|c| c.series.as_str()).collect();
+    assert!(
+        series.contains(&"noise floor") && series.contains(&"baseline s/token"),
+        "{md}"
+    );
+    let floor_change = r
+        .changes
+        .iter()
+        .find(|c| c.series.as_str() == "noise floor")
+        .unwrap();
+    assert_eq!(
+        floor_change.at.date_naive(),
+        NaiveDate::from_ymd_opt(2026, 11, 19).unwrap()
+    );
+    // The projection multiplies measured figures only, each with a source.
+    assert!(r.projection.projected.is_some(), "{md}");
+    for p in &r.projection.parts {
+        let s = p.measured.as_ref().unwrap();
+        assert!(
+            s.source.contains("cycle #") || s.source.contains("baseline runs"),
+            "{s:?}"
+        );
+    }
+    assert!(md.contains("Projection (not a measurement)"));
+    // Secrets never appear; the rest of the message does.
+    assert!(
+        !md.contains(LEAKED_TOKEN) && !md.contains(NOTE_TOKEN),
+        "{md}"
+    );
+    assert!(md.contains("unreachable: connection refused"), "{md}");
+
+    insta::assert_snapshot!("fixture_week_w47", md);
+}
+
+#[tokio::test]
+async fn an_empty_week_is_a_short_report() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let r = report_of(&ledger, "2026-W30").await;
+    assert!(r.is_empty());
+    let md = markdown::render(&r);
+    assert!(md.contains("Nothing was recorded in this period"), "{md}");
+    assert!(md.lines().count() < 10, "{md}");
+    insta::assert_snapshot!("empty_week_w30", md);
+}
+
+#[tokio::test]
+async fn a_week_without_projection_parts_says_what_is_missing() {
+    // The week before the fixture: only last week's confirmed win and floors.
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let r = report_of(&ledger, "2026-W46").await;
+    let md = markdown::render(&r);
+    assert!(!r.is_empty());
+    // W46's only cycle has observations, so the parts exist; the far-tier
+    // lever has no win there, and says so rather than inventing one.
+    assert!(
+        md.contains("no measured win on the live profile in this period"),
+        "{md}"
+    );
+}

@@ -1,0 +1,18 @@
+//! `tinyk3 serve`: turn the flags into server options and run until SIGTERM.
+
+use crate::cli::ServeArgs;
+use crate::error::Result;
+use crate::serve::{self, Options};
+
+/// Runs the server; returns when it has shut down cleanly.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    serve::run(Options {
+        model: args.model.clone(),
+        profile: args.profile.clone(),
+        listen: args.listen.clone(),
+        allow_remote: args.allow_remote,
+        dump_dir: args.dump_cache_trace.clone(),
+        queue: args.queue,
+        max_prompt_tokens: args.max_prompt_tokens,
+    })
+}

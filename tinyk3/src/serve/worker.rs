@@ -1,0 +1,292 @@
+//! The engine thread: owns the one engine, runs one generation at a time from
+//! the queue, streams text deltas back, and publishes counters and heat after each.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::admission::Ticket;
+use super::constrain::{Constraint, END_BYTE};
+use super::metrics::Live;
+use super::openai::{ApiError, Timings};
+use super::sample::Sampler;
+use super::schema::Grammar;
+use super::text::TextOut;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::profile::Settings;
+
+/// One generation to run.
+pub struct Job {
+    /// The rendered chat prompt (byte-level tokens).
+    pub prompt: String,
+    pub max_tokens: usize,
+    pub temperature: f32,
+    pub seed: u64,
+    pub stop: Vec<String>,
+    /// The schema constraint, if the answer must be JSON.
+    pub grammar: Option<Arc<Grammar>>,
+    pub events: UnboundedSender<Event>,
+    /// Holds the request's place in the queue until the job is done.
+    pub ticket: Ticket,
+}
+
+/// What the engine thread sends back for a job.
+#[derive(Debug)]
+pub enum Event {
+    Delta(String),
+    Done {
+        finish_reason: &'static str,
+        timings: Timings,
+    },
+    Failed(ApiError),
+}
+
+/// Flags the HTTP side sets at shutdown.
+#[derive(Debug, Default)]
+pub struct Stop {
+    /// Refuse queued jobs (a SIGTERM arrived).
+    pub draining: AtomicBool,
+    /// Cut the running generation short (the grace period is over).
+    pub cut: AtomicBool,
+}
+
+/// Starts the engine thread: opens the engine (reporting the outcome on `ready`),
+/// then serves jobs until the sender side is dropped.
+pub fn spawn(
+    model: PathBuf,
+    settings: Settings,
+    live: Arc<Live>,
+    stop: Arc<Stop>,
+    jobs: mpsc::Receiver<Job>,
+    ready: std::sync::mpsc::SyncSender<Result<()>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("tinyk3-engine".into())
+        .spawn(move || {
+            let mut engine = match Engine::open(&model, &settings) {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            publish(&mut engine, &live, None);
+            let _ = ready.send(Ok(()));
+            for job in jobs {
+                if stop.draining.load(Ordering::SeqCst) {
+                    let _ = job.events.send(Event::Failed(ApiError::other(
+                        503,
+                        "server_error",
+                        "shutting_down",
+                        "the server is shutting down; retry on another instance",
+                    )));
+                    continue;
+                }
+                live.in_flight.store(1, Ordering::SeqCst);
+                let result = generate(&mut engine, settings.draft_len, &job, &stop.cut);
+                live.in_flight.store(0, Ordering::SeqCst);
+                match result {
+                    Ok(Some((finish_reason, timings))) => {
+                        publish(&mut engine, &live, Some(&timings));
+                        let _ = job.events.send(Event::Done {
+                            finish_reason,
+                            timings,
+                        });
+                    }
+                    // The client went away; the work done still counts in the metrics.
+                    Ok(None) => publish(&mut engine, &live, None),
+                    Err(e) => {
+                        publish(&mut engine, &live, None);
+                        let _ = job.events.send(Event::Failed(ApiError::other(
+                            500,
+                            "server_error",
+                            "engine_error",
+                            format!("generation failed: {e}"),
+                        )));
+                    }
+                }
+                drop(job.ticket);
+            }
+        })
+        .expect("spawn the engine thread")
+}
+
+/// Publishes counters, the histogram and the drained trace.
+fn publish(engine: &mut Engine, live: &Live, timings: Option<&Timings>) {
+    let counters = engine.counters();
+    let hist = engine.heat().hist_json();
+    let trace = engine.heat_mut().drain_trace();
+    let mut s = live.snapshot.lock().expect("metrics lock");
+    s.counters = Some(counters);
+    s.expert_stride = engine.manifest().experts.stride;
+    s.hist_json = hist;
+    s.ring.extend(trace);
+    if let Some(t) = timings {
+        s.served(
+            (t.prompt_n as u64, t.prompt_ms / 1e3),
+            (t.predicted_n as u64, t.predicted_ms / 1e3),
+        );
+    }
+}
+
+/// The bytes of a token: a byte for ids below 256, the engine's `<N>` text above.
+fn token_bytes(engine: &Engine, id: u32) -> Vec<u8> {
+    match u8::try_from(id) {
+        Ok(b) => vec![b],
+        Err(_) => engine.decode(&[id]).into_bytes(),
+    }
+}
+
+/// Runs one job. `Ok(None)` when the client stopped listening.
+///
+/// As in `tinyk3 bench`, all prompt tokens but the last are prefilled, and each
+/// decode step feeds one token and picks the next, so `predicted_ms` covers
+/// exactly the steps that produced the answer's tokens.
+fn generate(
+    engine: &mut Engine,
+    draft_len: usize,
+    job: &Job,
+    cut: &AtomicBool,
+) -> Result<Option<(&'static str, Timings)>> {
+    engine.reset();
+    let prompt = engine.encode(&job.prompt);
+    let (head, last) = prompt.split_at(prompt.len() - 1);
+    // Speculation verifies against the draft's own greedy guesses; a schema
+    // constraint feeds forced bytes in batches, which the draft does not follow.
+    let speculate = draft_len > 0 && job.grammar.is_none();
+    let t0 = Instant::now();
+    if !head.is_empty() {
+        engine.feed(head, speculate)?;
+    }
+    let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let draft_before = engine.counters().draft;
+    let mut sampler = Sampler::new(job.temperature, job.seed);
+    let stops = if job.grammar.is_some() {
+        Vec::new()
+    } else {
+        job.stop.clone()
+    };
+    let mut out = TextOut::new(stops);
+    let t1 = Instant::now();
+    let mut n = 0usize;
+    let mut finish = "length";
+    // Sends a token's text; false when the client is gone.
+    let emit = |engine: &Engine, out: &mut TextOut, id: u32| -> bool {
+        let delta = out.push(&token_bytes(engine, id));
+        delta.is_empty() || job.events.send(Event::Delta(delta)).is_ok()
+    };
+    if let Some(g) = &job.grammar {
+        let mut c = Constraint::new(g.clone());
+        let mut pending = vec![last[0]];
+        'answer: loop {
+            // Bytes the schema forces cost no choice: batch them into one forward pass.
+            loop {
+                if !c.can_continue() {
+                    finish = "stop";
+                    break 'answer;
+                }
+                let ch = c.choices(job.max_tokens - n);
+                match ch.bytes.as_slice() {
+                    [b] if !ch.may_end => {
+                        c.advance(*b);
+                        pending.push(u32::from(*b));
+                        n += 1;
+                        if !emit(engine, &mut out, u32::from(*b)) {
+                            return Ok(None);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            if cut.load(Ordering::SeqCst) {
+                break;
+            }
+            let logits = if pending.len() == 1 {
+                engine.step(pending[0])?
+            } else {
+                engine.prefill(&pending)?
+            };
+            pending.clear();
+            let ch = c.choices(job.max_tokens - n);
+            let mut allowed: Vec<u32> = ch.bytes.iter().map(|b| u32::from(*b)).collect();
+            if ch.may_end {
+                allowed.push(u32::from(END_BYTE));
+            }
+            if allowed.is_empty() {
+                return Err(crate::Error::Runtime(
+                    "constrained decoding reached a state with no allowed byte".into(),
+                ));
+            }
+            let t = sampler.pick_among(&logits, &allowed);
+            n += 1;
+            if ch.may_end && t == u32::from(END_BYTE) {
+                finish = "stop";
+                break;
+            }
+            c.advance(t as u8);
+            pending.push(t);
+            if !emit(engine, &mut out, t) {
+                return Ok(None);
+            }
+        }
+    } else if speculate {
+        let mut next = last[0];
+        let mut ids: Vec<u32> = Vec::new();
+        'spec: while ids.len() < job.max_tokens && !cut.load(Ordering::SeqCst) {
+            let before = ids.len();
+            let k = draft_len.min(job.max_tokens - ids.len() - 1);
+            next = engine.speculate(next, k, &mut ids, &mut |logits, ids| {
+                let t = sampler.pick(logits);
+                ids.push(t);
+                t
+            })?;
+            for &t in &ids[before..] {
+                n += 1;
+                if !emit(engine, &mut out, t) {
+                    return Ok(None);
+                }
+                if out.stopped {
+                    finish = "stop";
+                    break 'spec;
+                }
+            }
+        }
+    } else {
+        let mut next = last[0];
+        while n < job.max_tokens && !cut.load(Ordering::SeqCst) {
+            let logits = engine.step(next)?;
+            next = sampler.pick(&logits);
+            n += 1;
+            if !emit(engine, &mut out, next) {
+                return Ok(None);
+            }
+            if out.stopped {
+                finish = "stop";
+                break;
+            }
+        }
+    }
+    let predicted_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let tail = out.finish();
+    if !tail.is_empty() && job.events.send(Event::Delta(tail)).is_err() {
+        return Ok(None);
+    }
+    let draft_after = engine.counters().draft;
+    let timings = Timings {
+        prompt_n: prompt.len(),
+        prompt_ms,
+        predicted_n: n,
+        predicted_ms,
+        draft: speculate.then(|| {
+            (
+                draft_after.proposed - draft_before.proposed,
+                draft_after.accepted - draft_before.accepted,
+            )
+        }),
+    };
+    Ok(Some((finish, timings)))
+}

@@ -1,0 +1,106 @@
+//! Start-up refusals, determinism across a restart, and graceful shutdown.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::serve_support::{Server, bin, chat_body, http, parse_prometheus, tiny_model};
+
+#[test]
+fn non_loopback_listen_is_refused_with_exit_2() {
+    let m = tiny_model();
+    let out = Command::new(bin())
+        .arg("serve")
+        .arg(&m.model)
+        .arg("--profile")
+        .arg(&m.profile)
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--allow-remote"),
+        "{err}"
+    );
+    // A missing profile is a usage error too, naming the file.
+    let out = Command::new(bin())
+        .arg("serve")
+        .arg(&m.model)
+        .args(["--profile", "/nonexistent/p.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/p.toml"));
+}
+
+#[test]
+fn same_request_same_text_across_a_restart() {
+    let m = tiny_model();
+    let schema = json!({"type": "object", "properties": {"pick": {"type": "string", "enum": ["alpha", "beta", "gamma"]}, "n": {"type": "integer", "minimum": -20, "maximum": 300}}, "required": ["pick", "n"], "additionalProperties": false});
+    let mut constrained = chat_body("choose", 64);
+    constrained["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": true}});
+    let mut sampled = chat_body("sample", 24);
+    sampled["temperature"] = json!(0.9);
+    sampled["seed"] = json!(42);
+    let requests = [chat_body("determinism", 24), constrained, sampled];
+    let answers = |s: &Server| -> Vec<String> {
+        requests
+            .iter()
+            .map(|b| {
+                s.chat(b).json()["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let first = answers(&Server::start(&m, &[]));
+    let again = Server::start(&m, &[]);
+    // The same server twice, then a fresh process: all the same text.
+    assert_eq!(answers(&again), first);
+    drop(again);
+    assert_eq!(answers(&Server::start(&m, &[])), first);
+    // A different seed is a different draw (the sampler really samples).
+    let mut other = requests[2].clone();
+    other["seed"] = json!(43);
+    let s = Server::start(&m, &[]);
+    assert_ne!(
+        s.chat(&other).json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap(),
+        first[2]
+    );
+}
+
+#[test]
+fn sigterm_finishes_the_running_generation_and_exits_0() {
+    let m = tiny_model();
+    let s = Server::start(&m, &[]);
+    assert_eq!(s.chat(&chat_body("warm up", 4)).status, 200);
+    let addr = s.addr.clone();
+    let running = std::thread::spawn(move || {
+        http(
+            &addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(chat_body("long", 300).to_string().as_bytes()),
+        )
+    });
+    let t0 = Instant::now();
+    while parse_prometheus(&s.get("/metrics").text())["tinyk3_requests_in_flight"] != 1.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the request never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stderr = s.stderr.clone();
+    let status = s.terminate();
+    assert_eq!(status.code(), Some(0), "{}", stderr.lock().unwrap());
+    let r = running.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["completion_tokens"], 300);
+    assert!(stderr.lock().unwrap().contains("shutting down"));
+}
