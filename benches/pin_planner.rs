@@ -17,12 +17,32 @@ use orchestrator::plan::replay::{self, Lookups};
 /// Small enough to record a few hundred tokens in seconds, big enough (256
 /// experts, top-4 of 32 per layer) that the budgets below are real choices.
 const INIT: &[&str] = &[
-    "--layers", "8", "--experts", "32", "--top-k", "4", "--d-model", "64", "--d-expert", "128",
-    "--d-dense", "256", "--heads", "2", "--vocab", "256",
+    "--layers",
+    "8",
+    "--experts",
+    "32",
+    "--top-k",
+    "4",
+    "--d-model",
+    "64",
+    "--d-expert",
+    "128",
+    "--d-dense",
+    "256",
+    "--heads",
+    "2",
+    "--vocab",
+    "256",
 ];
-const PROMPTS: &[&str] = &[
-    "Which experts should stay pinned?",
-    "Describe the far tier in one sentence, then the cache.",
+/// (checkpoint seed, prompt): different seeds give different routers, so
+/// the traces are independent rather than two prompts on one model.
+const TRACES: &[(&str, &str)] = &[
+    ("1", "Which experts should stay pinned?"),
+    (
+        "2",
+        "Describe the far tier in one sentence, then the cache.",
+    ),
+    ("3", "The experts of the far tier"),
 ];
 const GEN: &str = "400";
 /// Budgets as shares of all routed experts.
@@ -31,16 +51,21 @@ const SHARES: &[f64] = &[0.03125, 0.0625, 0.125, 0.25, 0.5];
 fn main() {
     let bin = tinyk3();
     let dir = tempdir();
-    let model = dir.join("model");
-    run(&bin, &[&["init", "--out", model.to_str().unwrap()], INIT].concat());
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(model.join("manifest.json")).unwrap()).unwrap();
-    let stride = manifest["experts"]["stride"].as_u64().unwrap();
-    let top_k = manifest["shape"]["top_k"].as_u64().unwrap() as usize;
-
-    println!("| trace | budget (experts) | share of experts | MiB | MIN hit rate | LRU / MIN | heat pins, cache = top-k / MIN | heat pins, half cache / MIN |");
+    let mut footer = (0, 0);
+    println!(
+        "| trace | budget (experts) | share of experts | MiB | MIN hit rate | LRU / MIN | heat pins, cache = top-k / MIN | heat pins, half cache / MIN |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (i, prompt) in PROMPTS.iter().enumerate() {
+    for (i, (seed, prompt)) in TRACES.iter().enumerate() {
+        let model = dir.join(format!("model{seed}"));
+        let out = ["init", "--out", model.to_str().unwrap(), "--seed", seed];
+        run(&bin, &[&out[..], INIT].concat());
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(model.join("manifest.json")).unwrap())
+                .unwrap();
+        let stride = manifest["experts"]["stride"].as_u64().unwrap();
+        let top_k = manifest["shape"]["top_k"].as_u64().unwrap() as usize;
+        footer = (stride, top_k);
         let heat_dir = dir.join(format!("heat{i}"));
         // The trace does not depend on the cache size (the output is
         // bit-identical under every profile); a cache of every expert just
@@ -49,8 +74,17 @@ fn main() {
         run(
             &bin,
             &[
-                "bench", model.to_str().unwrap(), "--prompt", prompt, "--gen", GEN, "--incremental",
-                "--cache-gb", &all_gb, "--dump-cache-trace", heat_dir.to_str().unwrap(),
+                "bench",
+                model.to_str().unwrap(),
+                "--prompt",
+                prompt,
+                "--gen",
+                GEN,
+                "--incremental",
+                "--cache-gb",
+                &all_gb,
+                "--dump-cache-trace",
+                heat_dir.to_str().unwrap(),
             ],
         );
         let heat = Heat::load(&heat_dir.join("expert_hist.json")).unwrap();
@@ -59,7 +93,7 @@ fn main() {
         let (first_half, held_out) = replay::held_out(&trace);
         let ranked: Vec<Expert> = first_half.ranked().into_iter().map(|r| r.0).collect();
         let name = format!(
-            "{} ({} requests, {} held-out lookups)",
+            "{} (seed {seed}, {} requests, {} held-out lookups)",
             i + 1,
             trace.requests().len(),
             held_out.len()
@@ -68,8 +102,13 @@ fn main() {
             let slots = (share * heat.shape().total() as f64).round() as usize;
             let min = replay::belady_min(&held_out, slots).hit_rate();
             let lru = replay::lru(&held_out, slots).hit_rate();
-            let pins = |cache: usize| pinned(&held_out, &ranked, slots.saturating_sub(cache), cache);
-            let half = if slots / 2 >= top_k { format!("{:.3}", pins(slots / 2) / min) } else { "-".into() };
+            let pins =
+                |cache: usize| pinned(&held_out, &ranked, slots.saturating_sub(cache), cache);
+            let half = if slots / 2 >= top_k {
+                format!("{:.3}", pins(slots / 2) / min)
+            } else {
+                "-".into()
+            };
             println!(
                 "| {name} | {slots} | {:.1}% | {:.2} | {:.3} | {:.3} | {:.3} | {half} |",
                 share * 100.0,
@@ -79,14 +118,19 @@ fn main() {
                 pins(top_k) / min,
             );
         }
-        eprintln!("trace {}: replays took {:.1} ms", i + 1, t0.elapsed().as_secs_f64() * 1e3);
+        eprintln!(
+            "trace {}: replays took {:.1} ms",
+            i + 1,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
     }
+    let (stride, top_k) = footer;
     println!();
     println!(
         "Pins are the hottest experts of the trace's first half; every policy is replayed on the \
          second half from an empty cache (pins loaded, MIN starting with the soonest-needed \
          experts), hit rates over the engine's lookups (one per distinct expert per layer per \
-         forward pass). Checkpoint: `tinyk3 init {}` (default skew), {GEN} generated tokens a trace, \
+         forward pass). Checkpoints: `tinyk3 init --seed S {}` (default skew), {GEN} generated tokens a trace, \
          expert = {stride} bytes, top-k = {top_k}.",
         INIT.join(" ")
     );
@@ -123,7 +167,10 @@ fn tinyk3() -> PathBuf {
         .map(|d| workspace.join(d))
         .unwrap_or_else(|| workspace.join("target"));
     let release = target.join("release/tinyk3");
-    if let Some(p) = [release.clone(), target.join("debug/tinyk3")].into_iter().find(|p| p.is_file()) {
+    if let Some(p) = [release.clone(), target.join("debug/tinyk3")]
+        .into_iter()
+        .find(|p| p.is_file())
+    {
         return p;
     }
     eprintln!("building tinyk3 (release) for the benchmark...");
@@ -133,6 +180,10 @@ fn tinyk3() -> PathBuf {
         .current_dir(workspace)
         .status()
         .expect("cargo runs");
-    assert!(status.success() && release.is_file(), "could not build tinyk3 into {}", release.display());
+    assert!(
+        status.success() && release.is_file(),
+        "could not build tinyk3 into {}",
+        release.display()
+    );
     release
 }

@@ -22,10 +22,7 @@ pub fn write_with_hook(
     let dir = parent_dir(path);
     let tmp = temp_path(path);
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         before_rename()?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::judge::{Confidence, Floor, ParamError, Policy};
 use crate::measure::template::{ArgvTemplate, Special, TemplateError};
 
 /// The environment variable that selects the config file.
@@ -21,7 +22,9 @@ pub const DEFAULT_CONFIG: &str = "config.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source} (pass --config PATH or set ORCHESTRATOR_CONFIG)")]
+    #[error(
+        "cannot read config file {path}: {source} (pass --config PATH or set ORCHESTRATOR_CONFIG)"
+    )]
     Read {
         path: PathBuf,
         #[source]
@@ -211,6 +214,8 @@ pub struct Model {
     pub connect_timeout: Seconds,
     pub request_timeout: Seconds,
     pub max_attempts: u32,
+    /// `max_tokens` of each request: bounds a rambling rationale.
+    pub max_tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -272,17 +277,31 @@ pub struct Measure {
     pub memory_headroom_gb: f64,
 }
 
+impl Measure {
+    /// The judge's policy: confidence, pair budget and the floor's lower
+    /// clamp, which the config states as a relative change and the judge
+    /// takes as a log ratio.
+    pub fn policy(&self) -> Result<Policy, ParamError> {
+        Policy::new(
+            Confidence::try_from(self.confidence.get())?,
+            self.min_pairs as usize,
+            self.max_pairs as usize,
+            Floor::try_from(self.min_noise_floor.get().ln_1p())?,
+        )
+    }
+}
+
 fn default_warmup() -> u32 {
     1
 }
 fn default_min_pairs() -> u32 {
-    4
+    6
 }
 fn default_max_pairs() -> u32 {
-    16
+    50
 }
 fn default_confidence() -> Fraction {
-    Fraction(0.95)
+    Fraction(0.80)
 }
 fn default_min_floor() -> Fraction {
     Fraction(0.01)
@@ -539,6 +558,12 @@ struct RawModel {
     request_timeout_s: Seconds,
     #[serde(default = "default_attempts")]
     max_attempts: u32,
+    #[serde(default = "default_model_max_tokens")]
+    max_tokens: u32,
+}
+
+fn default_model_max_tokens() -> u32 {
+    crate::brain::client::MAX_TOKENS
 }
 
 fn default_connect_timeout() -> Seconds {
@@ -591,6 +616,7 @@ const KNOWN_KEYS: &[&str] = &[
     "connect_timeout_s",
     "request_timeout_s",
     "max_attempts",
+    "max_tokens",
     "cycle",
     "interval_s",
     "proposer",
@@ -653,7 +679,9 @@ impl Config {
 
         let rs = raw.stack;
         if rs.expert_bytes == Some(0) {
-            return Err(semantic("[stack] expert_bytes must be > 0 (bytes of one routed expert)".into()));
+            return Err(semantic(
+                "[stack] expert_bytes must be > 0 (bytes of one routed expert)".into(),
+            ));
         }
         if rs.name.trim().is_empty() {
             return Err(semantic("[stack] name must not be empty".into()));
@@ -663,8 +691,12 @@ impl Config {
             .map(|b| {
                 let optional: Vec<_> = b.optional.into_iter().map(|o| (o.when, o.args)).collect();
                 Ok::<_, ConfigError>(Bench {
-                    argv: ArgvTemplate::parse(&b.argv, &optional, &[Special::Out, Special::Profile])
-                        .map_err(|e| template("stack.bench", e))?,
+                    argv: ArgvTemplate::parse(
+                        &b.argv,
+                        &optional,
+                        &[Special::Out, Special::Profile],
+                    )
+                    .map_err(|e| template("stack.bench", e))?,
                     env: b.env,
                     output: b.output,
                 })
@@ -679,7 +711,9 @@ impl Config {
                     ));
                 }
                 if s.max_tokens == 0 {
-                    return Err(semantic("[stack.surface] max_tokens must be at least 1".into()));
+                    return Err(semantic(
+                        "[stack.surface] max_tokens must be at least 1".into(),
+                    ));
                 }
                 Ok(Surface {
                     base_url: url(&s.base_url, "stack.surface", "base_url").map_err(semantic)?,
@@ -711,8 +745,12 @@ impl Config {
             .map(|s| {
                 let optional: Vec<_> = s.optional.into_iter().map(|o| (o.when, o.args)).collect();
                 Ok::<_, ConfigError>(Shadow {
-                    argv: ArgvTemplate::parse(&s.argv, &optional, &[Special::Port, Special::Profile])
-                        .map_err(|e| template("stack.shadow", e))?,
+                    argv: ArgvTemplate::parse(
+                        &s.argv,
+                        &optional,
+                        &[Special::Port, Special::Profile],
+                    )
+                    .map_err(|e| template("stack.shadow", e))?,
                     env: s.env,
                     health_path: s.health_path,
                     start_timeout: s.start_timeout_s,
@@ -730,6 +768,12 @@ impl Config {
                 if let Some(var) = &m.api_key_env {
                     check_env_name(var).map_err(semantic)?;
                 }
+                if m.max_tokens < 64 {
+                    return Err(semantic(format!(
+                        "[model] max_tokens = {} cannot hold the shortest menu answer; use at least 64",
+                        m.max_tokens
+                    )));
+                }
                 if m.max_attempts == 0 {
                     return Err(semantic("[model] max_attempts must be at least 1".into()));
                 }
@@ -740,6 +784,7 @@ impl Config {
                     connect_timeout: m.connect_timeout_s,
                     request_timeout: m.request_timeout_s,
                     max_attempts: m.max_attempts,
+                    max_tokens: m.max_tokens,
                 }
             }
             None if raw.cycle.proposer == ProposerChoice::Model => {
@@ -756,6 +801,7 @@ impl Config {
                 connect_timeout: default_connect_timeout(),
                 request_timeout: default_request_timeout(),
                 max_attempts: default_attempts(),
+                max_tokens: default_model_max_tokens(),
             },
         };
         let m = &raw.measure;
@@ -765,6 +811,8 @@ impl Config {
                 m.min_pairs, m.max_pairs
             )));
         }
+        // The judge's own rules (even pair counts, whole ABBA blocks).
+        m.policy().map_err(|e| semantic(format!("[measure] {e}")))?;
         if !(m.memory_headroom_gb.is_finite() && m.memory_headroom_gb >= 0.0) {
             return Err(semantic(format!(
                 "[measure] memory_headroom_gb must be a number >= 0 (got {})",
@@ -829,8 +877,11 @@ impl Config {
 }
 
 fn url(text: &str, table: &str, key: &str) -> Result<reqwest::Url, String> {
-    let u = reqwest::Url::parse(text)
-        .map_err(|e| format!("[{table}] {key} = {text:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:8080\""))?;
+    let u = reqwest::Url::parse(text).map_err(|e| {
+        format!(
+            "[{table}] {key} = {text:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:8080\""
+        )
+    })?;
     if !matches!(u.scheme(), "http" | "https") {
         return Err(format!("[{table}] {key} = {text:?} must be http or https"));
     }
@@ -849,10 +900,12 @@ fn check_env_name(var: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("[model] api_key_env must be the NAME of an environment variable (like \
+        Err(
+            "[model] api_key_env must be the NAME of an environment variable (like \
              ORCHESTRATOR_API_KEY), in capitals, digits and underscores. If you pasted the key \
              itself, remove it from the file and export it in that variable instead"
-            .to_string())
+                .to_string(),
+        )
     }
 }
 

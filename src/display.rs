@@ -10,7 +10,12 @@ pub fn percent(log_ratio: f64) -> String {
 
 /// An effect with its interval: `-10.0% [-12.9%, -7.0%]`.
 pub fn effect(estimate: f64, low: f64, high: f64) -> String {
-    format!("{} [{}, {}]", percent(estimate), percent(low), percent(high))
+    format!(
+        "{} [{}, {}]",
+        percent(estimate),
+        percent(low),
+        percent(high)
+    )
 }
 
 /// A noise floor (relative, as a log ratio) as `±2.0%`.

@@ -50,7 +50,9 @@ pub enum EmbeddedError {
         addr: String,
         stderr: String,
     },
-    #[error("{what} did not answer on {addr} within {secs:.0} s; raise [embedded] start_timeout_s or read its log: {stderr}")]
+    #[error(
+        "{what} did not answer on {addr} within {secs:.0} s; raise [embedded] start_timeout_s or read its log: {stderr}"
+    )]
     NotHealthy {
         what: &'static str,
         addr: String,
@@ -132,7 +134,11 @@ fn spec(config: &Config, e: &Embedded, args: Vec<String>, timeout: Duration) -> 
 
 /// Starts the far tier, then the server on the live profile, and waits until
 /// both answer.
-pub async fn start(config: &Config, e: &Embedded, cancel: &Cancel) -> Result<EmbeddedStack, EmbeddedError> {
+pub async fn start(
+    config: &Config,
+    e: &Embedded,
+    cancel: &Cancel,
+) -> Result<EmbeddedStack, EmbeddedError> {
     // Long-lived children: the timeout only matters to `wait`, never called.
     let forever = Duration::from_secs(10 * 365 * 24 * 3600);
     let expert_server = Group::spawn(&spec(

@@ -41,7 +41,7 @@ pub struct Shape {
 impl Shape {
     /// Checks the dimensions are usable; `origin` names the source in errors.
     pub fn new(n_layers: u64, n_experts: u64, origin: &str) -> Result<Shape, HeatError> {
-        let total = n_layers.checked_mul(n_experts).unwrap_or(u64::MAX);
+        let total = n_layers.saturating_mul(n_experts);
         if n_layers == 0 || n_experts == 0 || total > MAX_EXPERTS {
             return Err(HeatError::Shape {
                 origin: origin.to_string(),
@@ -152,9 +152,9 @@ impl Heat {
         let shape = Shape::new(raw.n_layers, raw.n_experts, origin)?;
         let mut counts = vec![0; shape.total()];
         for (key, count) in raw.counts {
-            let parsed = key
-                .split_once(',')
-                .and_then(|(l, e)| Some((l.trim().parse::<i64>().ok()?, e.trim().parse::<i64>().ok()?)));
+            let parsed = key.split_once(',').and_then(|(l, e)| {
+                Some((l.trim().parse::<i64>().ok()?, e.trim().parse::<i64>().ok()?))
+            });
             let (layer, expert) = match parsed {
                 Some((l, e)) if l >= 0 && e >= 0 => (l, e),
                 _ => {
@@ -331,13 +331,30 @@ mod tests {
 
     #[test]
     fn histogram_errors_name_the_file_and_the_problem() {
-        let err = Heat::parse("{\"n_layers\":2", "heat/h.json").unwrap_err().to_string();
-        assert!(err.contains("heat/h.json") && err.contains("not an expert_hist.json"), "{err}");
-        let err = Heat::parse(&HIST.replace("1,3", "1,4"), "h.json").unwrap_err().to_string();
-        assert!(err.contains("(1, 4)") && err.contains("2 layers x 4 experts"), "{err}");
-        let err = Heat::parse(&HIST.replace("1,3", "1;3"), "h.json").unwrap_err().to_string();
-        assert!(err.contains("\"1;3\"") && err.contains("layer,expert"), "{err}");
-        let err = Heat::parse(&HIST.replace("1,3", "-1,3"), "h.json").unwrap_err().to_string();
+        let err = Heat::parse("{\"n_layers\":2", "heat/h.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("heat/h.json") && err.contains("not an expert_hist.json"),
+            "{err}"
+        );
+        let err = Heat::parse(&HIST.replace("1,3", "1,4"), "h.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("(1, 4)") && err.contains("2 layers x 4 experts"),
+            "{err}"
+        );
+        let err = Heat::parse(&HIST.replace("1,3", "1;3"), "h.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"1;3\"") && err.contains("layer,expert"),
+            "{err}"
+        );
+        let err = Heat::parse(&HIST.replace("1,3", "-1,3"), "h.json")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"-1,3\""), "{err}");
         let err = Heat::parse(&HIST.replace("\"n_layers\":2", "\"n_layers\":0"), "h.json")
             .unwrap_err()
@@ -351,15 +368,33 @@ mod tests {
         let t = Trace::parse(&pairs(&[(0, 1), (1, 3)]), "t.bin", shape).unwrap();
         assert_eq!(
             t.requests(),
-            &[Expert { layer: 0, expert: 1 }, Expert { layer: 1, expert: 3 }]
+            &[
+                Expert {
+                    layer: 0,
+                    expert: 1
+                },
+                Expert {
+                    layer: 1,
+                    expert: 3
+                }
+            ]
         );
         let mut bytes = pairs(&[(0, 1), (1, 3)]);
         bytes.pop();
-        let err = Trace::parse(&bytes, "heat/t.bin", shape).unwrap_err().to_string();
-        assert!(err.contains("heat/t.bin") && err.contains("15 bytes") && err.contains("truncated"), "{err}");
-        let err = Trace::parse(&pairs(&[(0, 1), (2, 0)]), "t.bin", shape).unwrap_err().to_string();
+        let err = Trace::parse(&bytes, "heat/t.bin", shape)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("heat/t.bin") && err.contains("15 bytes") && err.contains("truncated"),
+            "{err}"
+        );
+        let err = Trace::parse(&pairs(&[(0, 1), (2, 0)]), "t.bin", shape)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("request 1") && err.contains("(2, 0)"), "{err}");
-        let err = Trace::parse(&pairs(&[(0, -1)]), "t.bin", shape).unwrap_err().to_string();
+        let err = Trace::parse(&pairs(&[(0, -1)]), "t.bin", shape)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("(0, -1)"), "{err}");
     }
 
@@ -368,13 +403,21 @@ mod tests {
         let shape = Shape::new(2, 4, "t").unwrap();
         let t = Trace::parse(&pairs(&[(0, 1), (1, 3), (0, 1)]), "t.bin", shape).unwrap();
         let h = Heat::of_requests(shape, t.requests());
-        assert_eq!(h.count(Expert { layer: 0, expert: 1 }), 2);
+        assert_eq!(
+            h.count(Expert {
+                layer: 0,
+                expert: 1
+            }),
+            2
+        );
         assert_eq!(h.total(), 3);
     }
 
     #[test]
     fn missing_file_is_named() {
-        let err = Heat::load(Path::new("/nonexistent/expert_hist.json")).unwrap_err().to_string();
+        let err = Heat::load(Path::new("/nonexistent/expert_hist.json"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/expert_hist.json"), "{err}");
     }
 }

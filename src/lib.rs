@@ -11,22 +11,22 @@
 //! - [`plan`]: one planner per menu entry; `rerank_pins` replays the trace first.
 //! - [`report`]: the weekly report from the ledger, Markdown or HTML with SVG charts.
 
-pub mod judge;
-pub mod ledger;
-pub mod vocab;
 pub mod atomic_file;
-pub mod menu;
-pub mod profile;
-pub mod measure;
-pub mod config;
+pub mod brain;
 pub mod cli;
 pub mod commands;
-pub mod display;
-pub mod brain;
-pub mod daemon;
-pub mod observe;
-pub mod heat;
-pub mod plan;
-pub mod embedded;
-pub mod report;
+pub mod config;
 pub mod cycle;
+pub mod daemon;
+pub mod display;
+pub mod embedded;
+pub mod heat;
+pub mod judge;
+pub mod ledger;
+pub mod measure;
+pub mod menu;
+pub mod observe;
+pub mod plan;
+pub mod profile;
+pub mod report;
+pub mod vocab;

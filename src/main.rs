@@ -10,7 +10,10 @@ use orchestrator::commands;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|e| {
-        eprintln!("error: --log {:?} is not a valid filter ({e}); using `info`", cli.log);
+        eprintln!(
+            "error: --log {:?} is not a valid filter ({e}); using `info`",
+            cli.log
+        );
         tracing_subscriber::EnvFilter::new("info")
     });
     tracing_subscriber::fmt()

@@ -82,7 +82,11 @@ impl fmt::Display for MenuId {
 impl FromStr for MenuId {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
-        MenuId::ALL.iter().copied().find(|m| m.as_str() == s).ok_or(())
+        MenuId::ALL
+            .iter()
+            .copied()
+            .find(|m| m.as_str() == s)
+            .ok_or(())
     }
 }
 
@@ -91,9 +95,19 @@ impl FromStr for MenuId {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ParamKind {
     /// `step` is the grid a search should use; it is advice, not a constraint.
-    Integer { min: i64, max: i64, step: i64 },
-    Number { min: f64, max: f64, step: Option<f64> },
-    Enum { values: Vec<String> },
+    Integer {
+        min: i64,
+        max: i64,
+        step: i64,
+    },
+    Number {
+        min: f64,
+        max: f64,
+        step: Option<f64>,
+    },
+    Enum {
+        values: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -236,7 +250,9 @@ pub enum Rejection {
         value: String,
         bounds: String,
     },
-    #[error("the same experiment with the same parameters was already decided on this profile (experiment {previous})")]
+    #[error(
+        "the same experiment with the same parameters was already decided on this profile (experiment {previous})"
+    )]
     Duplicate { previous: i64 },
 }
 
@@ -328,9 +344,10 @@ impl Menu {
 
     /// Validates a raw answer into a proposal or a typed rejection.
     pub fn validate(&self, raw: &str) -> Result<Proposal, Rejection> {
-        let value: Value = serde_json::from_str(raw.trim()).map_err(|e| Rejection::Unparseable {
-            detail: format!("invalid JSON at line {} column {}", e.line(), e.column()),
-        })?;
+        let value: Value =
+            serde_json::from_str(raw.trim()).map_err(|e| Rejection::Unparseable {
+                detail: format!("invalid JSON at line {} column {}", e.line(), e.column()),
+            })?;
         self.validate_value(&value)
     }
 
@@ -448,14 +465,15 @@ fn check_param(param: &Param, v: &Value) -> Result<ParamValue, Rejection> {
         ParamKind::Enum { values } => {
             let s = v.as_str().ok_or_else(|| wrong("a string"))?;
             // Return the menu's own string, so nothing of the model's travels on.
-            let ours = values
-                .iter()
-                .find(|c| c.as_str() == s)
-                .ok_or_else(|| Rejection::OutOfBounds {
-                    param: param.name.clone(),
-                    value: "a string".to_string(),
-                    bounds: format!("one of {}", values.join(", ")),
-                })?;
+            let ours =
+                values
+                    .iter()
+                    .find(|c| c.as_str() == s)
+                    .ok_or_else(|| Rejection::OutOfBounds {
+                        param: param.name.clone(),
+                        value: "a string".to_string(),
+                        bounds: format!("one of {}", values.join(", ")),
+                    })?;
             Ok(ParamValue::Choice(ours.clone()))
         }
     }
@@ -681,9 +699,7 @@ fn parse_kind(
         }
         other => Err(invalid(
             kind_at,
-            format!(
-                "parameter `{name}` has unknown type `{other}`; use integer, number or enum"
-            ),
+            format!("parameter `{name}` has unknown type `{other}`; use integer, number or enum"),
         )),
     }
 }
@@ -697,7 +713,10 @@ fn check_range(
     at: usize,
 ) -> Result<(), MenuError> {
     if !min.is_finite() || !max.is_finite() {
-        return Err(invalid(at, format!("parameter `{name}` needs finite bounds")));
+        return Err(invalid(
+            at,
+            format!("parameter `{name}` needs finite bounds"),
+        ));
     }
     if min > max {
         return Err(invalid(

@@ -224,7 +224,13 @@ impl fmt::Display for KnobChange {
             KnobValue::Text(s) => format!("{s:?}"),
             other => other.to_string(),
         };
-        write!(f, "{}: {} -> {}", self.knob, show(&self.from), show(&self.to))
+        write!(
+            f,
+            "{}: {} -> {}",
+            self.knob,
+            show(&self.from),
+            show(&self.to)
+        )
     }
 }
 
@@ -235,10 +241,12 @@ impl Profile {
             path: origin.to_path_buf(),
             source,
         })?;
-        profile.validate().map_err(|problem| ProfileError::Invalid {
-            path: origin.to_path_buf(),
-            problem,
-        })?;
+        profile
+            .validate()
+            .map_err(|problem| ProfileError::Invalid {
+                path: origin.to_path_buf(),
+                problem,
+            })?;
         Ok(profile)
     }
 
@@ -381,7 +389,10 @@ draft_len = 0
         let diff: Vec<String> = a.diff(&b).iter().map(|c| c.to_string()).collect();
         assert_eq!(
             diff,
-            vec!["memory.cache_gb: 0.5 -> 0.75", "speculative.draft_len: 0 -> 4"]
+            vec![
+                "memory.cache_gb: 0.5 -> 0.75",
+                "speculative.draft_len: 0 -> 4"
+            ]
         );
         assert!(a.diff(&a).is_empty());
     }

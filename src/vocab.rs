@@ -161,7 +161,10 @@ impl Digest {
 impl TryFrom<String> for Digest {
     type Error = UnknownValue;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if s.len() == 64
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             Ok(Digest(s))
         } else {
             Err(UnknownValue {

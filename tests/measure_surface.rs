@@ -158,7 +158,7 @@ async fn server_timings_are_used_when_every_answer_has_them() {
         "{}",
         o.seconds_per_token
     );
-    assert_eq!(o.tokens, Some(8));
+    assert_eq!(o.tokens, Some(9), "4 + 5 words");
     assert_eq!(o.output_hash, expected_hash());
     let reqs = server.requests.lock().unwrap().clone();
     assert_eq!(reqs.len(), 2);

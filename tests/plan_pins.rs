@@ -3,7 +3,9 @@
 //! replay predicted (its output is bit-identical under every profile, so the
 //! trace repeats and the prediction can be checked to the lookup).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use orchestrator::heat::{Heat, Trace};
@@ -12,32 +14,11 @@ use orchestrator::plan::{self, PlanContext, PlanRefusal, replay};
 use orchestrator::profile::Profile;
 use serde_json::Value;
 
-/// The tinyk3 binary: `TINYK3_BIN`, else the target directory's release or
-/// debug build (`CARGO_TARGET_DIR`, then the workspace's `target/`).
-fn tinyk3() -> PathBuf {
-    if let Some(p) = std::env::var_os("TINYK3_BIN") {
-        return PathBuf::from(p);
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut roots: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
-        .map(|d| workspace.join(d))
-        .into_iter()
-        .collect();
-    roots.push(workspace.join("target"));
-    roots
-        .iter()
-        .flat_map(|r| [r.join("release/tinyk3"), r.join("debug/tinyk3")])
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "no tinyk3 binary under {roots:?}: build it with `cargo build -p tinyk3 --release` \
-                 or point TINYK3_BIN at one"
-            )
-        })
-}
-
 fn run(args: &[&str]) -> String {
-    let out = Command::new(tinyk3()).args(args).output().expect("tinyk3 runs");
+    let out = Command::new(common::tinyk3_bin())
+        .args(args)
+        .output()
+        .expect("tinyk3 runs");
     assert!(
         out.status.success(),
         "tinyk3 {args:?} failed: {}",
@@ -72,11 +53,27 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
     run(&[
-        "init", "--out", model.to_str().unwrap(), "--layers", "4", "--experts", "16",
-        "--d-model", "32", "--d-expert", "64", "--d-dense", "64", "--heads", "2", "--vocab", "256",
+        "init",
+        "--out",
+        model.to_str().unwrap(),
+        "--layers",
+        "4",
+        "--experts",
+        "16",
+        "--d-model",
+        "32",
+        "--d-expert",
+        "64",
+        "--d-dense",
+        "64",
+        "--heads",
+        "2",
+        "--vocab",
+        "256",
     ]);
     let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(model.join("manifest.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(model.join("manifest.json")).unwrap())
+            .unwrap();
     let stride = u(&manifest["experts"]["stride"]);
     let top_k = u(&manifest["shape"]["top_k"]) as u32;
 
@@ -97,15 +94,28 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
 
     let heat = Heat::load(&heat_dir.join("expert_hist.json")).unwrap();
     let trace = Trace::load(&heat_dir.join("expert_trace.bin"), heat.shape()).unwrap();
-    assert_eq!(trace.requests().len() as u64, u(&measured["expert_requests"]));
-    assert_eq!(Heat::of_requests(trace.shape(), trace.requests()), heat, "histogram = trace");
+    assert_eq!(
+        trace.requests().len() as u64,
+        u(&measured["expert_requests"])
+    );
+    assert_eq!(
+        Heat::of_requests(trace.shape(), trace.requests()),
+        heat,
+        "histogram = trace"
+    );
 
     // The replay of the live settings is the engine's own count, lookup for lookup.
     let lookups = replay::Lookups::of_trace(&trace);
     let hits = &measured["hits"];
-    let engine_lookups: u64 = ["pinned", "cache", "far", "cold"].iter().map(|k| u(&hits[k])).sum();
+    let engine_lookups: u64 = ["pinned", "cache", "far", "cold"]
+        .iter()
+        .map(|k| u(&hits[k]))
+        .sum();
     assert_eq!(lookups.len() as u64, engine_lookups);
-    assert_eq!(replay::lru(&lookups, 8).hits, u(&hits["cache"]) + u(&hits["pinned"]));
+    assert_eq!(
+        replay::lru(&lookups, 8).hits,
+        u(&hits["cache"]) + u(&hits["pinned"])
+    );
     assert_eq!(replay::infer_top_k(&trace), Some(top_k));
 
     let profiles = ledger.join("profiles");
@@ -132,8 +142,16 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
     };
     plan::write_plan(&plan).unwrap();
     assert!(plan.candidate_path.starts_with(&profiles));
-    assert!(plan.candidate.pins_path(&plan.candidate_path).unwrap().is_file());
-    assert!(plan.candidate.pins_path(&live_path).unwrap().is_file(), "ready for approval");
+    assert!(
+        plan.candidate
+            .pins_path(&plan.candidate_path)
+            .unwrap()
+            .is_file()
+    );
+    assert!(
+        plan.candidate.pins_path(&live_path).unwrap().is_file(),
+        "ready for approval"
+    );
     let rates = &plan.notes["predicted_hit_rate"];
     let min = rates["belady_min"].as_f64().unwrap();
     for k in ["new_pins", "current_pins", "lru"] {

@@ -164,6 +164,11 @@ async fn html_report_renders_its_charts_in_chromium() {
     std::fs::write(&full, &page).unwrap();
     let png = dir.path().join("report.png");
     screenshot(&full, &png);
+    // To look at it: REPORT_HTML_KEEP=/some/dir cargo test --test report_html
+    if let Some(keep) = std::env::var_os("REPORT_HTML_KEEP") {
+        std::fs::copy(&full, Path::new(&keep).join("report.html")).unwrap();
+        std::fs::copy(&png, Path::new(&keep).join("report.png")).unwrap();
+    }
     let (w, h, px) = pixels(&png);
     assert_eq!((w, h), (1200, 2000));
     let var = luminance_variance(&px);

@@ -24,14 +24,16 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let config = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml"),
-        )
-        .unwrap()
-        .replace(
-            "dir = \"experiments\"",
-            &format!("dir = {:?}", Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")),
-        );
+        let config =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml"))
+                .unwrap()
+                .replace(
+                    "dir = \"experiments\"",
+                    &format!(
+                        "dir = {:?}",
+                        Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
+                    ),
+                );
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         std::fs::create_dir_all(dir.path().join("ledger/profiles")).unwrap();
         std::fs::write(dir.path().join("ledger/profiles/live.toml"), BASE).unwrap();
@@ -56,7 +58,9 @@ impl Fixture {
     fn stage_win(&self, cache_gb: f64) -> StageId {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let ledger = Ledger::open(self.path("ledger/orchestrator.db")).await.unwrap();
+            let ledger = Ledger::open(self.path("ledger/orchestrator.db"))
+                .await
+                .unwrap();
             let base = self.base();
             let mut candidate = base.clone();
             candidate.memory.cache_gb = cache_gb;
@@ -119,7 +123,10 @@ impl Fixture {
                         kind: VerdictKind::Win,
                         decided_at: now,
                         effect: Some(-0.2),
-                        interval: Some(Interval { low: -0.25, high: -0.15 }),
+                        interval: Some(Interval {
+                            low: -0.25,
+                            high: -0.15,
+                        }),
                         noise_floor: Some(0.02),
                         pairs: 2,
                         method: Some("test fixture".into()),
@@ -131,7 +138,9 @@ impl Fixture {
                 ids.push(e);
             }
             let stage = tx.insert_stage(ids[0], ids[1], now).await.unwrap();
-            tx.close_cycle(cycle, &CycleOutcome::Completed, now).await.unwrap();
+            tx.close_cycle(cycle, &CycleOutcome::Completed, now)
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
             ledger.close().await;
             stage
@@ -167,7 +176,11 @@ fn list_show_and_approve_a_staged_win() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["state"], "staged");
 
-    let out = f.cmd().args(["stage", "show", &id.0.to_string()]).output().unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "show", &id.0.to_string()])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("memory.cache_gb: 0.5 -> 0.75"), "{text}");
@@ -176,14 +189,26 @@ fn list_show_and_approve_a_staged_win() {
 
     let out = f
         .cmd()
-        .args(["stage", "approve", &id.0.to_string(), "--by", "ada", "--note", "looks right"])
+        .args([
+            "stage",
+            "approve",
+            &id.0.to_string(),
+            "--by",
+            "ada",
+            "--note",
+            "looks right",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("restart it"), "{}", stdout(&out));
     assert_eq!(f.live().memory.cache_gb, 0.75);
 
-    let out = f.cmd().args(["stage", "list", "--all", "--json"]).output().unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "list", "--all", "--json"])
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["state"], "approved");
     assert_eq!(v[0]["decided_by"], "ada");
@@ -191,11 +216,21 @@ fn list_show_and_approve_a_staged_win() {
     // A second decision is refused, naming the first one; exit 1.
     let out = f
         .cmd()
-        .args(["stage", "reject", &id.0.to_string(), "--reason", "changed my mind"])
+        .args([
+            "stage",
+            "reject",
+            &id.0.to_string(),
+            "--reason",
+            "changed my mind",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("already approved by ada"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already approved by ada"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -208,14 +243,25 @@ fn approving_a_stage_whose_base_is_no_longer_live_expires_it() {
     )
     .unwrap();
     let before = std::fs::read(f.path("ledger/profiles/live.toml")).unwrap();
-    let out = f.cmd().args(["stage", "approve", &id.0.to_string()]).output().unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &id.0.to_string()])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("expired"), "{err}");
     assert!(err.contains("live profile changed"), "{err}");
     assert!(err.contains("Nothing was written"), "{err}");
-    assert_eq!(std::fs::read(f.path("ledger/profiles/live.toml")).unwrap(), before);
-    let out = f.cmd().args(["stage", "list", "--all", "--json"]).output().unwrap();
+    assert_eq!(
+        std::fs::read(f.path("ledger/profiles/live.toml")).unwrap(),
+        before
+    );
+    let out = f
+        .cmd()
+        .args(["stage", "list", "--all", "--json"])
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["state"], "expired");
 }
@@ -231,7 +277,13 @@ fn two_racing_approvals_exactly_one_wins() {
                 StdCommand::new(&bin)
                     .arg("--config")
                     .arg(f.path("config.toml"))
-                    .args(["stage", "approve", &id.0.to_string(), "--by", &format!("shell{i}")])
+                    .args([
+                        "stage",
+                        "approve",
+                        &id.0.to_string(),
+                        "--by",
+                        &format!("shell{i}"),
+                    ])
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -243,10 +295,18 @@ fn two_racing_approvals_exactly_one_wins() {
             .map(|c| c.wait_with_output().unwrap())
             .collect();
         let ok = outs.iter().filter(|o| o.status.success()).count();
-        assert_eq!(ok, 1, "round {round}: {:?}", outs.iter().map(stderr).collect::<Vec<_>>());
+        assert_eq!(
+            ok,
+            1,
+            "round {round}: {:?}",
+            outs.iter().map(stderr).collect::<Vec<_>>()
+        );
         let loser = outs.iter().find(|o| !o.status.success()).unwrap();
         let err = stderr(loser);
-        assert!(err.contains("already approved by shell"), "round {round}: {err}");
+        assert!(
+            err.contains("already approved by shell"),
+            "round {round}: {err}"
+        );
         assert!(!err.contains("database is locked"), "{err}");
         assert_eq!(f.live().memory.cache_gb, 0.75);
     }
@@ -256,20 +316,38 @@ fn two_racing_approvals_exactly_one_wins() {
 fn reject_needs_a_reason_and_unknown_stages_are_named() {
     let f = Fixture::new();
     let id = f.stage_win(0.75);
-    let out = f.cmd().args(["stage", "reject", &id.0.to_string(), "--reason", " "]).output().unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "reject", &id.0.to_string(), "--reason", " "])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--reason must say why"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--reason must say why"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = f.cmd().args(["stage", "show", "999"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("999 does not exist"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("999 does not exist"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = f.cmd().args(["stage", "approve", "abc"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "clap usage errors exit 2");
 
     let out = f
         .cmd()
-        .args(["stage", "reject", &id.0.to_string(), "--reason", "too risky"])
+        .args([
+            "stage",
+            "reject",
+            &id.0.to_string(),
+            "--reason",
+            "too risky",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -307,7 +385,7 @@ fn a_bad_config_exits_2_naming_the_key() {
     let f = Fixture::new();
     let text = std::fs::read_to_string(f.path("config.toml"))
         .unwrap()
-        .replace("max_pairs = 16", "max_pair = 16");
+        .replace("max_pairs = 50", "max_pair = 50");
     std::fs::write(f.path("config.toml"), text).unwrap();
     let out = f.cmd().arg("check").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use super::error::{BrainError, excerpt};
 use crate::config;
 
-/// The answer is one small JSON object (a rationale of at most 400
-/// characters); this bounds a runaway generation, not a real answer.
+/// The default `[model] max_tokens`: the answer is one small JSON object (a
+/// rationale of at most 400 characters); this bounds a runaway generation.
 pub const MAX_TOKENS: u32 = 512;
 
 /// Refuse bodies larger than this: a chat answer is a few kilobytes.
@@ -83,6 +83,8 @@ pub struct ChatClient {
     secret: Option<Secret>,
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// Bounds the answer; a constrained decoder closes the JSON in time.
+    max_tokens: u32,
 }
 
 /// Never prints the key, only whether there is one.
@@ -129,6 +131,10 @@ impl ChatClient {
                 (Some(value), Some(Secret(key.trim().to_string())))
             }
         };
+        // URLs are logged and quoted in errors, so they must hold no secret.
+        if !model.base_url.username().is_empty() || model.base_url.password().is_some() {
+            return Err(BrainError::CredentialsInUrl);
+        }
         let base = model.base_url.as_str().trim_end_matches('/');
         let url = reqwest::Url::parse(&format!("{base}/chat/completions")).map_err(|_| {
             BrainError::BadBaseUrl {
@@ -163,6 +169,7 @@ impl ChatClient {
             secret,
             connect_timeout: model.connect_timeout.duration(),
             request_timeout: model.request_timeout.duration(),
+            max_tokens: model.max_tokens,
         })
     }
 
@@ -177,7 +184,7 @@ impl ChatClient {
             "model": self.model,
             "messages": messages,
             "temperature": 0,
-            "max_tokens": MAX_TOKENS,
+            "max_tokens": self.max_tokens,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": true},

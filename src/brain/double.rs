@@ -194,6 +194,7 @@ pub(crate) fn model_config(
         connect_timeout: config::Seconds::try_from(1.0).unwrap(),
         request_timeout: config::Seconds::try_from(request_timeout_s).unwrap(),
         max_attempts,
+        max_tokens: super::client::MAX_TOKENS,
     }
 }
 

@@ -22,6 +22,11 @@ pub enum BrainError {
     InvalidApiKey { var: String },
     #[error("[model] base_url {base_url} cannot take /chat/completions")]
     BadBaseUrl { base_url: String },
+    #[error(
+        "[model] base_url carries a user name or password; take them out and put the key in \
+         the variable named by api_key_env"
+    )]
+    CredentialsInUrl,
     #[error("cannot build the HTTP client for the served model: {source}")]
     Client {
         #[source]
@@ -87,6 +92,7 @@ impl BrainError {
             BrainError::MissingApiKey { .. } => "missing_api_key",
             BrainError::InvalidApiKey { .. } => "invalid_api_key",
             BrainError::BadBaseUrl { .. } => "bad_base_url",
+            BrainError::CredentialsInUrl => "credentials_in_url",
             BrainError::Client { .. } => "client",
             BrainError::Unreachable { .. } => "unreachable",
             BrainError::Timeout { .. } => "timeout",

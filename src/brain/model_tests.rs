@@ -478,6 +478,15 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
         !e.to_string().contains("bad"),
         "the value is never shown: {e}"
     );
+    let inline = model_config(
+        format!("http://user:{KEY}@127.0.0.1:9/v1").parse().unwrap(),
+        None,
+        1.0,
+        1,
+    );
+    let e = ChatClient::with_env(&inline, |_| None).unwrap_err();
+    assert_eq!(e.kind(), "credentials_in_url");
+    assert!(!format!("{e} {e:?}").contains(KEY), "{e}");
     let none = model_config("http://127.0.0.1:9/v1".parse().unwrap(), None, 1.0, 1);
     assert!(ChatClient::with_env(&none, |_| panic!("no lookup without api_key_env")).is_ok());
 }

@@ -34,7 +34,10 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         if let Some(pins) = profile.pins_path(live)
             && !pins.exists()
         {
-            println!("         warning: its pin list {} does not exist", pins.display());
+            println!(
+                "         warning: its pin list {} does not exist",
+                pins.display()
+            );
         }
     } else {
         println!(

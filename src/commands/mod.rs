@@ -9,8 +9,8 @@ use crate::profile::ProfileError;
 pub mod check;
 pub mod ledger;
 pub mod rebaseline;
-pub mod run;
 pub mod report;
+pub mod run;
 pub mod stage;
 
 /// A problem with what the user asked for (exit 2), as opposed to a failure

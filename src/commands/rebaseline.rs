@@ -68,7 +68,9 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
         }
         ledger.close().await;
         if pinned == 0 {
-            anyhow::bail!("nothing was re-pinned: no configured protocol could measure the live profile");
+            anyhow::bail!(
+                "nothing was re-pinned: no configured protocol could measure the live profile"
+            );
         }
         Ok(())
     })

@@ -44,10 +44,9 @@ pub(crate) fn decider(by: Option<String>) -> anyhow::Result<String> {
         .unwrap_or_else(|| "unknown".to_string());
     let name = name.trim().to_string();
     if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(UsageError(
-            "--by must be a name of 1 to 64 printable characters".to_string(),
-        )
-        .into());
+        return Err(
+            UsageError("--by must be a name of 1 to 64 printable characters".to_string()).into(),
+        );
     }
     Ok(name)
 }
@@ -110,7 +109,11 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
     )?;
     let live = Profile::load(&config.stack.live_profile).ok();
     let diff: Vec<String> = match &live {
-        Some(live) => live.diff(&candidate).iter().map(|c| c.to_string()).collect(),
+        Some(live) => live
+            .diff(&candidate)
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
         None => vec![],
     };
     if json {
@@ -147,7 +150,10 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
         println!(
             "decided  {} by {by} at {at}{}",
             s.state,
-            s.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+            s.note
+                .as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
         );
     }
     println!();
@@ -168,7 +174,11 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
     }
     for (title, runs, v) in [
         ("experiment", &d.runs, &d.verdict),
-        ("confirmation", &d.confirmation_runs, &d.confirmation_verdict),
+        (
+            "confirmation",
+            &d.confirmation_runs,
+            &d.confirmation_verdict,
+        ),
     ] {
         println!();
         let stats = match (v.effect, v.interval) {
@@ -179,7 +189,9 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
             "{title}: verdict {} after {} pairs, effect {stats}, floor {}, method {}",
             v.kind,
             v.pairs,
-            v.noise_floor.map(display::floor).unwrap_or_else(|| "-".into()),
+            v.noise_floor
+                .map(display::floor)
+                .unwrap_or_else(|| "-".into()),
             v.method.as_deref().unwrap_or("-")
         );
         print_runs(runs);
@@ -196,13 +208,19 @@ fn print_runs(runs: &[Run]) {
             "  {:>5} {:<9} {:>4} {:>12} {:>6} {:<16} {:>4} {:>7.2}s{}",
             r.order_index,
             r.arm.as_str(),
-            r.pair_index.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            r.pair_index
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-".into()),
             r.seconds_per_token
                 .map(|x| format!("{x:.6}"))
                 .unwrap_or_else(|| "-".into()),
-            r.tokens.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+            r.tokens
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| "-".into()),
             r.output_hash.as_deref().unwrap_or("-"),
-            r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            r.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
             r.duration_s,
             if r.refused { "  refused" } else { "" }
         );
@@ -237,8 +255,9 @@ async fn approve(
             stage.candidate_digest
         );
     }
-    let live = Profile::load(live_path)
-        .with_context(|| format!("reading the live profile to compare it with stage {id}'s base"))?;
+    let live = Profile::load(live_path).with_context(|| {
+        format!("reading the live profile to compare it with stage {id}'s base")
+    })?;
     let live_digest = live.digest();
     let now = Utc::now();
     if live_digest == stage.candidate_digest {
@@ -293,7 +312,10 @@ async fn approve(
     tx.decide_stage(id, StageDecision::Approved, by, note, now)
         .await?;
     tx.commit().await?;
-    println!("stage {id} approved by {by}; {} now holds:", live_path.display());
+    println!(
+        "stage {id} approved by {by}; {} now holds:",
+        live_path.display()
+    );
     for change in live.diff(&candidate) {
         println!("  {change}");
     }

@@ -78,7 +78,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
     /// error; every other failure is a recorded `failed` cycle.
     pub async fn run(&mut self) -> Result<CycleReport, LedgerError> {
         let started = self.clock.now();
-        let id = self.ledger.open_cycle(started, self.proposer.kind()).await?;
+        let id = self
+            .ledger
+            .open_cycle(started, self.proposer.kind())
+            .await?;
         let mut report = CycleReport::new(id);
         let stop = self.body(id, &mut report).await;
         let now = self.clock.now();
@@ -90,7 +93,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             Ok(()) => CycleOutcome::Completed,
             Err(Stop::Ledger(e)) => return Err(e),
             Err(Stop::Aborted(why)) => {
-                self.record_failure(&mut report, &format!("aborted: {why}")).await?;
+                self.record_failure(&mut report, &format!("aborted: {why}"))
+                    .await?;
                 CycleOutcome::Aborted(why)
             }
             Err(Stop::Failed(why)) => {
@@ -205,7 +209,15 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             ledger: self.ledger,
             base_digest: &live_digest,
         };
-        let outcome = self.proposer.propose(&situation, &duplicates).await;
+        // The proposer's HTTP call is abandoned on shutdown (dropping the
+        // future closes the connection); nothing of it is half-recorded.
+        let outcome = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => {
+                return Err(Stop::Aborted("shutdown while the proposer was choosing".into()));
+            }
+            outcome = self.proposer.propose(&situation, &duplicates) => outcome,
+        };
         let mut last_proposal: Option<ProposalId> = None;
         for p in outcome.new_proposals(id, self.clock.now()) {
             last_proposal = Some(self.ledger.insert_proposal(&p).await?);
@@ -282,7 +294,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         let pending = last.verdict == Some(VerdictKind::Win)
             && last.confirmation_of.is_none()
             && last.base_digest == live.profile.digest()
-            && self.ledger.confirmations(last.experiment_id).await?.is_empty();
+            && self
+                .ledger
+                .confirmations(last.experiment_id)
+                .await?
+                .is_empty();
         Ok(pending.then_some(last.experiment_id))
     }
 
@@ -390,12 +406,16 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.menu_id = Some(original.menu_id);
         r.params = Some(original.parameters.clone());
         r.scheduled = Some("confirmation");
-        let candidate = Profile::parse(&original.candidate_profile, Path::new("the staged candidate"))
-            .map_err(|e| Stop::Failed(e.to_string()))?;
+        let candidate = Profile::parse(
+            &original.candidate_profile,
+            Path::new("the staged candidate"),
+        )
+        .map_err(|e| Stop::Failed(e.to_string()))?;
         let path = profiles_dir(&self.config.stack.live_profile)
             .join(format!("candidate-{}.toml", candidate.digest().short()));
-        let candidate = ProfileFile::write(&path, candidate)
-            .map_err(|e| Stop::Failed(format!("rewriting the candidate for its confirmation: {e}")))?;
+        let candidate = ProfileFile::write(&path, candidate).map_err(|e| {
+            Stop::Failed(format!("rewriting the candidate for its confirmation: {e}"))
+        })?;
         let scorer = self
             .scorers
             .for_candidate(original.method)
@@ -446,8 +466,12 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 scorer.method()
             ))
         })?;
-        let mut gate = HashGate::load(self.ledger, &self.config.stack.name, &scorer.prompt_set(self.config))
-            .await?;
+        let mut gate = HashGate::load(
+            self.ledger,
+            &self.config.stack.name,
+            &scorer.prompt_set(self.config),
+        )
+        .await?;
         let runner = AbRunner {
             scorer,
             ledger: self.ledger,
@@ -455,9 +479,18 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             cancel: self.cancel.clone(),
             warmups_per_arm: self.config.measure.warmup_runs as usize,
         };
-        let progress = self.progress.then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let progress = self
+            .progress
+            .then(|| spawn_progress(self.ledger.clone(), experiment_id));
         let result = runner
-            .run_ab(experiment_id, live, candidate, &mut gate, self.policy, floor)
+            .run_ab(
+                experiment_id,
+                live,
+                candidate,
+                &mut gate,
+                self.policy,
+                floor,
+            )
             .await;
         if let Some(task) = progress {
             task.abort();
@@ -511,8 +544,12 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             })
             .await?;
         r.experiment_id = Some(experiment_id);
-        let mut gate = HashGate::load(self.ledger, &self.config.stack.name, &scorer.prompt_set(self.config))
-            .await?;
+        let mut gate = HashGate::load(
+            self.ledger,
+            &self.config.stack.name,
+            &scorer.prompt_set(self.config),
+        )
+        .await?;
         let runner = AbRunner {
             scorer,
             ledger: self.ledger,
@@ -520,7 +557,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             cancel: self.cancel.clone(),
             warmups_per_arm: self.config.measure.warmup_runs as usize,
         };
-        let progress = self.progress.then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let progress = self
+            .progress
+            .then(|| spawn_progress(self.ledger.clone(), experiment_id));
         let pairs = self.policy.min_pairs.max(8);
         let result = runner
             .measure_noise_floor(experiment_id, live, &mut gate, pairs, self.policy.min_floor)
@@ -615,9 +654,9 @@ fn refusal(kind: VerdictKind, why: &str, at: chrono::DateTime<Utc>) -> NewVerdic
 
 fn ab_stop(e: AbError) -> Stop {
     match e {
-        AbError::Cancelled { runs } => {
-            Stop::Aborted(format!("shutdown during the measurement, after {runs} run(s)"))
-        }
+        AbError::Cancelled { runs } => Stop::Aborted(format!(
+            "shutdown during the measurement, after {runs} run(s)"
+        )),
         AbError::Ledger(e) => Stop::Ledger(e),
         AbError::Gate(e) => Stop::Failed(e.to_string()),
         other => Stop::Failed(other.to_string()),
@@ -648,4 +687,3 @@ pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
         .filter_map(|r| r.run.seconds_per_token)
         .collect()
 }
-

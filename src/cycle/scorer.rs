@@ -98,7 +98,11 @@ impl Scorer for StackScorer {
         }
     }
 
-    async fn score(&self, profile: &ProfileFile, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+    async fn score(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+    ) -> Result<RunOutcome, RunFailure> {
         match self {
             StackScorer::Bench(s) => s.score(profile, cancel).await,
             StackScorer::Live(s) => s.score(profile, cancel).await,

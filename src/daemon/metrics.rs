@@ -34,7 +34,10 @@ struct State {
 impl DaemonMetrics {
     pub fn new(target_seconds_per_token: f64) -> Arc<DaemonMetrics> {
         let m = DaemonMetrics::default();
-        m.inner.lock().expect("metrics lock").target_seconds_per_token = target_seconds_per_token;
+        m.inner
+            .lock()
+            .expect("metrics lock")
+            .target_seconds_per_token = target_seconds_per_token;
         Arc::new(m)
     }
 
@@ -43,7 +46,11 @@ impl DaemonMetrics {
         let mut s = self.inner.lock().expect("metrics lock");
         *s.cycles_by_verdict.entry(verdict.as_str()).or_default() += 1;
         s.last_cycle_seconds = Some(seconds);
-        s.consecutive_failures = if failed { s.consecutive_failures + 1 } else { 0 };
+        s.consecutive_failures = if failed {
+            s.consecutive_failures + 1
+        } else {
+            0
+        };
     }
 
     pub fn set_noise_floor(&self, floor: Option<f64>) {
@@ -153,7 +160,10 @@ pub async fn serve(listener: TcpListener, metrics: Arc<DaemonMetrics>) {
             let (status, body) = if head.starts_with("GET /metrics ") {
                 ("200 OK", metrics.render())
             } else {
-                ("404 Not Found", "only GET /metrics is served here\n".to_string())
+                (
+                    "404 Not Found",
+                    "only GET /metrics is served here\n".to_string(),
+                )
             };
             let response = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -182,14 +192,20 @@ mod tests {
         let get = |n: &str| prometheus::value(&samples, n);
         assert_eq!(get("orchestrator_consecutive_failures"), Some(2.0));
         assert_eq!(get("orchestrator_best_seconds_per_token"), Some(0.5));
-        assert_eq!(get("orchestrator_distance_to_target_seconds_per_token"), Some(-0.5));
+        assert_eq!(
+            get("orchestrator_distance_to_target_seconds_per_token"),
+            Some(-0.5)
+        );
         assert_eq!(get("orchestrator_cycles_total"), Some(3.0));
         assert!(samples.iter().any(|s| s.name == "orchestrator_cycles_total"
             && s.labels["verdict"] == "failed"
             && s.value == 2.0));
         m.cycle_finished(VerdictKind::WithinNoise, 1.0, false);
         let samples = prometheus::parse(&m.render()).unwrap();
-        assert_eq!(prometheus::value(&samples, "orchestrator_consecutive_failures"), Some(0.0));
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_consecutive_failures"),
+            Some(0.0)
+        );
     }
 
     #[tokio::test]
@@ -204,7 +220,10 @@ mod tests {
             .text()
             .await
             .unwrap();
-        assert!(body.contains("orchestrator_target_seconds_per_token 1"), "{body}");
+        assert!(
+            body.contains("orchestrator_target_seconds_per_token 1"),
+            "{body}"
+        );
         let r = reqwest::get(format!("http://{addr}/other")).await.unwrap();
         assert_eq!(r.status(), 404);
         task.abort();

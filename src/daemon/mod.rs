@@ -20,7 +20,7 @@ use tokio::time::MissedTickBehavior;
 use crate::config::Config;
 use crate::cycle::{Cycle, Scorers};
 use crate::embedded;
-use crate::judge::{Confidence, Floor, Policy};
+use crate::judge::Policy;
 use crate::ledger::Ledger;
 use crate::measure::ab::SystemClock;
 use crate::measure::cancel::{Cancel, CancelHandle};
@@ -51,15 +51,12 @@ pub struct RunSummary {
     pub last_failed: bool,
 }
 
-/// The judge's policy from the config's measurement section.
+/// The judge's policy from the config's measurement section (validated
+/// when the config is loaded, so this only fails on a hand-built config).
 pub fn policy(config: &Config) -> anyhow::Result<Policy> {
-    let m = &config.measure;
-    let confidence = Confidence::try_from(m.confidence.get())?;
-    // The config states the floor as a relative change; the judge works in
-    // log ratios.
-    let min_floor = Floor::try_from(m.min_noise_floor.get().ln_1p())?;
-    Policy::new(confidence, m.min_pairs as usize, m.max_pairs as usize, min_floor)
-        .map_err(|e| crate::commands::UsageError(format!("{}: [measure] {e}", config.path.display())).into())
+    config.measure.policy().map_err(|e| {
+        crate::commands::UsageError(format!("{}: [measure] {e}", config.path.display())).into()
+    })
 }
 
 /// Runs the loop until done or interrupted.
@@ -76,7 +73,10 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         )
         .await?;
     if aborted > 0 {
-        tracing::warn!(aborted, "closed cycles a previous process left running as aborted");
+        tracing::warn!(
+            aborted,
+            "closed cycles a previous process left running as aborted"
+        );
     }
 
     let (handle, cancel) = Cancel::new();
@@ -120,7 +120,10 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     result
 }
 
-#[expect(clippy::too_many_arguments, reason = "the loop's whole context, built once in run()")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's whole context, built once in run()"
+)]
 async fn run_loop(
     config: &Config,
     menu: &Menu,
@@ -147,9 +150,11 @@ async fn run_loop(
         if limit.is_some_and(|n| summary.cycles >= n) {
             break;
         }
+        // Biased: a shutdown wins over a tick that is also ready.
         tokio::select! {
-            _ = tick.tick() => {}
+            biased;
             _ = cancel.cancelled() => { summary.interrupted = true; break; }
+            _ = tick.tick() => {}
         }
         if consecutive_failures >= config.cycle.max_consecutive_failures {
             let wait = backoff(
@@ -163,8 +168,9 @@ async fn run_loop(
                 wait.as_secs_f64()
             );
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                biased;
                 _ = cancel.cancelled() => { summary.interrupted = true; break; }
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         let mut cycle = Cycle {
@@ -252,7 +258,10 @@ mod tests {
             let b0 = backoff(0, base, cap);
             assert!(b0 >= Duration::from_secs(5) && b0 <= base, "{b0:?}");
             let b2 = backoff(2, base, cap);
-            assert!(b2 >= Duration::from_secs(20) && b2 <= Duration::from_secs(40), "{b2:?}");
+            assert!(
+                b2 >= Duration::from_secs(20) && b2 <= Duration::from_secs(40),
+                "{b2:?}"
+            );
             let b9 = backoff(9, base, cap);
             assert!(b9 >= Duration::from_secs(30) && b9 <= cap, "{b9:?}");
         }

@@ -12,8 +12,9 @@ use crate::config::{Config, ProposerChoice};
 use crate::vocab::ProposerKind;
 
 pub enum AnyProposer {
-    Model(ModelProposer<StdRng>),
-    Bandit(BanditProposer<StdRng>),
+    // Boxed: both carry RNG state; the enum stays small.
+    Model(Box<ModelProposer<StdRng>>),
+    Bandit(Box<BanditProposer<StdRng>>),
 }
 
 impl AnyProposer {
@@ -21,15 +22,16 @@ impl AnyProposer {
     pub fn from_config(config: &Config) -> Result<AnyProposer, BrainError> {
         let rng = StdRng::from_os_rng();
         Ok(match config.cycle.proposer {
-            ProposerChoice::Model => AnyProposer::Model(ModelProposer::new(
+            ProposerChoice::Model => AnyProposer::Model(Box::new(ModelProposer::new(
                 ChatClient::from_config(&config.model)?,
                 config.model.max_attempts,
                 Default::default(),
                 rng,
-            )),
-            ProposerChoice::Bandit => {
-                AnyProposer::Bandit(BanditProposer::new(BanditAlgorithm::default(), rng))
-            }
+            ))),
+            ProposerChoice::Bandit => AnyProposer::Bandit(Box::new(BanditProposer::new(
+                BanditAlgorithm::default(),
+                rng,
+            ))),
         })
     }
 }

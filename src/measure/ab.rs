@@ -216,13 +216,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let mut runs = Vec::new();
         let mut pair = [0.0f64; 2];
         let last = 2 * self.warmups_per_arm + 2 * policy.max_pairs;
+        let base_digest = baseline.profile.digest();
         for run in 0..last {
             let slot = judge::slot(self.warmups_per_arm, run);
             let profile = match slot.profile {
                 Arm::Baseline => baseline,
                 _ => candidate,
             };
-            let base_digest = baseline.profile.digest();
             let ran = self
                 .one(
                     experiment_id,

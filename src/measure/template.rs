@@ -95,9 +95,12 @@ impl ArgTemplate {
             if open > 0 {
                 pieces.push(Piece::Text(rest[..open].to_string()));
             }
-            let close = rest[open..].find('}').ok_or_else(|| TemplateError::Unclosed {
-                arg: arg.to_string(),
-            })? + open;
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| TemplateError::Unclosed {
+                    arg: arg.to_string(),
+                })?
+                + open;
             let name = &rest[open + 1..close];
             let piece = if let Some(k) = Knob::from_name(name) {
                 Piece::Knob(k)
@@ -137,9 +140,12 @@ impl ArgTemplate {
                     }
                 }
                 Piece::Knob(k) => out.push_str(&profile.get(*k).to_string()),
-                Piece::Special(Special::Out) => {
-                    out.push_str(&ctx.out.as_deref().unwrap_or(Path::new("")).to_string_lossy())
-                }
+                Piece::Special(Special::Out) => out.push_str(
+                    &ctx.out
+                        .as_deref()
+                        .unwrap_or(Path::new(""))
+                        .to_string_lossy(),
+                ),
                 Piece::Special(Special::Profile) => out.push_str(
                     &ctx.profile
                         .as_deref()
@@ -172,10 +178,11 @@ impl ArgvTemplate {
         let optional = optional
             .iter()
             .map(|(when, args)| {
-                let when_knob = Knob::from_name(when).ok_or_else(|| TemplateError::UnknownWhen {
-                    when: when.clone(),
-                    knobs: Knob::names(),
-                })?;
+                let when_knob =
+                    Knob::from_name(when).ok_or_else(|| TemplateError::UnknownWhen {
+                        when: when.clone(),
+                        knobs: Knob::names(),
+                    })?;
                 Ok(OptionalGroup {
                     when: when_knob,
                     args: args
@@ -189,7 +196,12 @@ impl ArgvTemplate {
     }
 
     /// The argv for `profile`, whose file lives in `profile_dir`.
-    pub fn render(&self, profile: &Profile, profile_dir: &Path, ctx: &RenderContext) -> Vec<String> {
+    pub fn render(
+        &self,
+        profile: &Profile,
+        profile_dir: &Path,
+        ctx: &RenderContext,
+    ) -> Vec<String> {
         let mut out: Vec<String> = self
             .args
             .iter()
@@ -197,7 +209,12 @@ impl ArgvTemplate {
             .collect();
         for group in &self.optional {
             if profile.get(group.when).is_set() {
-                out.extend(group.args.iter().map(|a| a.render(profile, profile_dir, ctx)));
+                out.extend(
+                    group
+                        .args
+                        .iter()
+                        .map(|a| a.render(profile, profile_dir, ctx)),
+                );
             }
         }
         out
@@ -256,7 +273,10 @@ mod tests {
         let t = ArgvTemplate::parse(
             &strings(&["bench", "--cache-gb", "{memory.cache_gb}", "--out={out}"]),
             &[
-                ("speculative.draft_len".into(), strings(&["--spec", "{speculative.draft_len}"])),
+                (
+                    "speculative.draft_len".into(),
+                    strings(&["--spec", "{speculative.draft_len}"]),
+                ),
                 ("pins.count".into(), strings(&["--pins", "{pins.file}"])),
             ],
             &[Special::Out],
@@ -270,7 +290,14 @@ mod tests {
         let argv = t.render(&p, Path::new("/prof"), &ctx);
         assert_eq!(
             argv,
-            strings(&["bench", "--cache-gb", "0.5", "--out=/tmp/o.json", "--pins", "/prof/pins.txt"])
+            strings(&[
+                "bench",
+                "--cache-gb",
+                "0.5",
+                "--out=/tmp/o.json",
+                "--pins",
+                "/prof/pins.txt"
+            ])
         );
         p.speculative.draft_len = 3;
         p.pins.count = 0;
@@ -278,7 +305,12 @@ mod tests {
         assert_eq!(argv[4..], strings(&["--spec", "3"]));
         assert_eq!(
             t.knobs(),
-            vec![Knob::MemoryCacheGb, Knob::PinsFile, Knob::PinsCount, Knob::SpeculativeDraftLen]
+            vec![
+                Knob::MemoryCacheGb,
+                Knob::PinsFile,
+                Knob::PinsCount,
+                Knob::SpeculativeDraftLen
+            ]
         );
     }
 
@@ -294,7 +326,8 @@ mod tests {
 
     #[test]
     fn a_special_not_allowed_here_is_refused() {
-        let err = ArgvTemplate::parse(&strings(&["x", "{port}"]), &[], &[Special::Out]).unwrap_err();
+        let err =
+            ArgvTemplate::parse(&strings(&["x", "{port}"]), &[], &[Special::Out]).unwrap_err();
         assert!(matches!(err, TemplateError::Unknown { .. }), "{err}");
     }
 
@@ -304,7 +337,10 @@ mod tests {
             ArgvTemplate::parse(&strings(&["x", "{out"]), &[], &[Special::Out]),
             Err(TemplateError::Unclosed { .. })
         ));
-        assert_eq!(ArgvTemplate::parse(&[], &[], &[]), Err(TemplateError::Empty));
+        assert_eq!(
+            ArgvTemplate::parse(&[], &[], &[]),
+            Err(TemplateError::Empty)
+        );
         assert!(matches!(
             ArgvTemplate::parse(&strings(&["x"]), &[("nope".into(), vec![])], &[]),
             Err(TemplateError::UnknownWhen { .. })

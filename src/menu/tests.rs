@@ -31,7 +31,11 @@ fn the_repository_menu_has_the_five_entries() {
     let ids: Vec<MenuId> = m.entries().iter().map(|e| e.id).collect();
     assert_eq!(ids, MenuId::ALL);
     assert_eq!(m.entry(MenuId::Remeasure).method, Method::Surface);
-    assert!(m.entry(MenuId::DeepenWarmSet).touches.contains(&Knob::FarWarmSet));
+    assert!(
+        m.entry(MenuId::DeepenWarmSet)
+            .touches
+            .contains(&Knob::FarWarmSet)
+    );
 }
 
 #[test]
@@ -60,7 +64,10 @@ fn an_extra_file_is_named() {
     }
     fs::write(dir.path().join("overclock.toml"), "id = \"overclock\"").unwrap();
     let err = Menu::load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("overclock.toml is not on the fixed menu"), "{err}");
+    assert!(
+        err.contains("overclock.toml is not on the fixed menu"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -94,7 +101,10 @@ fn min_above_max_is_refused() {
 #[test]
 fn a_knob_the_profile_lacks_is_refused_with_the_line() {
     let (_d, err) = menu_with("deepen_warm_set.toml", |t| {
-        t.replace("touches = [\"far.warm_set\"]", "touches = [\"far.hot_set\"]")
+        t.replace(
+            "touches = [\"far.warm_set\"]",
+            "touches = [\"far.hot_set\"]",
+        )
     });
     let msg = err.to_string();
     assert!(msg.contains("deepen_warm_set.toml:10:"), "{msg}");
@@ -107,13 +117,20 @@ fn a_parameter_the_planner_does_not_read_is_refused() {
     let (_d, err) = menu_with("stage_speculative.toml", |t| {
         t.replace("[params.draft_len]", "[params.draft_length]")
     });
-    assert!(err.to_string().contains("not read by the stage_speculative planner"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("not read by the stage_speculative planner"),
+        "{err}"
+    );
 }
 
 #[test]
 fn unknown_keys_in_a_menu_file_are_refused() {
     let (_d, err) = menu_with("remeasure.toml", |t| format!("{t}\ncost = 3\n"));
-    let msg = format!("{err} {:?}", std::error::Error::source(&err).map(|s| s.to_string()));
+    let msg = format!(
+        "{err} {:?}",
+        std::error::Error::source(&err).map(|s| s.to_string())
+    );
     assert!(msg.contains("remeasure.toml"), "{msg}");
     assert!(msg.contains("cost"), "{msg}");
 }
@@ -135,9 +152,18 @@ fn validator_rejections_are_typed() {
         ("not json at all", "unparseable"),
         ("[1,2]", "unparseable"),
         (r#"{"params":{},"rationale":""}"#, "missing_field"),
-        (r#"{"experiment":"remeasure","params":{},"rationale":"","x":1}"#, "extra_field"),
-        (r#"{"experiment":"rm -rf /","params":{},"rationale":""}"#, "off_menu"),
-        (r#"{"experiment":"deepen_warm_set","params":{},"rationale":""}"#, "missing_param"),
+        (
+            r#"{"experiment":"remeasure","params":{},"rationale":"","x":1}"#,
+            "extra_field",
+        ),
+        (
+            r#"{"experiment":"rm -rf /","params":{},"rationale":""}"#,
+            "off_menu",
+        ),
+        (
+            r#"{"experiment":"deepen_warm_set","params":{},"rationale":""}"#,
+            "missing_param",
+        ),
         (
             r#"{"experiment":"deepen_warm_set","params":{"warm_set":1,"sudo":1},"rationale":""}"#,
             "extra_param",
@@ -158,7 +184,10 @@ fn validator_rejections_are_typed() {
             r#"{"experiment":"rebalance_trunk_cache","params":{"trunk_fraction":-0.1},"rationale":""}"#,
             "out_of_bounds",
         ),
-        (r#"{"experiment":7,"params":{},"rationale":""}"#, "field_type"),
+        (
+            r#"{"experiment":7,"params":{},"rationale":""}"#,
+            "field_type",
+        ),
     ];
     for (raw, kind) in cases {
         let err = m.validate(raw).expect_err(raw);
@@ -246,7 +275,9 @@ fn violate(schema: &Value, answer: &Value, how: u64) -> Value {
         .iter()
         .find(|a| a["properties"]["experiment"]["enum"][0] == json!(id))
         .unwrap();
-    let params = alt["properties"]["params"]["properties"].as_object().unwrap();
+    let params = alt["properties"]["params"]["properties"]
+        .as_object()
+        .unwrap();
     match (how % 4, params.iter().next()) {
         (0, Some((name, p))) if p.get("maximum").is_some() => {
             let over = p["maximum"].as_f64().unwrap() + 1.0;

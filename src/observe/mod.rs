@@ -36,7 +36,9 @@ pub struct Observation {
 
 /// The metrics could not be read and the config requires them.
 #[derive(Debug, thiserror::Error)]
-#[error("the stack's metrics are required ([stack.metrics] required = true) but could not be read: {0}")]
+#[error(
+    "the stack's metrics are required ([stack.metrics] required = true) but could not be read: {0}"
+)]
 pub struct MetricsRequired(pub String);
 
 impl Observation {
@@ -96,7 +98,11 @@ pub async fn observe(
             Ok(heat) => {
                 if let Some(path) = &cfg.heat_trace {
                     if let Some(flush) = &cfg.heat_flush
-                        && let Err(e) = client.post(flush.clone()).send().await.and_then(|r| r.error_for_status())
+                        && let Err(e) = client
+                            .post(flush.clone())
+                            .send()
+                            .await
+                            .and_then(|r| r.error_for_status())
                     {
                         obs.gaps.push(format!("heat flush {flush}: {e}"));
                     }

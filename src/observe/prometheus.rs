@@ -67,10 +67,14 @@ fn parse_line(line: &str) -> Result<Sample, String> {
     if let Some(ts) = fields.next()
         && ts.parse::<i64>().is_err()
     {
-        return Err(format!("metric {name} has timestamp {ts:?}, not an integer"));
+        return Err(format!(
+            "metric {name} has timestamp {ts:?}, not an integer"
+        ));
     }
     if fields.next().is_some() {
-        return Err(format!("metric {name} has text after its value and timestamp"));
+        return Err(format!(
+            "metric {name} has text after its value and timestamp"
+        ));
     }
     Ok(Sample {
         name,
@@ -98,7 +102,12 @@ fn parse_labels(mut s: &str) -> Result<(BTreeMap<String, String>, &str), String>
         }
         let eq = s.find('=').ok_or("a label without `=`")?;
         let key = s[..eq].trim().to_string();
-        if key.is_empty() || !key.chars().enumerate().all(|(i, c)| is_name_char(c, i == 0) && c != ':') {
+        if key.is_empty()
+            || !key
+                .chars()
+                .enumerate()
+                .all(|(i, c)| is_name_char(c, i == 0) && c != ':')
+        {
             return Err(format!("bad label name {key:?}"));
         }
         s = s[eq + 1..].trim_start();

@@ -57,7 +57,11 @@ impl PlanContext<'_> {
         self.top_k
             .map(|k| (k, "given"))
             .or_else(|| self.current_pins.map(|p| (p.top_k, "the live pin list")))
-            .or_else(|| self.trace.and_then(replay::infer_top_k).map(|k| (k, "the trace")))
+            .or_else(|| {
+                self.trace
+                    .and_then(replay::infer_top_k)
+                    .map(|k| (k, "the trace"))
+            })
     }
 
     /// Checks a candidate and names its file; `NoChange` when it is the live
@@ -181,7 +185,8 @@ pub fn write_plan(plan: &Plan) -> io::Result<()> {
 }
 
 fn write_creating_dir(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let named = |e: io::Error| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()));
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(named)?;
     }

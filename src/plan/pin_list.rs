@@ -47,16 +47,26 @@ impl PinList {
             .map(|(i, l)| (i + 1, l))
             .filter(|(_, l)| !l.trim().is_empty());
         let (hl, header) = lines.next().ok_or_else(|| {
-            bad(1, "empty; expected a `K3EXPERTS 1 <layers> <experts> <topk>` header".into())
+            bad(
+                1,
+                "empty; expected a `K3EXPERTS 1 <layers> <experts> <topk>` header".into(),
+            )
         })?;
         let h: Vec<&str> = header.split_whitespace().collect();
-        let dims: Option<Vec<u64>> = h.get(2..).map(|d| d.iter().filter_map(|s| s.parse().ok()).collect());
+        let dims: Option<Vec<u64>> = h
+            .get(2..)
+            .map(|d| d.iter().filter_map(|s| s.parse().ok()).collect());
         let (shape, top_k) = match (h.first(), h.get(1), dims) {
             (Some(&"K3EXPERTS"), Some(&"1"), Some(d)) if h.len() == 5 && d.len() == 3 => {
-                let shape = Shape::new(d[0], d[1], origin)
-                    .map_err(|e| bad(hl, e.to_string()))?;
+                let shape = Shape::new(d[0], d[1], origin).map_err(|e| bad(hl, e.to_string()))?;
                 if d[2] == 0 || d[2] > u64::from(shape.n_experts) {
-                    return Err(bad(hl, format!("top-k {} must be between 1 and the {} experts per layer", d[2], shape.n_experts)));
+                    return Err(bad(
+                        hl,
+                        format!(
+                            "top-k {} must be between 1 and the {} experts per layer",
+                            d[2], shape.n_experts
+                        ),
+                    ));
                 }
                 (shape, d[2] as u32)
             }
@@ -145,13 +155,28 @@ mod tests {
             ("", "line 1", "empty"),
             ("K3EXPERTS 2 2 4 2\n", "line 1", "is not `K3EXPERTS"),
             ("K3EXPERTS 1 2 4 9\n", "line 1", "top-k 9"),
-            ("K3EXPERTS 1 2 4 2\n\n2 0 1\n", "line 3", "outside 2 layers x 4 experts"),
-            ("K3EXPERTS 1 2 4 2\n0 0 1\n0 0 3\n", "line 3", "listed twice"),
-            ("K3EXPERTS 1 2 4 2\n0 0\n", "line 2", "is not `layer expert count`"),
+            (
+                "K3EXPERTS 1 2 4 2\n\n2 0 1\n",
+                "line 3",
+                "outside 2 layers x 4 experts",
+            ),
+            (
+                "K3EXPERTS 1 2 4 2\n0 0 1\n0 0 3\n",
+                "line 3",
+                "listed twice",
+            ),
+            (
+                "K3EXPERTS 1 2 4 2\n0 0\n",
+                "line 2",
+                "is not `layer expert count`",
+            ),
         ];
         for (text, line, what) in cases {
             let err = PinList::parse(text, "pins.k3").unwrap_err().to_string();
-            assert!(err.contains("pins.k3") && err.contains(line) && err.contains(what), "{text:?}: {err}");
+            assert!(
+                err.contains("pins.k3") && err.contains(line) && err.contains(what),
+                "{text:?}: {err}"
+            );
         }
     }
 }

@@ -123,7 +123,8 @@ fn inputs<'a>(ctx: &PlanContext<'a>) -> Result<(&'a Heat, &'a Trace, u64), PlanR
             .into(),
     })?;
     let trace = ctx.trace.ok_or_else(|| PlanRefusal::MissingInput {
-        what: "the request trace (expert_trace.bin) that rerank_pins replays before measuring".into(),
+        what: "the request trace (expert_trace.bin) that rerank_pins replays before measuring"
+            .into(),
         fix: "set [stack.metrics] heat_trace to the file the stack dumps (tinyk3: `bench \
               --dump-cache-trace DIR`)"
             .into(),
@@ -191,7 +192,10 @@ fn current_pins(ctx: &PlanContext<'_>, heat: &Heat) -> Result<Vec<Expert>, PlanR
 fn named(list: &PinList) -> (String, Vec<u8>) {
     let text = list.render();
     let digest = Digest::of(text.as_bytes());
-    (format!("pins-{}.k3experts", digest.short()), text.into_bytes())
+    (
+        format!("pins-{}.k3experts", digest.short()),
+        text.into_bytes(),
+    )
 }
 
 /// Where the pin list is written. `pins.file` is relative to the profile's

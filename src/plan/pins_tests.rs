@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::heat::Shape;
 use crate::menu::ParamValue;
+use crate::plan::plan;
 use crate::profile::Profile;
 
 const EB: u64 = 1_000_000;
@@ -41,8 +42,14 @@ fn trace_of(cycle: &[u32], steps: usize) -> Trace {
     let shape = Shape::new(2, 8, "t").unwrap();
     let mut reqs = Vec::new();
     for s in 0..steps {
-        reqs.push(Expert { layer: 0, expert: cycle[s % cycle.len()] });
-        reqs.push(Expert { layer: 1, expert: 0 });
+        reqs.push(Expert {
+            layer: 0,
+            expert: cycle[s % cycle.len()],
+        });
+        reqs.push(Expert {
+            layer: 1,
+            expert: 0,
+        });
     }
     Trace::from_requests(shape, reqs).unwrap()
 }
@@ -95,10 +102,17 @@ fn pins_the_hottest_and_pays_for_them_with_cache() {
     assert_eq!(c.pins.count, 2);
     assert_eq!(cache_slots(c.memory.cache_gb, EB), 2, "4 slots - 2 pinned");
     assert!(c.pins.file.starts_with("pins-") && c.pins.file.ends_with(".k3experts"));
-    assert_eq!(plan.candidate_path, Path::new("/ledger/profiles").join(format!("{}.toml", c.digest())));
+    assert_eq!(
+        plan.candidate_path,
+        Path::new("/ledger/profiles").join(format!("{}.toml", c.digest()))
+    );
     // The list goes where the candidate is read from and where the live
     // profile (which it may become) is.
-    let dirs: Vec<&Path> = plan.files.iter().map(|(p, _)| p.parent().unwrap()).collect();
+    let dirs: Vec<&Path> = plan
+        .files
+        .iter()
+        .map(|(p, _)| p.parent().unwrap())
+        .collect();
     assert_eq!(dirs, [Path::new("/ledger/profiles"), Path::new("/ledger")]);
     let list = PinList::parse(std::str::from_utf8(&plan.files[0].1).unwrap(), "x").unwrap();
     assert_eq!(list.top_k, 1);
@@ -108,7 +122,10 @@ fn pins_the_hottest_and_pays_for_them_with_cache() {
     let p = &plan.notes["predicted_hit_rate"];
     let rate = |k: &str| p[k].as_f64().unwrap();
     assert!(rate("new_pins") > rate("current_pins"), "{p}");
-    assert!(rate("belady_min") >= rate("new_pins") && rate("belady_min") >= rate("lru"), "{p}");
+    assert!(
+        rate("belady_min") >= rate("new_pins") && rate("belady_min") >= rate("lru"),
+        "{p}"
+    );
     assert_eq!(plan.notes["replay"]["slots"], 4);
     assert_eq!(plan.notes["replay"]["lookups"], 800);
 }
@@ -119,7 +136,10 @@ fn a_shifting_working_set_is_not_predicted_to_help() {
     // pins chosen by overall heat serve only one phase.
     let mut reqs = trace_of(&[1, 2, 3], 300).requests().to_vec();
     reqs.extend(trace_of(&[4, 5, 6], 300).requests());
-    let f = Fixture::new(live(4, 0), Trace::from_requests(Shape::new(2, 8, "t").unwrap(), reqs).unwrap());
+    let f = Fixture::new(
+        live(4, 0),
+        Trace::from_requests(Shape::new(2, 8, "t").unwrap(), reqs).unwrap(),
+    );
     let err = plan(&f.ctx(), &proposal(3)).unwrap_err();
     let PlanRefusal::NotPredictedToHelp { why, notes } = &err else {
         panic!("{err}");
@@ -135,17 +155,30 @@ fn a_shifting_working_set_is_not_predicted_to_help() {
 fn the_same_pins_again_is_no_change() {
     let mut f = Fixture::new(live(2, 2), skewed());
     let ranked = f.heat.ranked();
-    f.current = Some(PinList { shape: f.heat.shape(), top_k: 1, rows: ranked });
-    assert_eq!(plan(&f.ctx(), &proposal(2)).unwrap_err(), PlanRefusal::NoChange);
+    f.current = Some(PinList {
+        shape: f.heat.shape(),
+        top_k: 1,
+        rows: ranked,
+    });
+    assert_eq!(
+        plan(&f.ctx(), &proposal(2)).unwrap_err(),
+        PlanRefusal::NoChange
+    );
 }
 
 #[test]
 fn refusals_say_what_to_do() {
     let f = Fixture::new(live(4, 0), skewed());
     let err = plan(&f.ctx(), &proposal(9)).unwrap_err().to_string();
-    assert!(err.contains("8 experts with recorded heat") && err.contains("pin_count <= 8"), "{err}");
+    assert!(
+        err.contains("8 experts with recorded heat") && err.contains("pin_count <= 8"),
+        "{err}"
+    );
     let err = plan(&f.ctx(), &proposal(4)).unwrap_err().to_string();
-    assert!(err.contains("top-k = 1") && err.contains("pin_count <= 3"), "{err}");
+    assert!(
+        err.contains("top-k = 1") && err.contains("pin_count <= 3"),
+        "{err}"
+    );
 
     let mut ctx = f.ctx();
     ctx.expert_bytes = None;
@@ -154,14 +187,27 @@ fn refusals_say_what_to_do() {
     assert!(err.to_string().contains("expert_bytes"), "{err}");
     let mut ctx = f.ctx();
     ctx.trace = None;
-    assert!(plan(&ctx, &proposal(2)).unwrap_err().to_string().contains("heat_trace"));
+    assert!(
+        plan(&ctx, &proposal(2))
+            .unwrap_err()
+            .to_string()
+            .contains("heat_trace")
+    );
     let mut ctx = f.ctx();
     ctx.heat = None;
-    assert!(plan(&ctx, &proposal(2)).unwrap_err().to_string().contains("expert_hist.json"));
+    assert!(
+        plan(&ctx, &proposal(2))
+            .unwrap_err()
+            .to_string()
+            .contains("expert_hist.json")
+    );
 
     let g = Fixture::new(live(4, 2), skewed());
     let err = plan(&g.ctx(), &proposal(2)).unwrap_err().to_string();
-    assert!(err.contains("/ledger/pins.k3experts") && err.contains("pins.count = 0"), "{err}");
+    assert!(
+        err.contains("/ledger/pins.k3experts") && err.contains("pins.count = 0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -170,7 +216,10 @@ fn top_k_is_read_off_the_trace_when_not_given() {
     let mut ctx = f.ctx();
     ctx.top_k = None;
     let plan = plan(&ctx, &proposal(2)).unwrap();
-    assert_eq!(plan.notes["top_k"], serde_json::json!({ "value": 1, "from": "the trace" }));
+    assert_eq!(
+        plan.notes["top_k"],
+        serde_json::json!({ "value": 1, "from": "the trace" })
+    );
 }
 
 #[test]
@@ -179,7 +228,11 @@ fn pin_count_zero_unpins_and_returns_the_bytes_to_the_cache() {
     // expert 1 (reused 2 lookups apart); 4 slots of LRU catch it.
     let mut f = Fixture::new(live(2, 2), trace_of(&[1, 2, 1, 3], 400));
     let e = |layer, expert| Expert { layer, expert };
-    f.current = Some(PinList { shape: f.heat.shape(), top_k: 1, rows: vec![(e(1, 5), 0), (e(1, 6), 0)] });
+    f.current = Some(PinList {
+        shape: f.heat.shape(),
+        top_k: 1,
+        rows: vec![(e(1, 5), 0), (e(1, 6), 0)],
+    });
     let plan = plan(&f.ctx(), &proposal(0)).unwrap();
     assert_eq!(plan.candidate.pins, Pins::default());
     assert_eq!(cache_slots(plan.candidate.memory.cache_gb, EB), 4);

@@ -72,9 +72,13 @@ impl Lookups {
     }
 
     /// The largest block: a cache smaller than this cannot hold one layer's
-    /// experts at once, where MIN is no longer a proven optimum.
+    /// experts of one pass at once (recorded with the predictions).
     pub fn widest_block(&self) -> usize {
-        self.bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+        self.bounds
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
     }
 
     fn block_ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
@@ -203,15 +207,15 @@ pub fn lru(lookups: &Lookups, slots: usize) -> Outcome {
 /// L. A. Belady, "A study of replacement algorithms for a virtual-storage
 /// computer", IBM Systems Journal 5(2):78-101, 1966.
 ///
-/// It starts with its slots holding the experts needed soonest, free, because
-/// the engine loads pins before the first token: a yardstick that paid for
-/// its first touches could lose to pinning on a short trace. Then demand
-/// paging, as the engine does it: every miss is admitted. Next uses are
-/// counted in blocks (the engine judges a layer's lookups against the cache
-/// as the layer started), precomputed backwards in one pass; the resident set
-/// is ordered by next use, so the whole replay is O(n log n). Optimal when
-/// every block fits in `slots` ([`Lookups::widest_block`]), which the engine
-/// guarantees for one-token decode steps (its cache holds at least top-k).
+/// Two freedoms make it the optimum of what `slots` experts of RAM could do,
+/// not only of an always-admitting cache: it starts with its slots holding
+/// the experts needed soonest, free, as the engine loads pins before the
+/// first token; and it may bypass, i.e. not admit a missed expert whose next
+/// use is farther than every resident's, as pinning (which never caches the
+/// experts it did not pin when the cache is small) effectively does. Next
+/// uses are counted in blocks (the engine judges a layer's lookups against
+/// the cache as the layer started), precomputed backwards in one pass; the
+/// resident set is ordered by next use, so the whole replay is O(n log n).
 pub fn belady_min(lookups: &Lookups, slots: usize) -> Outcome {
     const NEVER: u32 = u32::MAX;
     let n_blocks = lookups.blocks();
@@ -219,10 +223,10 @@ pub fn belady_min(lookups: &Lookups, slots: usize) -> Outcome {
     let mut next = vec![NEVER; lookups.len()];
     let mut seen_in = vec![NEVER; lookups.shape.total()];
     for b in (0..n_blocks).rev() {
-        for i in lookups.bounds[b]..lookups.bounds[b + 1] {
-            let id = lookups.ids[i] as usize;
-            next[i] = seen_in[id];
-            seen_in[id] = b as u32;
+        let range = lookups.bounds[b]..lookups.bounds[b + 1];
+        for (n, &id) in next[range.clone()].iter_mut().zip(&lookups.ids[range]) {
+            *n = seen_in[id as usize];
+            seen_in[id as usize] = b as u32;
         }
     }
     let mut resident: BTreeSet<(u32, u32)> = BTreeSet::new();
@@ -261,7 +265,11 @@ pub fn belady_min(lookups: &Lookups, slots: usize) -> Outcome {
         }
         for &i in &misses {
             if resident.len() >= slots {
-                let (_, victim) = resident.pop_last().expect("full means non-empty");
+                let &(farthest, victim) = resident.last().expect("full means non-empty");
+                if next[i] >= farthest {
+                    continue;
+                }
+                resident.pop_last();
                 key[victim as usize] = None;
             }
             let id = lookups.ids[i];

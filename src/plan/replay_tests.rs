@@ -30,7 +30,15 @@ fn passes(layers: &[&[u32]], n: usize) -> Vec<Expert> {
 fn blocks_are_layer_runs_with_distinct_sorted_experts() {
     let s = shape(2, 8);
     // A two-position prefill (layer 0 asks 3 and 1, then 1 again), then a step.
-    let reqs = vec![e(0, 3), e(0, 1), e(0, 1), e(1, 5), e(1, 5), e(0, 2), e(1, 5)];
+    let reqs = vec![
+        e(0, 3),
+        e(0, 1),
+        e(0, 1),
+        e(1, 5),
+        e(1, 5),
+        e(0, 2),
+        e(1, 5),
+    ];
     let lk = Lookups::of_requests(s, &reqs);
     assert_eq!(lk.blocks(), 4);
     assert_eq!(lk.len(), 5);
@@ -41,11 +49,11 @@ fn blocks_are_layer_runs_with_distinct_sorted_experts() {
 
 #[test]
 fn hits_are_judged_against_the_cache_as_the_layer_started() {
-    // 1 layer-pass of {0,1}, then {2,0}: with two slots, a sequential cache
-    // would insert 2 (evicting 0, the least recent) before looking 0 up; the
-    // engine looks both up first, so 0 hits.
-    let s = shape(2, 4);
-    let reqs = vec![e(0, 0), e(0, 1), e(1, 3), e(0, 2), e(0, 0)];
+    // Two slots hold (0,5) (least recent) and (1,3) when layer 0 asks for
+    // experts 1 and 5. A cache taking them one by one would insert 1 first,
+    // evicting 5, and miss both; the engine looks both up first, so 5 hits.
+    let s = shape(2, 8);
+    let reqs = vec![e(0, 5), e(1, 3), e(0, 1), e(0, 5)];
     let lk = Lookups::of_requests(s, &reqs);
     let out = lru(&lk, 2);
     assert_eq!(out.hits, 1, "{out:?}");
@@ -86,8 +94,9 @@ fn held_out_cuts_at_a_block_boundary_near_the_middle() {
     let trace = Trace::from_requests(s, reqs).unwrap();
     let (heat, second) = held_out(&trace);
     assert_eq!(heat.total() as usize + second.requests(), 15);
-    assert_eq!(heat.total(), 8, "cut after the 8th request (a boundary), not 7.5");
-    assert_eq!(second.blocks() + 6, 10);
+    // Boundaries at 6 and 8 are equally near 7; the first one wins.
+    assert_eq!(heat.total(), 6);
+    assert_eq!(second.blocks(), 6);
 }
 
 #[test]
@@ -98,8 +107,8 @@ fn one_layer_models_replay_each_request_alone() {
     assert_eq!(lru(&lk, 1).hits, 1);
 }
 
-/// The best hit count of any demand-paging policy with `slots`, by exhaustive
-/// search over every choice of victim (states are bit sets of dense ids).
+/// The best hit count of any policy with `slots` (admit or bypass each miss),
+/// by exhaustive search over every choice of victim (states are bit sets of dense ids).
 fn brute_force_best(lk: &Lookups, slots: usize) -> u64 {
     // Any starting content of at most `slots` ids, loaded free (like pins).
     let n = lk.shape.total() as u32;
@@ -111,7 +120,13 @@ fn brute_force_best(lk: &Lookups, slots: usize) -> u64 {
 }
 
 fn best_from(lk: &Lookups, start: u32, slots: usize) -> u64 {
-    fn go(lk: &Lookups, b: usize, mask: u32, slots: usize, memo: &mut HashMap<(usize, u32), u64>) -> u64 {
+    fn go(
+        lk: &Lookups,
+        b: usize,
+        mask: u32,
+        slots: usize,
+        memo: &mut HashMap<(usize, u32), u64>,
+    ) -> u64 {
         if b == lk.blocks() {
             return 0;
         }
@@ -120,12 +135,17 @@ fn best_from(lk: &Lookups, start: u32, slots: usize) -> u64 {
         }
         let ids = &lk.ids[lk.bounds[b]..lk.bounds[b + 1]];
         let hits = ids.iter().filter(|&&id| mask & (1 << id) != 0).count() as u64;
-        let misses: Vec<u32> = ids.iter().copied().filter(|&id| mask & (1 << id) == 0).collect();
+        let misses: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| mask & (1 << id) == 0)
+            .collect();
         let mut states = vec![mask];
         if slots > 0 {
             for id in misses {
                 let mut next = Vec::new();
                 for m in states {
+                    next.push(m); // bypass: not admitted
                     if (m.count_ones() as usize) < slots {
                         next.push(m | (1 << id));
                     } else {
@@ -156,12 +176,17 @@ fn requests(s: Shape, max_len: usize) -> impl Strategy<Value = Vec<Expert>> {
 }
 
 proptest! {
+    // The exhaustive search is exponential; fewer, small cases keep it quick.
+    #![proptest_config(ProptestConfig::with_cases(96))]
     #[test]
     fn min_is_the_optimum_on_small_traces(reqs in requests(shape(2, 3), 24), slots in 0usize..5) {
         let lk = Lookups::of_requests(shape(2, 3), &reqs);
-        prop_assert_eq!(belady_min(&lk, slots).hits, brute_force_best(&lk, slots));
+        prop_assert_eq!(belady_min(&lk, slots).hits, brute_force_best(&lk, slots), "{:?}", lk);
     }
 
+}
+
+proptest! {
     #[test]
     fn no_online_policy_beats_min(
         reqs in requests(shape(3, 6), 300),

@@ -31,7 +31,8 @@ impl Planner for RebalanceTrunkCache {
         }
         let live = ctx.live;
         let total = gb_to_bytes(live.memory.trunk_gb) + gb_to_bytes(live.memory.cache_gb);
-        let trunk = ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB);
+        let trunk =
+            ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB);
         let cache = total - trunk;
         let eb = ctx.expert_bytes;
         if let (Some(eb), Some((k, _))) = (eb, ctx.top_k()) {

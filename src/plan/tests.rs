@@ -47,7 +47,10 @@ fn int(id: MenuId, name: &str, n: i64) -> Proposal {
 }
 
 fn fraction(x: f64) -> Proposal {
-    proposal(MenuId::RebalanceTrunkCache, &[("trunk_fraction", ParamValue::Number(x))])
+    proposal(
+        MenuId::RebalanceTrunkCache,
+        &[("trunk_fraction", ParamValue::Number(x))],
+    )
 }
 
 #[test]
@@ -66,7 +69,11 @@ fn every_planner_touches_only_the_knobs_its_menu_entry_declares() {
         let plan = plan(&ctx(&live, dir), &p).unwrap();
         let touches = &menu.entry(p.experiment).touches;
         for change in live.diff(&plan.candidate) {
-            assert!(touches.contains(&change.knob), "{} changed {change}", p.experiment);
+            assert!(
+                touches.contains(&change.knob),
+                "{} changed {change}",
+                p.experiment
+            );
         }
     }
     // rerank_pins is covered in its own tests; it touches pins.* and cache_gb.
@@ -77,7 +84,11 @@ fn every_planner_touches_only_the_knobs_its_menu_entry_declares() {
 fn warm_set_needs_a_far_tier_and_a_difference_it_can_make() {
     let mut live = live();
     let dir = Path::new("/ledger");
-    let plan = plan(&ctx(&live, dir), &int(MenuId::DeepenWarmSet, "warm_set", 96)).unwrap();
+    let plan = plan(
+        &ctx(&live, dir),
+        &int(MenuId::DeepenWarmSet, "warm_set", 96),
+    )
+    .unwrap();
     assert_eq!(plan.candidate.far.warm_set, 96);
     assert_eq!(plan.notes["warm_set"]["from"], 64);
 
@@ -106,7 +117,11 @@ fn plan_err(live: &Profile, dir: &Path, p: Proposal) -> PlanRefusal {
 fn speculative_sets_the_draft_length() {
     let live = live();
     let dir = Path::new("/ledger");
-    let plan = plan(&ctx(&live, dir), &int(MenuId::StageSpeculative, "draft_len", 4)).unwrap();
+    let plan = plan(
+        &ctx(&live, dir),
+        &int(MenuId::StageSpeculative, "draft_len", 4),
+    )
+    .unwrap();
     assert_eq!(plan.candidate.speculative.draft_len, 4);
     assert_eq!(
         plan_err(&live, dir, int(MenuId::StageSpeculative, "draft_len", 0)),
@@ -130,7 +145,10 @@ fn rebalance_moves_ram_between_trunk_and_cache_in_whole_mb() {
         "a third of 0.75 GB is the live 0.25"
     );
     let err = plan_err(&live, dir, fraction(1.0)).to_string();
-    assert!(err.contains("top-k = 4") && err.contains("largest trunk_fraction that works is 0.990"), "{err}");
+    assert!(
+        err.contains("top-k = 4") && err.contains("largest trunk_fraction that works is 0.990"),
+        "{err}"
+    );
 }
 
 fn plan_err_or(live: &Profile, dir: &Path, p: Proposal) -> Plan {
@@ -142,8 +160,11 @@ fn remeasure_is_the_live_profile_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let live = live();
     let live_path = dir.path().join("live.toml");
-    std::fs::write(&live_path, "# a comment the live file keeps\n".to_string() + &live.canonical())
-        .unwrap();
+    std::fs::write(
+        &live_path,
+        "# a comment the live file keeps\n".to_string() + &live.canonical(),
+    )
+    .unwrap();
     let c = ctx(&live, dir.path());
     let plan = plan(&c, &proposal(MenuId::Remeasure, &[])).unwrap();
     assert!(plan.candidate_is_live);
@@ -151,7 +172,10 @@ fn remeasure_is_the_live_profile_and_writes_nothing() {
     assert_eq!(plan.candidate_path, live_path);
     write_plan(&plan).unwrap();
     let text = std::fs::read_to_string(&live_path).unwrap();
-    assert!(text.starts_with("# a comment"), "the live file was rewritten: {text}");
+    assert!(
+        text.starts_with("# a comment"),
+        "the live file was rewritten: {text}"
+    );
     assert!(!dir.path().join("profiles").exists());
 }
 
@@ -159,10 +183,15 @@ fn remeasure_is_the_live_profile_and_writes_nothing() {
 fn write_plan_writes_files_then_the_candidate_by_digest() {
     let dir = tempfile::tempdir().unwrap();
     let live = live();
-    let plan = plan(&ctx(&live, dir.path()), &int(MenuId::StageSpeculative, "draft_len", 2)).unwrap();
+    let plan = plan(
+        &ctx(&live, dir.path()),
+        &int(MenuId::StageSpeculative, "draft_len", 2),
+    )
+    .unwrap();
     let mut plan = plan;
     let list = dir.path().join("profiles").join("pins-x.k3experts");
-    plan.files.push((list.clone(), b"K3EXPERTS 1 1 1 1\n".to_vec()));
+    plan.files
+        .push((list.clone(), b"K3EXPERTS 1 1 1 1\n".to_vec()));
     write_plan(&plan).unwrap();
     assert_eq!(std::fs::read(&list).unwrap(), b"K3EXPERTS 1 1 1 1\n");
     let written = Profile::load(&plan.candidate_path).unwrap();
@@ -184,19 +213,44 @@ fn refusals_have_stable_kinds() {
     let kinds = [
         PlanRefusal::NotApplicable { why: "x".into() }.kind(),
         PlanRefusal::NoChange.kind(),
-        PlanRefusal::NotPredictedToHelp { why: "x".into(), notes: Value::Null }.kind(),
-        PlanRefusal::MissingInput { what: "x".into(), fix: "y".into() }.kind(),
+        PlanRefusal::NotPredictedToHelp {
+            why: "x".into(),
+            notes: Value::Null,
+        }
+        .kind(),
+        PlanRefusal::MissingInput {
+            what: "x".into(),
+            fix: "y".into(),
+        }
+        .kind(),
         PlanRefusal::Invalid { why: "x".into() }.kind(),
     ];
-    assert_eq!(kinds, ["not_applicable", "no_change", "not_predicted_to_help", "missing_input", "invalid"]);
+    assert_eq!(
+        kinds,
+        [
+            "not_applicable",
+            "no_change",
+            "not_predicted_to_help",
+            "missing_input",
+            "invalid"
+        ]
+    );
 }
 
 #[test]
 fn a_proposal_that_skipped_validation_is_refused_not_panicked_on() {
     let live = live();
-    let err = plan(&ctx(&live, Path::new("/l")), &proposal(MenuId::StageSpeculative, &[])).unwrap_err();
+    let err = plan(
+        &ctx(&live, Path::new("/l")),
+        &proposal(MenuId::StageSpeculative, &[]),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("draft_len"), "{err}");
-    let err = plan(&ctx(&live, Path::new("/l")), &int(MenuId::StageSpeculative, "draft_len", -1)).unwrap_err();
+    let err = plan(
+        &ctx(&live, Path::new("/l")),
+        &int(MenuId::StageSpeculative, "draft_len", -1),
+    )
+    .unwrap_err();
     assert_eq!(err.kind(), "invalid");
 }
 
@@ -204,7 +258,11 @@ fn a_proposal_that_skipped_validation_is_refused_not_panicked_on() {
 fn top_k_comes_from_the_caller_then_the_pin_list_then_the_trace() {
     let live = live();
     let shape = Shape::new(2, 4, "t").unwrap();
-    let list = PinList { shape, top_k: 2, rows: vec![] };
+    let list = PinList {
+        shape,
+        top_k: 2,
+        rows: vec![],
+    };
     let e = |layer, expert| crate::heat::Expert { layer, expert };
     let trace = Trace::from_requests(shape, vec![e(0, 1), e(0, 2), e(1, 0), e(1, 3)]).unwrap();
     let mut c = ctx(&live, Path::new("/l"));

@@ -1,7 +1,7 @@
 //! Reads one period from the ledger and assembles the [`Report`]: counts,
 //! series, change points, the proposer's record, failures and the projection.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -92,20 +92,7 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
     )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
-    let live = speed_by_base.live();
-    let stage_counts = stage_counts(&stages, &o.period, &o.redactor);
-    let best_staged = stage_counts
-        .open_at_end
-        .iter()
-        .min_by(|a, b| a.effect.total_cmp(&b.effect))
-        .map(|s| BestStaged {
-            stage: s.clone(),
-            seconds_per_token: speed_by_base
-                .median_of(&s.base_digest)
-                .map(|l| l * s.effect.exp()),
-        });
-
-    let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period);
+    let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period, o.floor_lookback);
     let speed = speed_by_base.points.clone();
     let logs: Vec<f64> = speed.iter().map(|p| p.seconds_per_token.ln()).collect();
     match pelt(&logs) {
@@ -121,6 +108,25 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         )),
     }
     changes.sort_by_key(|c| c.at);
+    // After a shift in the baseline, the week's median mixes two machines:
+    // the live speed is the level since the last shift.
+    let since = changes
+        .iter()
+        .filter(|c| c.series == Series::Baseline)
+        .map(|c| c.at)
+        .next_back();
+    let live = speed_by_base.live(since);
+    let stage_counts = stage_counts(&stages, &o.period, &o.redactor);
+    let best_staged = stage_counts
+        .open_at_end
+        .iter()
+        .min_by(|a, b| a.effect.total_cmp(&b.effect))
+        .map(|s| BestStaged {
+            stage: s.clone(),
+            seconds_per_token: speed_by_base
+                .median_of(&s.base_digest, since)
+                .map(|l| l * s.effect.exp()),
+        });
 
     let parts = Parts {
         live: live.clone(),
@@ -174,15 +180,17 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
 /// Baseline runs grouped by experiment, and by the profile they measured.
 struct Speeds {
     points: Vec<SpeedPoint>,
-    by_base: HashMap<Digest, (Vec<f64>, BTreeSet<ExperimentId>)>,
+    /// Every valid baseline value: when its experiment was created, which
+    /// experiment, which base profile.
+    values: Vec<(DateTime<Utc>, ExperimentId, Digest, f64)>,
     /// The base of the latest experiment with a measured baseline.
     live_base: Option<Digest>,
 }
 
 impl Speeds {
     fn from_runs(runs: &[ReportRun]) -> Speeds {
-        let mut per_exp: BTreeMap<ExperimentId, (DateTime<Utc>, Digest, Vec<f64>)> =
-            BTreeMap::new();
+        let mut per_exp: BTreeMap<ExperimentId, (DateTime<Utc>, Vec<f64>)> = BTreeMap::new();
+        let mut values = Vec::new();
         for r in runs {
             if r.arm != Arm::Baseline || r.refused {
                 continue;
@@ -192,61 +200,75 @@ impl Speeds {
             };
             per_exp
                 .entry(r.experiment_id)
-                .or_insert_with(|| (r.created_at, r.base_digest.clone(), Vec::new()))
-                .2
+                .or_insert_with(|| (r.created_at, Vec::new()))
+                .1
                 .push(s);
+            values.push((r.created_at, r.experiment_id, r.base_digest.clone(), s));
         }
-        let mut points = Vec::with_capacity(per_exp.len());
-        let mut by_base: HashMap<Digest, (Vec<f64>, BTreeSet<ExperimentId>)> = HashMap::new();
-        let mut live_base: Option<(DateTime<Utc>, ExperimentId, Digest)> = None;
-        for (id, (at, base, mut v)) in per_exp {
-            let entry = by_base.entry(base.clone()).or_default();
-            entry.0.extend_from_slice(&v);
-            entry.1.insert(id);
-            if live_base
-                .as_ref()
-                .is_none_or(|(t, i, _)| (at, id) > (*t, *i))
-            {
-                live_base = Some((at, id, base));
-            }
-            let runs = v.len();
-            if let Some(m) = median(&mut v) {
-                points.push(SpeedPoint {
+        let live_base = values
+            .iter()
+            .max_by_key(|v| (v.0, v.1))
+            .map(|v| v.2.clone());
+        let mut points: Vec<SpeedPoint> = per_exp
+            .into_iter()
+            .filter_map(|(id, (at, mut v))| {
+                let runs = v.len();
+                median(&mut v).map(|m| SpeedPoint {
                     at,
                     experiment: id,
                     seconds_per_token: m,
                     runs,
-                });
-            }
-        }
+                })
+            })
+            .collect();
         points.sort_by_key(|p| (p.at, p.experiment));
         Speeds {
             points,
-            by_base,
-            live_base: live_base.map(|(_, _, b)| b),
+            values,
+            live_base,
         }
     }
 
-    fn median_of(&self, base: &Digest) -> Option<f64> {
-        self.by_base
-            .get(base)
-            .and_then(|(v, _)| median(&mut v.clone()))
+    /// The baseline values of `base`, from `since` on when given.
+    fn of<'a>(
+        &'a self,
+        base: &'a Digest,
+        since: Option<DateTime<Utc>>,
+    ) -> impl Iterator<Item = &'a (DateTime<Utc>, ExperimentId, Digest, f64)> {
+        self.values
+            .iter()
+            .filter(move |v| &v.2 == base && since.is_none_or(|t| v.0 >= t))
     }
 
-    fn live(&self) -> Option<Sourced> {
+    fn median_of(&self, base: &Digest, since: Option<DateTime<Utc>>) -> Option<f64> {
+        median(&mut self.of(base, since).map(|v| v.3).collect::<Vec<_>>())
+    }
+
+    fn live(&self, since: Option<DateTime<Utc>>) -> Option<Sourced> {
         let base = self.live_base.as_ref()?;
-        let (v, ids) = self.by_base.get(base)?;
-        let value = median(&mut v.clone())?;
+        // A shift before the live base's first run does not narrow anything.
+        let since = since.filter(|t| self.of(base, Some(*t)).next().is_some());
+        let mut v: Vec<f64> = self.of(base, since).map(|v| v.3).collect();
+        let ids: BTreeSet<ExperimentId> = self.of(base, since).map(|v| v.1).collect();
+        let value = median(&mut v)?;
         let (first, last) = (ids.first()?, ids.last()?);
         let span = if first == last {
             format!("experiment #{first}")
         } else {
             format!("{} experiments, #{first} to #{last}", ids.len())
         };
+        let after = since
+            .map(|t| {
+                format!(
+                    ", since the baseline change point at {}",
+                    t.format("%Y-%m-%d %H:%M UTC")
+                )
+            })
+            .unwrap_or_default();
         Some(Sourced {
             value,
             source: format!(
-                "median of {} baseline runs ({span}) of the live profile {}",
+                "median of {} baseline runs ({span}) of the live profile {}{after}",
                 v.len(),
                 base.short()
             ),
@@ -447,6 +469,7 @@ fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Ref
 fn noise_series(
     floors: &[crate::ledger::NoiseFloor],
     p: &Period,
+    lookback: Duration,
 ) -> (Vec<FloorPoint>, Vec<Change>, Vec<String>) {
     let points: Vec<FloorPoint> = floors
         .iter()
@@ -473,8 +496,9 @@ fn noise_series(
                 }),
         ),
         None => notes.push(format!(
-            "noise floor: {} measurements in the period and the 8 weeks before, too few or too flat to test",
-            values.len()
+            "noise floor: {} measurements in the period and the {} days before, too few or too flat to test",
+            values.len(),
+            lookback.num_days()
         )),
     }
     (points, changes, notes)

@@ -31,11 +31,14 @@ pub fn esc(s: &str) -> String {
 
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#1b1b1b;background:#fff}\
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}\
-th{background:#f2f2f2}code{background:#f2f2f2;padding:0 3px}svg{display:block;margin:1em 0;background:#fcfcfc;border:1px solid #ddd}\
-.axis{stroke:#888;stroke-width:1}.grid{stroke:#e4e4e4;stroke-width:1}.lbl{font-size:11px;fill:#444}\
-.speed{fill:none;stroke:#1f5fbf;stroke-width:2}.pt{fill:#1f5fbf}.target{stroke:#c62828;stroke-width:2;stroke-dasharray:6 4}\
-.staged{stroke:#2e7d32;stroke-width:2;stroke-dasharray:3 3}.floor{fill:none;stroke:#6a1b9a;stroke-width:2}.fpt{fill:#6a1b9a}\
-.changepoint{stroke:#ef6c00;stroke-width:2}";
+th{background:#f2f2f2}code{background:#f2f2f2;padding:0 3px}svg{display:block;margin:1em 0;background:#fcfcfc;border:1px solid #ddd}";
+
+/// Each chart carries its own style, so an SVG copied out of the page still
+/// draws the same.
+const CHART_STYLE: &str = "<style>.axis{stroke:#888;stroke-width:1}.grid{stroke:#e4e4e4;stroke-width:1}\
+.lbl{font:11px system-ui,sans-serif;fill:#444}.speed{fill:none;stroke:#1f5fbf;stroke-width:2}.pt{fill:#1f5fbf}\
+.target{stroke:#c62828;stroke-width:2;stroke-dasharray:6 4}.staged{stroke:#2e7d32;stroke-width:2;stroke-dasharray:3 3}\
+.floor{fill:none;stroke:#6a1b9a;stroke-width:2}.fpt{fill:#6a1b9a}.changepoint{stroke:#ef6c00;stroke-width:2}</style>\n";
 
 /// Verdict colours, in [`VerdictKind::ALL`] order.
 const KIND_COLOURS: [&str; 7] = [
@@ -181,7 +184,7 @@ struct Frame {
 
 impl Frame {
     fn new(r: &Report, mut y0: f64, mut y1: f64) -> Frame {
-        if !(y1 > y0) {
+        if y0.is_nan() || y1.is_nan() || y1 <= y0 {
             // One value (or none): give it room above and below.
             let c = if y0.is_finite() { y0 } else { 1.0 };
             y0 = c * 0.9;
@@ -215,7 +218,7 @@ impl Frame {
 
     fn open(&self, id: &str, title: &str) -> String {
         format!(
-            "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\"><title>{}</title>\n",
+            "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\"><title>{}</title>\n{CHART_STYLE}",
             self.w,
             self.h,
             self.w,
@@ -440,7 +443,7 @@ fn verdict_chart(r: &Report) -> String {
         .max(1);
     let scale = (w - left - 60.0) / f64::from(max);
     let mut o = format!(
-        "<svg id=\"chart-verdicts\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\"><title>Verdicts per menu entry</title>\n"
+        "<svg id=\"chart-verdicts\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\"><title>Verdicts per menu entry</title>\n{CHART_STYLE}"
     );
     for (i, m) in r.verdicts.iter().enumerate() {
         let y = 15.0 + i as f64 * (bar + gap);

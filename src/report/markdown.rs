@@ -364,7 +364,7 @@ fn projection(w: &mut String, p: &Projection) {
             Some(b) => (display::percent(b.value), cell(&b.source)),
             None => (
                 "-".to_string(),
-                "no measured win on the live profile in this period".into(),
+                "no measured win on the live profile in this period (wins a person refused excluded)".into(),
             ),
         };
         let saving = match (l.term, l.saving) {

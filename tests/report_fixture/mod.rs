@@ -8,6 +8,8 @@
 //! and bandit proposals with retries and a duplicate, observed projection
 //! parts, and a noise floor and a baseline that both shift mid-week.
 
+// `allow`, not `expect`: whether anything is dead depends on which test
+// binary includes the fixture.
 #![allow(
     dead_code,
     reason = "each test binary uses a different part of the fixture"

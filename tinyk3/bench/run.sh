@@ -44,15 +44,18 @@ open(sys.argv[2], "w").write("\n".join([header] + rows + rest) + "\n")
 PY
 
 # Far tiers: one that can hold 256 experts, one that holds none (always `missing`).
+# (Not in $(...): the pid must be recorded in this shell so the trap can stop it.)
 start_server() {
   local warm=$1 out=$WORK/server.$1.out
   "$BIN" expert-server --model "$MODEL" --listen 127.0.0.1:0 --warm-set "$warm" >"$out" 2>/dev/null &
   PIDS+=($!)
-  for _ in $(seq 100); do grep -q "listening on" "$out" 2>/dev/null && break; sleep 0.05; done
-  sed -n 's/^listening on //p' "$out"
+  for _ in $(seq 200); do grep -q "listening on" "$out" 2>/dev/null && break; sleep 0.05; done
+  SERVER_ADDR=$(sed -n 's/^listening on //p' "$out")
 }
-FAR_WARM=$(start_server 256)
-FAR_COLD=$(start_server 0)
+start_server 256
+FAR_WARM=$SERVER_ADDR
+start_server 0
+FAR_COLD=$SERVER_ADDR
 # A port nobody listens on: bind, note it, close.
 FAR_DEAD=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
@@ -67,7 +70,7 @@ add "cache 1.7 GB (all experts)"   "--cache-gb 1.7"
 add "LRU 0.3 GB"                   "--cache-gb 0.3"
 add "LRU 0.1 GB + 0.2 GB heat pins" "--cache-gb 0.1 $PINS"
 add "far warm 256, cache 0.1"      "--cache-gb 0.1 --far $FAR_WARM --far-warm-set 256"
-add "far up, holds nothing, cache 0.1""--cache-gb 0.1 --far $FAR_COLD"
+add "far up, holds nothing, cache 0.1" "--cache-gb 0.1 --far $FAR_COLD"
 add "far dead, cache 0.1"          "--cache-gb 0.1 --far $FAR_DEAD"
 add "all experts pinned, cache 0.01" "--cache-gb 0.01 --pins $WORK/pins_all.txt"
 add "spec 4, cache 0.4"            "--cache-gb 0.4 --spec 4"

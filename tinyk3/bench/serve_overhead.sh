@@ -6,15 +6,19 @@
 # Then times a schema-constrained menu choice (the orchestrator's menu schema).
 #
 # Usage: tinyk3/bench/serve_overhead.sh [ROUNDS] [GEN]   (defaults: 5 rounds, 32 tokens)
-# Env:   CARGO_TARGET_DIR (default: <repo>/target), TINYK3_BENCH_TMP (default: /tmp)
+# Env:   CARGO_TARGET_DIR (default: <repo>/target), TINYK3_BENCH_TMP (default: /tmp),
+#        TINYK3_BIN (an already built release binary; skips the build)
 set -euo pipefail
 
 ROUNDS=${1:-5}
 GEN=${2:-32}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-(cd "$ROOT" && cargo build -p tinyk3 --release --quiet)
-BIN=$CARGO_TARGET_DIR/release/tinyk3
+BIN=${TINYK3_BIN:-}
+if [ -z "$BIN" ]; then
+  (cd "$ROOT" && cargo build -p tinyk3 --release --quiet)
+  BIN=$CARGO_TARGET_DIR/release/tinyk3
+fi
 
 WORK=$(mktemp -d "${TINYK3_BENCH_TMP:-/tmp}/tinyk3-serve-bench.XXXXXX")
 SERVER_PID=""
@@ -50,7 +54,8 @@ EOF
 
 USER_TEXT="The experts of the far tier"
 # The server's chat template around one user message: the bench gets the same tokens.
-TEMPLATED=$(printf '<|user|>\n%s\n<|assistant|>\n' "$USER_TEXT")
+TEMPLATED=$(printf '<|user|>\n%s\n<|assistant|>\n.' "$USER_TEXT")
+TEMPLATED=${TEMPLATED%.} # $(...) drops trailing newlines; the template ends in one
 
 start_server() {
   local profile=$1
@@ -154,9 +159,9 @@ schema = {"anyOf": [
     entry("stage_speculative", {"draft_len": ("integer", 0, 8)}),
     entry("rebalance_trunk_cache", {"trunk_fraction": ("number", 0.0, 1.0)}),
     entry("remeasure", {})]}
-print("\n| menu choice (default-size model, spec profile) | max_tokens | choice made at s | answer done at s | completion tokens | prompt tokens | valid |")
-print("|---|---|---|---|---|---|---|")
-for max_tokens in [64, 512]:
+print("\n| menu choice (default-size model, spec profile) | run | max_tokens | first byte at s | choice made at s | answer done at s | completion tokens | prompt tokens | valid |")
+print("|---|---|---|---|---|---|---|---|---|")
+for run, max_tokens in [("cold (first request)", 64), ("warm", 64), ("warm", 512)]:
     body = json.dumps({"model": "tinyk3", "temperature": 0, "max_tokens": max_tokens, "stream": True,
         "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "You tune a tiered MoE serving stack. Answer with one experiment."},
@@ -166,7 +171,7 @@ for max_tokens in [64, 512]:
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
-    text, chosen_at, usage = "", None, None
+    text, first_at, chosen_at, usage = "", None, None, None
     for raw in r:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -176,6 +181,8 @@ for max_tokens in [64, 512]:
             usage = ev["usage"]
         for ch in ev.get("choices", []):
             text += ch["delta"].get("content", "") or ""
+        if first_at is None and text:
+            first_at = time.perf_counter() - t0
         if chosen_at is None and '"rationale":"' in text:
             chosen_at = time.perf_counter() - t0
     done_at = time.perf_counter() - t0
@@ -183,7 +190,7 @@ for max_tokens in [64, 512]:
     ok = answer["experiment"] in {"rerank_pins", "deepen_warm_set", "stage_speculative", "rebalance_trunk_cache", "remeasure"} \
         and len(answer["rationale"]) <= 400
     choice = text[:text.index(',"rationale"')]
-    print(f"| `{choice}...` | {max_tokens} | {chosen_at:.3f} | {done_at:.3f} "
+    print(f"| `{choice}...` | {run} | {max_tokens} | {first_at:.3f} | {chosen_at:.3f} | {done_at:.3f} "
           f"| {usage['completion_tokens']} | {usage['prompt_tokens']} | {'yes' if ok else 'NO'} |")
 PY
 stop_server

@@ -359,6 +359,51 @@ mod tests {
         assert!((-0.5..=0.25).contains(&v), "{t}");
     }
 
+    proptest::proptest! {
+        /// Any walk through the allowed bytes, finished by the shortest completion,
+        /// ends in an in-bounds value: no prefix is a dead end.
+        #[test]
+        fn every_walk_completes_in_bounds(
+            lo in -2000.0f64..2000.0,
+            span in 0.0f64..500.0,
+            integer: bool,
+            picks in proptest::collection::vec(0usize..64, 0..24),
+        ) {
+            let limits = lim(lo, lo + span);
+            let Ok(b) = Bounds::new(integer, limits) else {
+                // Only an integer range without an integer in it may be empty.
+                proptest::prop_assert!(integer && lo.ceil() > (lo + span).floor());
+                return Ok(());
+            };
+            let mut st = NumState::default();
+            let mut text = String::new();
+            for p in picks {
+                let allowed = b.allowed(&st);
+                if allowed.is_empty() {
+                    break;
+                }
+                let c = allowed[p % allowed.len()];
+                st = st.push(c, &b).unwrap();
+                text.push(c as char);
+                proptest::prop_assert!(b.min_extra(&st).is_some(), "dead end at {text:?}");
+            }
+            while let Some(need) = b.min_extra(&st).filter(|n| *n > 0) {
+                let c = b
+                    .allowed(&st)
+                    .into_iter()
+                    .find(|c| b.min_extra(&st.push(*c, &b).unwrap()) == Some(need - 1))
+                    .expect("a byte on a shortest completion");
+                st = st.push(c, &b).unwrap();
+                text.push(c as char);
+            }
+            let v: f64 = text.parse().unwrap();
+            proptest::prop_assert!(limits.admits(v), "{text} outside [{lo}, {}]", lo + span);
+            if integer {
+                proptest::prop_assert!(text.parse::<i64>().is_ok(), "{text} is not an integer");
+            }
+        }
+    }
+
     #[test]
     fn empty_and_exclusive() {
         assert_eq!(Bounds::new(true, lim(1.2, 1.8)), Err(BoundsError::Empty));
