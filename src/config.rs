@@ -332,6 +332,8 @@ pub struct Embedded {
     pub expert_server_max_warm: u64,
     pub heat_dir: PathBuf,
     pub start_timeout: Seconds,
+    /// Extra arguments of `tinyk3 serve` (e.g. its context window).
+    pub serve_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -395,6 +397,8 @@ struct RawEmbedded {
     heat_dir: PathBuf,
     #[serde(default = "default_embedded_start")]
     start_timeout_s: Seconds,
+    #[serde(default)]
+    serve_args: Vec<String>,
 }
 
 fn default_max_warm() -> u64 {
@@ -644,6 +648,7 @@ const KNOWN_KEYS: &[&str] = &[
     "expert_server_listen",
     "expert_server_max_warm",
     "heat_dir",
+    "serve_args",
 ];
 
 impl Config {
@@ -847,6 +852,7 @@ impl Config {
                     expert_server_max_warm: e.expert_server_max_warm,
                     heat_dir: resolve(&e.heat_dir),
                     start_timeout: e.start_timeout_s,
+                    serve_args: e.serve_args,
                 })
             }
             None => None,

@@ -183,7 +183,10 @@ pub async fn start(
             e.serve_listen.to_string(),
             "--dump-cache-trace".into(),
             e.heat_dir.display().to_string(),
-        ],
+        ]
+        .into_iter()
+        .chain(e.serve_args.iter().cloned())
+        .collect(),
         forever,
     ))
     .map_err(|source| EmbeddedError::Spawn {

@@ -177,4 +177,9 @@ pub struct ServeArgs {
     /// Longest prompt accepted, in tokens (bytes of the templated chat).
     #[arg(long, default_value_t = 16384)]
     pub max_prompt_tokens: usize,
+    /// The model's context window: only the last N prompt tokens are fed to
+    /// it (0 = the whole prompt). Byte-level prefill is slow on a small
+    /// machine; a long prompt's end is where the chat template puts the ask.
+    #[arg(long, default_value_t = 0)]
+    pub context_tokens: usize,
 }

@@ -14,5 +14,6 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         dump_dir: args.dump_cache_trace.clone(),
         queue: args.queue,
         max_prompt_tokens: args.max_prompt_tokens,
+        context_tokens: args.context_tokens,
     })
 }

@@ -34,6 +34,8 @@ pub struct State {
     pub ready: AtomicBool,
     pub queue: usize,
     pub max_prompt_tokens: usize,
+    /// The model's context for a prompt: only its last N tokens are fed (0 = all).
+    pub context_tokens: usize,
     pub dump_dir: Option<PathBuf>,
     pub model_name: String,
     pub model_digest: String,
@@ -237,7 +239,7 @@ async fn chat(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         }
     };
     let r = ChatRequest::parse(&body)?;
-    let prompt = r.prompt();
+    let mut prompt = r.prompt();
     // The tokenizer is byte-level: one token per byte of the rendered prompt.
     if prompt.len() > state.max_prompt_tokens {
         return Err(ApiError::invalid(
@@ -248,6 +250,16 @@ async fn chat(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
                 state.max_prompt_tokens
             ),
         ));
+    }
+    // A small context window, as small-context servers have: the model reads
+    // the prompt's end (where the chat template puts the question), and
+    // `timings.prompt_n` reports how much it read.
+    if state.context_tokens > 0 && prompt.len() > state.context_tokens {
+        let mut cut = prompt.len() - state.context_tokens;
+        while !prompt.is_char_boundary(cut) {
+            cut += 1;
+        }
+        prompt.drain(..cut);
     }
     let grammar = match &r.format {
         Format::Text => None,

@@ -51,6 +51,8 @@ pub struct Options {
     pub dump_dir: Option<PathBuf>,
     pub queue: usize,
     pub max_prompt_tokens: usize,
+    /// Feed only the last N prompt tokens to the model (0 = the whole prompt).
+    pub context_tokens: usize,
 }
 
 /// The address to bind, refusing non-loopback addresses unless allowed.
@@ -124,6 +126,7 @@ async fn serve(opts: Options, settings: Settings, digest: String, addr: SocketAd
         ready: AtomicBool::new(false),
         queue: opts.queue,
         max_prompt_tokens: opts.max_prompt_tokens,
+        context_tokens: opts.context_tokens,
         dump_dir: opts.dump_dir.clone(),
         model_name: "tinyk3".into(),
         model_digest: digest,
