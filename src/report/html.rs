@@ -234,9 +234,9 @@ impl Frame {
         for i in 0..=4 {
             let v = self.y0 + (self.y1 - self.y0) * f64::from(i) / 4.0;
             let y = self.y(v);
-            let _ = write!(
+            let _ = writeln!(
                 o,
-                "<line class=\"grid\" x1=\"{xl:.1}\" y1=\"{y:.1}\" x2=\"{xr:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                "<line class=\"grid\" x1=\"{xl:.1}\" y1=\"{y:.1}\" x2=\"{xr:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
                 xl - 6.0,
                 y + 4.0,
                 esc(&fmt(v))
@@ -248,18 +248,18 @@ impl Frame {
         while d <= days {
             let t = self.t0 + chrono::Duration::days(d);
             let x = self.x(t);
-            let _ = write!(
+            let _ = writeln!(
                 o,
-                "<line class=\"axis\" x1=\"{x:.1}\" y1=\"{yb:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/><text class=\"lbl\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
+                "<line class=\"axis\" x1=\"{x:.1}\" y1=\"{yb:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/><text class=\"lbl\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
                 yb + 5.0,
                 yb + 18.0,
                 t.format("%m-%d")
             );
             d += step;
         }
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<line class=\"axis\" x1=\"{xl:.1}\" y1=\"{yb:.1}\" x2=\"{xr:.1}\" y2=\"{yb:.1}\"/><line class=\"axis\" x1=\"{xl:.1}\" y1=\"{:.1}\" x2=\"{xl:.1}\" y2=\"{yb:.1}\"/>\n",
+            "<line class=\"axis\" x1=\"{xl:.1}\" y1=\"{yb:.1}\" x2=\"{xr:.1}\" y2=\"{yb:.1}\"/><line class=\"axis\" x1=\"{xl:.1}\" y1=\"{:.1}\" x2=\"{xl:.1}\" y2=\"{yb:.1}\"/>",
             self.top
         );
         o

@@ -1,0 +1,123 @@
+//! The embedded demo set up in a temp dir for end-to-end tests of
+//! `orchestrator run`: the repository's default config pointed at temp
+//! paths, free ports, a small checkpoint and a quick protocol.
+
+#![allow(
+    dead_code,
+    reason = "each test file uses a different subset of these helpers"
+)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+use super::common;
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Demo {
+    pub dir: tempfile::TempDir,
+    pub serve: u16,
+    pub far: u16,
+}
+
+impl Demo {
+    /// The repository's default config, pointed at temp paths, free ports,
+    /// a small checkpoint and a quick measurement protocol.
+    pub fn new(
+        proposer: &str,
+        start_profile: &str,
+        init_args: &str,
+        expert_bytes: u64,
+        max_pairs: u32,
+    ) -> Demo {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let tinyk3 = common::tinyk3_bin();
+        let (serve, far, metrics) = (free_port(), free_port(), free_port());
+        let text = std::fs::read_to_string(repo.join("config.toml"))
+            .unwrap()
+            .replace("\"target/release/tinyk3\"", &format!("{:?}", tinyk3))
+            .replace(
+                "dir = \"experiments\"",
+                &format!("dir = {:?}", repo.join("experiments")),
+            )
+            .replace("127.0.0.1:8181", &format!("127.0.0.1:{serve}"))
+            .replace("127.0.0.1:7070", &format!("127.0.0.1:{far}"))
+            .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
+            .replace(
+                "init_args = [\"--seed\", \"1\"]",
+                &format!("init_args = [{init_args}]"),
+            )
+            .replace(
+                "starting_profile = \"tinyk3/profiles/slow-start.toml\"",
+                "starting_profile = \"start.toml\"",
+            )
+            .replace(
+                "expert_bytes = 1572864",
+                &format!("expert_bytes = {expert_bytes}"),
+            )
+            .replace("\"--gen\", \"24\"", "\"--gen\", \"8\"")
+            .replace("interval_s = 30", "interval_s = 0.01")
+            .replace("proposer = \"model\"", &format!("proposer = {proposer:?}"))
+            .replace("min_pairs = 6", "min_pairs = 4")
+            .replace("max_pairs = 50", &format!("max_pairs = {max_pairs}"))
+            .replace("run_timeout_s = 120", "run_timeout_s = 60")
+            .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1");
+        std::fs::write(dir.path().join("config.toml"), text).unwrap();
+        std::fs::write(
+            dir.path().join("start.toml"),
+            start_profile.replace("FAR", &format!("127.0.0.1:{far}")),
+        )
+        .unwrap();
+        Demo { dir, serve, far }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::cargo_bin("orchestrator").unwrap();
+        c.arg("--config").arg(self.path("config.toml"));
+        c.timeout(Duration::from_secs(900));
+        c
+    }
+
+    pub fn ledger(&self) -> Vec<Value> {
+        let out = self
+            .cmd()
+            .args(["ledger", "--limit", "100", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// Nothing listens on the stack's ports any more: the children are gone.
+    pub fn assert_children_gone(&self) {
+        for port in [self.serve, self.far] {
+            assert!(
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+                "something still listens on {port} after the daemon exited"
+            );
+        }
+    }
+}
