@@ -734,7 +734,14 @@ impl Config {
                 Ok::<_, ConfigError>(Metrics {
                     url: url(&m.url, "stack.metrics", "url").map_err(semantic)?,
                     names: m.names,
-                    heat: m.heat,
+                    // A file path is relative to the config, like every path.
+                    heat: m.heat.map(|h| {
+                        if h.starts_with("http://") || h.starts_with("https://") {
+                            h
+                        } else {
+                            resolve(Path::new(&h)).display().to_string()
+                        }
+                    }),
                     heat_trace: m.heat_trace.map(|p| resolve(&p)),
                     heat_flush: m
                         .heat_flush

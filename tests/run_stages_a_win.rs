@@ -12,7 +12,9 @@ fn from_a_slow_profile_the_loop_stages_a_win_and_approve_applies_it() {
     // Big enough that tiers matter (experts of 384 KiB, cold reads from
     // disk), small enough to measure in a fraction of a second.
     let init = r#""--seed", "2", "--layers", "8", "--experts", "32", "--top-k", "4", "--d-model", "128", "--d-expert", "256", "--d-dense", "512", "--heads", "4", "--vocab", "512""#;
-    let start = "[memory]\nbudget_gb = 0.05\ntrunk_gb = 0.002\ncache_gb = 0.002\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
+    // The RAM is in the wrong place: a trunk budget far above the trunk's
+    // size and an expert cache of ten experts.
+    let start = "[memory]\nbudget_gb = 0.05\ntrunk_gb = 0.03\ncache_gb = 0.004\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
     let demo = Demo::new("bandit", start, init, 3 * 128 * 256 * 4, 16);
     let mut staged = None;
     let mut lines = String::new();
