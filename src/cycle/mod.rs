@@ -466,22 +466,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 scorer.method()
             ))
         })?;
-        let mut gate = HashGate::load(
-            self.ledger,
-            &self.config.stack.name,
-            &scorer.prompt_set(self.config),
-        )
-        .await?;
-        let runner = AbRunner {
-            scorer,
-            ledger: self.ledger,
-            clock: self.clock,
-            cancel: self.cancel.clone(),
-            warmups_per_arm: self.config.measure.warmup_runs as usize,
-        };
-        let progress = self
-            .progress
-            .then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let (mut gate, runner) = self.measuring(scorer).await?;
+        let progress = self.progress_indicator(experiment_id);
         let result = runner
             .run_ab(
                 experiment_id,
@@ -492,10 +478,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 floor,
             )
             .await;
-        if let Some(task) = progress {
-            task.abort();
-            eprint!("\r\x1b[2K");
-        }
+        end_progress(progress);
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
         let verdict = report.verdict.to_new_verdict(self.clock.now());
@@ -512,6 +495,32 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             tracing::error!(experiment = %experiment_id, "{}", verdict.reason.as_deref().unwrap_or(""));
         }
         Ok(())
+    }
+
+    /// The hash gate of the scorer's prompt set and a runner over the scorer.
+    async fn measuring<'s>(
+        &'s self,
+        scorer: &'s StackScorer,
+    ) -> Result<(HashGate, AbRunner<'s, StackScorer, C>), LedgerError> {
+        let gate = HashGate::load(
+            self.ledger,
+            &self.config.stack.name,
+            &scorer.prompt_set(self.config),
+        )
+        .await?;
+        let runner = AbRunner {
+            scorer,
+            ledger: self.ledger,
+            clock: self.clock,
+            cancel: self.cancel.clone(),
+            warmups_per_arm: self.config.measure.warmup_runs as usize,
+        };
+        Ok((gate, runner))
+    }
+
+    fn progress_indicator(&self, experiment: ExperimentId) -> Option<tokio::task::JoinHandle<()>> {
+        self.progress
+            .then(|| spawn_progress(self.ledger.clone(), experiment))
     }
 
     /// An A/A of the live profile: a new noise floor, and a verdict on it.
@@ -544,30 +553,13 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             })
             .await?;
         r.experiment_id = Some(experiment_id);
-        let mut gate = HashGate::load(
-            self.ledger,
-            &self.config.stack.name,
-            &scorer.prompt_set(self.config),
-        )
-        .await?;
-        let runner = AbRunner {
-            scorer,
-            ledger: self.ledger,
-            clock: self.clock,
-            cancel: self.cancel.clone(),
-            warmups_per_arm: self.config.measure.warmup_runs as usize,
-        };
-        let progress = self
-            .progress
-            .then(|| spawn_progress(self.ledger.clone(), experiment_id));
+        let (mut gate, runner) = self.measuring(scorer).await?;
+        let progress = self.progress_indicator(experiment_id);
         let pairs = self.policy.min_pairs.max(8);
         let result = runner
             .measure_noise_floor(experiment_id, live, &mut gate, pairs, self.policy.min_floor)
             .await;
-        if let Some(task) = progress {
-            task.abort();
-            eprint!("\r\x1b[2K");
-        }
+        end_progress(progress);
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
         let (floor, log_ratios) = match report.outcome {
@@ -660,6 +652,14 @@ fn ab_stop(e: AbError) -> Stop {
         AbError::Ledger(e) => Stop::Ledger(e),
         AbError::Gate(e) => Stop::Failed(e.to_string()),
         other => Stop::Failed(other.to_string()),
+    }
+}
+
+/// Stops the indicator and clears its line.
+fn end_progress(task: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(task) = task {
+        task.abort();
+        eprint!("\r\x1b[2K");
     }
 }
 
