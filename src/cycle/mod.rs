@@ -25,7 +25,7 @@ pub use floor::CurrentFloor;
 pub use line::CycleReport;
 pub use scorer::{Scorers, StackScorer};
 
-use crate::brain::{self, DuplicateCheck, LedgerDuplicates, Proposer, Situation};
+use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
 use crate::config::Config;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{
@@ -168,7 +168,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.live_metric = obs.metrics.seconds_per_token;
 
         // 1. A floor the menu's experiments need is missing or stale.
-        for method in self.candidate_methods() {
+        let methods = self.candidate_methods();
+        for &method in &methods {
             let current = self.floor(method, &live).await?;
             if current.stale {
                 let scorer = self
@@ -186,7 +187,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         }
 
         // 3. The proposer chooses.
-        let bench_floor = match self.candidate_methods().first() {
+        let bench_floor = match methods.first() {
             Some(m) => self.floor(*m, &live).await?,
             None => CurrentFloor {
                 row: None,
@@ -242,9 +243,6 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         };
         r.menu_id = Some(proposal.experiment);
         r.params = Some(brain::params_value(&proposal));
-        // A proposal the checker would refuse never gets here, but a race
-        // with another writer is harmless: the ledger keeps both.
-        let _ = duplicates.previous(&proposal).await;
 
         if proposal.experiment == MenuId::Remeasure {
             let method = self.menu.entry(MenuId::Remeasure).method;
