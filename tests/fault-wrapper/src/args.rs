@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::fault::Fault;
 
 pub const USAGE: &str = "usage: fault-wrapper [--log FILE] --fault KIND -- PROGRAM ARGS...\n       \
-     fault-wrapper [--log FILE] --random RATE --seed N --state FILE -- PROGRAM ARGS...\n\
+     fault-wrapper [--log FILE] --random RATE --seed N --state FILE -- PROGRAM ARGS...\n       \
+     fault-wrapper [--log FILE] --queue FILE -- PROGRAM ARGS...\n\
      KIND: none | crash | hang | garbage | change-output | exit4 | die-mid-run";
 
 /// How the fault is chosen.
@@ -21,6 +22,9 @@ pub enum Choice {
         seed: u64,
         state: PathBuf,
     },
+    /// The first line of `FILE`, popped (`none` when it is empty or missing):
+    /// a test feeds faults to a running daemon one at a time.
+    Queue(PathBuf),
 }
 
 #[derive(Debug)]
@@ -33,6 +37,7 @@ pub struct Parsed {
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Parsed, String> {
     let (mut fault, mut rate, mut seed, mut state, mut log) = (None, None, None, None, None);
+    let mut queue = None;
     let mut engine = None;
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -63,6 +68,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Parsed, String> {
                 );
             }
             "--state" => state = Some(PathBuf::from(value("--state")?)),
+            "--queue" => queue = Some(PathBuf::from(value("--queue")?)),
             "--log" => log = Some(PathBuf::from(value("--log")?)),
             other => {
                 return Err(format!(
@@ -75,11 +81,17 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Parsed, String> {
         Some(e) if !e.is_empty() => e,
         _ => return Err("no engine: give `-- PROGRAM ARGS...`".into()),
     };
-    let choice = match (fault, rate, seed, state) {
-        (Some(f), None, None, None) => Choice::Fixed(f),
-        (None, Some(rate), Some(seed), Some(state)) => Choice::Random { rate, seed, state },
-        (None, Some(_), _, _) => return Err("--random needs --seed and --state".into()),
-        _ => return Err("give either --fault KIND or --random RATE --seed N --state FILE".into()),
+    let choice = match (fault, rate, seed, state, queue) {
+        (Some(f), None, None, None, None) => Choice::Fixed(f),
+        (None, Some(rate), Some(seed), Some(state), None) => Choice::Random { rate, seed, state },
+        (None, None, None, None, Some(q)) => Choice::Queue(q),
+        (None, Some(_), _, _, None) => return Err("--random needs --seed and --state".into()),
+        _ => {
+            return Err(
+                "give one of --fault KIND, --random RATE --seed N --state FILE, --queue FILE"
+                    .into(),
+            );
+        }
     };
     Ok(Parsed {
         choice,
@@ -88,9 +100,14 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Parsed, String> {
     })
 }
 
-/// One JSON line: the kind and the engine argv exactly as received.
+/// One JSON line: the kind, the wrapper's pid (the process group id when
+/// the orchestrator started it) and the engine argv exactly as received.
 pub fn append_log(log: &Path, fault: Fault, engine: &[String]) -> std::io::Result<()> {
-    let line = serde_json::json!({ "fault": fault.name(), "argv": engine });
+    let line = serde_json::json!({
+        "fault": fault.name(),
+        "pid": std::process::id(),
+        "argv": engine,
+    });
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -114,6 +131,8 @@ mod tests {
         assert_eq!(x.engine, ["eng", "--fault", "x", "--out", "o"]);
         let x = p("--random 0.5 --seed 7 --state s -- eng").unwrap();
         assert!(matches!(x.choice, Choice::Random { seed: 7, .. }));
+        let x = p("--queue q --log l -- eng").unwrap();
+        assert!(matches!(x.choice, Choice::Queue(_)));
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //! ```text
 //! fault-wrapper [--log FILE] --fault KIND -- PROGRAM ARGS...
 //! fault-wrapper [--log FILE] --random RATE --seed N --state FILE -- PROGRAM ARGS...
+//! fault-wrapper [--log FILE] --queue FILE -- PROGRAM ARGS...
 //! ```
 //!
 //! KIND is one of [`Fault`]'s names. With `none` the wrapper `exec`s the
 //! engine, so exit code, stdout and result file are the engine's own. The
-//! chosen kind is always printed on stderr (`fault-wrapper: fault=KIND`);
+//! `--queue FILE` pops one kind per invocation from FILE (a test feeds a
+//! running daemon faults one at a time). The chosen kind is always printed on stderr (`fault-wrapper: fault=KIND`);
 //! `--log FILE` also appends one JSON line per invocation with the kind and
 //! the engine argv, for tests that inspect what reached a command line.
 
@@ -35,6 +37,16 @@ fn main() -> ExitCode {
                 eprintln!(
                     "fault-wrapper: cannot use the state file {}: {e}",
                     state.display()
+                );
+                return ExitCode::from(1);
+            }
+        },
+        args::Choice::Queue(queue) => match pick::pop(queue) {
+            Ok(f) => (f, None),
+            Err(e) => {
+                eprintln!(
+                    "fault-wrapper: cannot use the queue {}: {e}",
+                    queue.display()
                 );
                 return ExitCode::from(1);
             }

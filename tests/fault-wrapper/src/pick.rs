@@ -30,19 +30,49 @@ pub fn choose(seed: u64, counter: u64, rate: f64) -> Fault {
     }
 }
 
-/// Takes the next counter value from `state` (atomically, under a file
-/// lock) and returns the fault it draws and the counter.
-pub fn next(state: &Path, seed: u64, rate: f64) -> std::io::Result<(Fault, u64)> {
-    let mut f = File::options()
+/// Opens `path` and holds an exclusive lock on it until the file is dropped.
+fn locked(path: &Path) -> std::io::Result<File> {
+    let f = File::options()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(state)?;
+        .open(path)?;
     // SAFETY: flock on an fd we own; released when `f` is closed.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    Ok(f)
+}
+
+/// Pops the first line of the queue file `path` as the fault of this
+/// invocation; `none` when the queue is empty.
+pub fn pop(path: &Path) -> std::io::Result<Fault> {
+    let mut f = locked(path)?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let Some(first) = lines.next() else {
+        return Ok(Fault::None);
+    };
+    let fault = Fault::from_name(first.trim()).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("queues `{}`, not a fault kind", first.trim()),
+        )
+    })?;
+    let rest: String = lines.map(|l| format!("{l}\n")).collect();
+    f.seek(SeekFrom::Start(0))?;
+    f.set_len(0)?;
+    f.write_all(rest.as_bytes())?;
+    f.sync_data()?;
+    Ok(fault)
+}
+
+/// Takes the next counter value from `state` (atomically, under a file
+/// lock) and returns the fault it draws and the counter.
+pub fn next(state: &Path, seed: u64, rate: f64) -> std::io::Result<(Fault, u64)> {
+    let mut f = locked(state)?;
     let mut text = String::new();
     f.read_to_string(&mut text)?;
     let counter: u64 = match text.trim() {
@@ -90,6 +120,13 @@ mod tests {
         assert_eq!(a, [0, 1, 2, 3, 4]);
         assert_eq!(std::fs::read_to_string(&state).unwrap(), "5\n");
         assert_eq!(next(&state, 9, 0.5).unwrap().0, choose(9, 5, 0.5));
+        let queue = dir.join("queue");
+        std::fs::write(&queue, "hang\n\nexit4\n").unwrap();
+        assert_eq!(pop(&queue).unwrap(), Fault::Hang);
+        assert_eq!(pop(&queue).unwrap(), Fault::Exit4);
+        assert_eq!(pop(&queue).unwrap(), Fault::None);
+        std::fs::write(&queue, "boom\n").unwrap();
+        assert!(pop(&queue).unwrap_err().to_string().contains("boom"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
