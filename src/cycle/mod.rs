@@ -489,8 +489,14 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         if let AbVerdict::Failed { .. } | AbVerdict::HashMismatch { .. } = report.verdict {
             r.reason = verdict.reason.clone();
         }
-        if verdict.kind == VerdictKind::Failed {
-            tracing::error!(experiment = %experiment_id, "{}", verdict.reason.as_deref().unwrap_or(""));
+        // A changed output is a broken engine: as loud as a failed run.
+        if let VerdictKind::Failed | VerdictKind::HashMismatch = verdict.kind {
+            tracing::error!(
+                experiment = %experiment_id,
+                verdict = verdict.kind.as_str(),
+                "{}",
+                verdict.reason.as_deref().unwrap_or("")
+            );
         }
         Ok(())
     }

@@ -91,7 +91,9 @@ pub async fn observe(
     match scrape(client, cfg).await {
         Ok(samples) => obs.metrics = live_metrics(&samples, &cfg.names),
         Err(e) if cfg.required => return Err(MetricsRequired(e)),
-        Err(e) => obs.gaps.push(format!("metrics: {e}")),
+        Err(e) => obs.gaps.push(format!(
+            "metrics: {e}; the cycle goes on without them ([stack.metrics] required = false)"
+        )),
     }
     if let Some(source) = &cfg.heat {
         match read_heat(client, source).await {
