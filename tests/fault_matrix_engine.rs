@@ -62,7 +62,10 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
             },
         );
         let hit_id = hit["cycle"]["id"].as_i64().unwrap();
-        assert!(hit_id > last_id, "{fault} landed after the last normal cycle");
+        assert!(
+            hit_id > last_id,
+            "{fault} landed after the last normal cycle"
+        );
         let log = wrapper_log(&demo);
         let injected: Vec<_> = log[invocations_before..]
             .iter()

@@ -48,10 +48,7 @@ fn hostile_answers() -> Vec<String> {
 }
 
 fn good_answer(n: u32) -> String {
-    let fraction = 0.05 * f64::from(1 + n % 19);
-    format!(
-        r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{fraction:.2}}},"rationale":"split {n}"}}"#
-    )
+    format!(r#"{{"experiment":"remeasure","params":{{}},"rationale":"refresh {n}"}}"#)
 }
 
 /// Every file under `dir`: (path, bytes).

@@ -1,16 +1,21 @@
-//! Reads every text cell of the ledger (read-only, while the daemon may be
-//! writing), so a test can say where a string landed.
+//! Reads the ledger (read-only, while the daemon may be writing), so a test
+//! can follow the cycles and say where a string landed. Before the daemon
+//! has created and migrated it, every read is empty.
 
+use std::future::Future;
 use std::path::Path;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Column, Row, TypeInfo};
 
-/// One text cell: (table, column, text).
-pub type Cell = (String, String, String);
-
-/// Every non-NULL text (or blob, read as UTF-8) cell of every table.
-pub fn text_cells(db: &Path) -> Vec<Cell> {
+/// Runs `f` on a read-only pool of `db`; `None` when it cannot be read yet.
+fn read<T, F: Future<Output = Result<T, sqlx::Error>>>(
+    db: &Path,
+    f: impl FnOnce(SqlitePool) -> F,
+) -> Option<T> {
+    if !db.exists() {
+        return None;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -21,20 +26,30 @@ pub fn text_cells(db: &Path) -> Vec<Cell> {
             .max_connections(1)
             .connect_with(opts)
             .await
-            .unwrap();
+            .ok()?;
+        let out = f(pool.clone()).await.ok();
+        pool.close().await;
+        out
+    })
+}
+
+/// One text cell: (table, column, text).
+pub type Cell = (String, String, String);
+
+/// Every non-NULL text (or blob, read as UTF-8) cell of every table.
+pub fn text_cells(db: &Path) -> Vec<Cell> {
+    read(db, |pool| async move {
         let tables: Vec<String> = sqlx::query_scalar(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
         )
         .fetch_all(&pool)
-        .await
-        .unwrap();
+        .await?;
         let mut out = Vec::new();
         for table in tables {
             // Table names come from sqlite_master, not from any input.
             let rows = sqlx::query(&format!("SELECT * FROM \"{table}\""))
                 .fetch_all(&pool)
-                .await
-                .unwrap();
+                .await?;
             for row in rows {
                 for (i, col) in row.columns().iter().enumerate() {
                     let text = match col.type_info().name() {
@@ -51,9 +66,9 @@ pub fn text_cells(db: &Path) -> Vec<Cell> {
                 }
             }
         }
-        pool.close().await;
-        out
+        Ok(out)
     })
+    .expect("the ledger can be read")
 }
 
 /// Where `needle` occurs: (table, column) pairs, with repeats.
@@ -67,75 +82,38 @@ pub fn cells_containing(db: &Path, needle: &str) -> Vec<(String, String)> {
 
 /// `SELECT cycle_id, raw_answer, rejection_kind FROM proposals`.
 pub fn proposals(db: &Path) -> Vec<(i64, Option<String>, Option<String>)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let opts = SqliteConnectOptions::new().filename(db).read_only(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts)
+    read(db, |pool| async move {
+        sqlx::query_as("SELECT cycle_id, raw_answer, rejection_kind FROM proposals ORDER BY id")
+            .fetch_all(&pool)
             .await
-            .unwrap();
-        let rows: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
-            "SELECT cycle_id, raw_answer, rejection_kind FROM proposals ORDER BY id",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-        rows
     })
+    .unwrap_or_default()
 }
 
 /// `SELECT cycle_id, metrics FROM observations`, as JSON.
 pub fn observations(db: &Path) -> Vec<(i64, serde_json::Value)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let opts = SqliteConnectOptions::new().filename(db).read_only(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts)
+    let rows: Vec<(i64, String)> = read(db, |pool| async move {
+        sqlx::query_as("SELECT cycle_id, metrics FROM observations ORDER BY id")
+            .fetch_all(&pool)
             .await
-            .unwrap();
-        let rows: Vec<(i64, String)> =
-            sqlx::query_as("SELECT cycle_id, metrics FROM observations ORDER BY id")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        pool.close().await;
-        rows.into_iter()
-            .map(|(c, m)| (c, serde_json::from_str(&m).unwrap()))
-            .collect()
     })
+    .unwrap_or_default();
+    rows.into_iter()
+        .map(|(c, m)| (c, serde_json::from_str(&m).unwrap()))
+        .collect()
 }
 
 /// The cycle whose bench run's stderr carries `fault-wrapper: fault=KIND`.
 pub fn cycle_of_fault(db: &Path, kind: &str) -> Option<i64> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let opts = SqliteConnectOptions::new().filename(db).read_only(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts)
-            .await
-            .unwrap();
-        let row: Option<(i64,)> = sqlx::query_as(
+    let needle = format!("fault-wrapper: fault={kind}\n");
+    read(db, |pool| async move {
+        sqlx::query_scalar(
             "SELECT e.cycle_id FROM runs r JOIN experiments e ON r.experiment_id = e.id
              WHERE instr(r.stderr_tail, ?) > 0 ORDER BY r.id LIMIT 1",
         )
-        .bind(format!("fault-wrapper: fault={kind}\n"))
+        .bind(needle)
         .fetch_optional(&pool)
         .await
-        .unwrap();
-        pool.close().await;
-        row.map(|r| r.0)
     })
+    .flatten()
 }

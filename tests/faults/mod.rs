@@ -21,9 +21,9 @@ use serde_json::Value;
 use super::demo::Demo;
 
 /// A checkpoint small enough that one bench run takes a fraction of a second.
-pub const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
+pub const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "8", "--top-k", "2", "--d-model", "32", "--d-expert", "64", "--d-dense", "64", "--heads", "2", "--vocab", "256""#;
 pub const TINY_START: &str = "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.001\ncache_gb = 0.004\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
-pub const TINY_EXPERT_BYTES: u64 = 3 * 64 * 128 * 4;
+pub const TINY_EXPERT_BYTES: u64 = 3 * 32 * 64 * 4;
 
 /// The fault-wrapper binary: `FAULT_WRAPPER_BIN`, else next to tinyk3.
 pub fn fault_wrapper_bin() -> PathBuf {
