@@ -228,7 +228,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
         .cmd()
         .env(KEY_VAR, &key)
         .args(["report", "--since", "2020-01-01", "--out"])
-        .arg(demo.path("ledger/reports/week.md"))
+        .arg(demo.path("report-week.md"))
         .output()
         .unwrap();
     assert!(
@@ -248,7 +248,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
         String::from_utf8_lossy(&html.stderr)
     );
     assert!(
-        std::fs::metadata(demo.path("ledger/reports/week.md"))
+        std::fs::metadata(demo.path("report-week.md"))
             .unwrap()
             .len()
             > 100
@@ -291,10 +291,13 @@ fn non_loopback_addresses_are_refused_without_the_allow_flag() {
     );
     assert!(listening_on(9464).is_empty() || !err.is_empty());
 
-    let (_dir, model) = common::tiny_model(3);
+    let (dir, model) = common::tiny_model(3);
+    let profile = common::profile_file(dir.path(), "p.toml");
     let out = std::process::Command::new(common::tinyk3_bin())
         .arg("serve")
         .arg(&model)
+        .arg("--profile")
+        .arg(&profile.path)
         .args(["--listen", "0.0.0.0:0"])
         .output()
         .unwrap();
