@@ -35,7 +35,11 @@ impl Planner for RebalanceTrunkCache {
             ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB);
         let cache = total - trunk;
         let eb = ctx.expert_bytes;
-        if let (Some(eb), Some((k, _))) = (eb, ctx.top_k()) {
+        // Unknown top-k (no pin list, a trace it cannot be read from) is
+        // still at least one: a candidate with no expert cache at all is one
+        // no engine runs, so it is refused here rather than failing a cycle.
+        let top_k = ctx.top_k().unwrap_or((1, "the least any router picks"));
+        if let (Some(eb), (k, _)) = (eb, top_k) {
             let need = u64::from(k) * eb;
             if cache / eb < u64::from(k) {
                 let largest = total.saturating_sub(need) / MB * MB;

@@ -151,6 +151,20 @@ fn rebalance_moves_ram_between_trunk_and_cache_in_whole_mb() {
     );
 }
 
+/// Found by the fault matrix: with top-k unknown (no pin list, no usable
+/// trace) `trunk_fraction = 1` planned a profile with no expert cache, which
+/// the engine refuses, so the cycle failed instead of the plan being refused.
+#[test]
+fn rebalance_never_plans_an_empty_cache_even_with_top_k_unknown() {
+    let live = live();
+    let dir = Path::new("/ledger");
+    let mut c = ctx(&live, dir);
+    c.top_k = None;
+    let err = plan(&c, &fraction(1.0)).unwrap_err().to_string();
+    assert!(err.contains("top-k = 1"), "{err}");
+    assert!(plan(&c, &fraction(0.5)).is_ok());
+}
+
 fn plan_err_or(live: &Profile, dir: &Path, p: Proposal) -> Plan {
     plan(&ctx(live, dir), &p).unwrap()
 }
