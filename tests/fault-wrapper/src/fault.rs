@@ -104,6 +104,10 @@ pub fn inject(fault: Fault, engine: &[String]) -> ExitCode {
             eprintln!("fault-wrapper: cannot exec `{}`: {err}", engine[0]);
             ExitCode::from(1)
         }
+        #[expect(
+            clippy::zombie_processes,
+            reason = "the crash is the point: the engine is left to the process group's killer"
+        )]
         Fault::Crash => {
             let child = spawn(engine, Stdio::inherit());
             eprintln!(
