@@ -12,7 +12,8 @@ pub enum Fault {
     /// Transparent: the engine is `exec`ed in the wrapper's place.
     None,
     /// The engine is started, then the wrapper dies by SIGKILL before any
-    /// result exists, leaving the engine running in its process group.
+    /// result exists, leaving the engine (and a helper that sleeps until
+    /// killed) running in its process group.
     Crash,
     /// The engine runs to its end, then the wrapper never exits (and ignores
     /// SIGTERM): only killing the process group ends it.
@@ -25,6 +26,20 @@ pub enum Fault {
     Exit4,
     /// The engine is killed by SIGKILL while it runs; the wrapper exits 137.
     DieMidRun,
+}
+
+/// The hidden first argument of the lingering helper `crash` leaves behind.
+pub const LINGER: &str = "--linger-until-killed";
+
+/// The lingering helper: ignores SIGTERM and sleeps until SIGKILL.
+pub fn linger() -> ! {
+    // SAFETY: ignoring a signal has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 /// The text written in place of the engine's output by `garbage`.
@@ -110,8 +125,15 @@ pub fn inject(fault: Fault, engine: &[String]) -> ExitCode {
         )]
         Fault::Crash => {
             let child = spawn(engine, Stdio::inherit());
+            // A helper that would live on forever (like an engine's worker
+            // process): only killing the whole group ends it, so a test can
+            // tell that the group was killed, not just that the engine ended.
+            let linger = std::env::current_exe()
+                .ok()
+                .and_then(|me| Command::new(me).arg(LINGER).spawn().ok())
+                .map_or(0, |c| c.id());
             eprintln!(
-                "fault-wrapper: engine pid {} started; crashing (SIGKILL to self)",
+                "fault-wrapper: engine pid {} and helper pid {linger} started; crashing (SIGKILL to self)",
                 child.id()
             );
             // SAFETY: raise(3) on our own process; nothing runs after it.

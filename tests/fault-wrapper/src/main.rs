@@ -22,6 +22,9 @@ mod pick;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(fault::LINGER) {
+        fault::linger();
+    }
     let parsed = match args::parse(std::env::args().skip(1)) {
         Ok(p) => p,
         Err(msg) => {
