@@ -179,8 +179,6 @@ impl Daemon {
                 return s;
             }
             if t0.elapsed() > timeout {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
                 panic!(
                     "the daemon did not exit within {timeout:?}; log:\n{}",
                     self.stderr()
@@ -192,8 +190,21 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// A failed assertion must not orphan the stack: SIGTERM lets the daemon
+    /// stop its children; SIGKILL only if it does not stop in time.
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(self.pid(), libc::SIGTERM);
+            }
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(20) {
+                if self.child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
