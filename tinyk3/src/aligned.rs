@@ -6,8 +6,8 @@ use std::ops::{Deref, DerefMut};
 /// Alignment of every buffer and every on-disk expert and trunk segment.
 pub const ALIGN: usize = 4096;
 
-/// A zeroed, `ALIGN`-aligned buffer of f32s whose byte length is a multiple of `ALIGN`:
-/// heap memory, or a private mapping of a file range (see [`AlignedBuf::map`]).
+/// An `ALIGN`-aligned buffer of f32s whose byte length is a multiple of `ALIGN`:
+/// zeroed heap memory, or a read-only private mapping of a file range ([`AlignedBuf::map`]).
 pub struct AlignedBuf {
     ptr: *mut f32,
     len: usize,
@@ -127,5 +127,20 @@ mod tests {
         assert_eq!(b.as_ptr() as usize % ALIGN, 0);
         assert_eq!(b.byte_len(), ALIGN);
         assert_eq!(round_up(4097), 8192);
+    }
+
+    #[test]
+    fn a_mapped_range_holds_the_file_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.bin");
+        let floats: Vec<f32> = (0..3 * ALIGN / 4).map(|i| i as f32 * 0.5).collect();
+        let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // The second page plus part of the third: the tail of the last page is the file's.
+        let b = AlignedBuf::map(&file, ALIGN as u64, ALIGN + 8).unwrap();
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+        assert_eq!(b.byte_len(), 2 * ALIGN);
+        assert_eq!(&b[..], &floats[ALIGN / 4..]);
     }
 }

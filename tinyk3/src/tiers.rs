@@ -115,7 +115,7 @@ impl ExpertStore {
             stride: m.experts.stride,
             expert_bytes: m.experts.expert_bytes,
         };
-        // Pins are loaded once, through the page cache (a restart on a warm machine copies).
+        // Pins are loaded once, mapped from the page cache (a restart on a warm machine reads no device).
         for &id in pins {
             let buf = store.load_resident(id)?;
             store.pinned.insert(id, Arc::new(buf));
