@@ -5,6 +5,13 @@
 //! `posix_fadvise(POSIX_FADV_DONTNEED)` on its range, which drops the pages so the
 //! `pread` goes to the device and leaves nothing cached behind. The mode used is
 //! reported as `cold_read_mode`.
+//!
+//! What is made resident once at start-up (the resident trunk, pinned experts) is
+//! instead loaded through the page cache ([`ColdReader::load`]): mapped and
+//! populated once, as mmap-based serving stacks load their weights, so a restart
+//! on a warm machine maps pages instead of reading the device. Only the
+//! reads that recur while decoding (cache misses, the non-resident trunk) must pay
+//! the device, and those keep the bypass.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -36,6 +43,8 @@ impl ColdMode {
 /// A file read around the page cache, counting the bytes it reads.
 pub struct ColdReader {
     file: File,
+    /// A second, buffered descriptor for start-up loads through the page cache.
+    buffered: File,
     path: PathBuf,
     mode: ColdMode,
     bytes_read: AtomicU64,
@@ -55,6 +64,7 @@ impl ColdReader {
                 Ok(_) => {
                     return Ok(ColdReader {
                         file,
+                        buffered: File::open(path)?,
                         path: path.to_path_buf(),
                         mode: ColdMode::Direct,
                         bytes_read: AtomicU64::new(0),
@@ -66,6 +76,7 @@ impl ColdReader {
         }
         let file = File::open(path)?;
         Ok(ColdReader {
+            buffered: file.try_clone()?,
             file,
             path: path.to_path_buf(),
             mode: ColdMode::FadviseDontneed,
@@ -86,6 +97,24 @@ impl ColdReader {
     /// Bytes read from the device so far.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Loads `len` bytes at aligned `offset` through the page cache, for data that stays resident.
+    ///
+    /// The range is mapped private and populated ([`AlignedBuf::map`]): on a warm
+    /// page cache that is a page-table update, on a cold one the kernel reads the
+    /// range from the device now. A range past the end of the file is an error.
+    pub fn load(&self, offset: u64, len: usize) -> std::io::Result<AlignedBuf> {
+        let file_len = self.buffered.metadata()?.len();
+        if offset + len as u64 > file_len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "file ends at byte {file_len} but {len} bytes were needed from offset {offset}"
+                ),
+            ));
+        }
+        AlignedBuf::map(&self.buffered, offset, len)
     }
 
     /// Fills `buf[..len]` (len rounded up to `ALIGN`) from aligned `offset`; a short file is an error.

@@ -115,8 +115,9 @@ impl ExpertStore {
             stride: m.experts.stride,
             expert_bytes: m.experts.expert_bytes,
         };
+        // Pins are loaded once, mapped from the page cache (a restart on a warm machine reads no device).
         for &id in pins {
-            let buf = store.load_cold(id)?;
+            let buf = store.load_resident(id)?;
             store.pinned.insert(id, Arc::new(buf));
         }
         Ok(store)
@@ -149,6 +150,19 @@ impl ExpertStore {
             })
     }
 
+    /// Loads an expert that will stay resident, through the page cache.
+    fn load_resident(&self, (layer, expert): ExpertId) -> Result<AlignedBuf> {
+        let offset = (layer * self.n_experts + expert) as u64 * self.stride;
+        self.reader
+            .load(offset, self.expert_bytes as usize)
+            .map_err(|source| Error::ExpertLoad {
+                layer,
+                expert,
+                path: self.reader.path().to_path_buf(),
+                source,
+            })
+    }
+
     /// Puts an expert read from disk into the LRU cache.
     pub fn insert(&mut self, id: ExpertId, buf: Arc<AlignedBuf>) {
         if !self.pinned.contains_key(&id) {
@@ -156,7 +170,7 @@ impl ExpertStore {
         }
     }
 
-    /// Bytes read from the experts file so far (including pin loading).
+    /// Bytes read from the experts file around the page cache so far (not pin loading).
     pub fn bytes_read(&self) -> u64 {
         self.reader.bytes_read()
     }

@@ -3,8 +3,11 @@
 //! Segments are made resident first-fit, in order of how much a re-read would
 //! cost per token (small attention segments first, then the head, then the large
 //! dense blocks, the embedding table last since a token needs one row of it),
-//! until `trunk_bytes` is used. The rest is re-read from disk every time it is
-//! used, with the same page-cache bypass as cold experts.
+//! until `trunk_bytes` is used; what is left of the budget then holds a prefix
+//! of the embedding table's rows (the low ids, i.e. the bytes of byte-level
+//! prompts), so every byte of `trunk_gb` holds trunk. The rest is re-read from
+//! disk every time it is used, with the same page-cache bypass as cold experts.
+//! The resident part is loaded once through the page cache (see `coldio`).
 
 use std::path::Path;
 
@@ -23,6 +26,9 @@ pub struct Trunk {
     scratch: AlignedBuf,
     reader: ColdReader,
     resident_bytes: u64,
+    /// The first `embed_rows` rows of a not wholly resident embedding table.
+    embed_prefix: Option<AlignedBuf>,
+    embed_rows: usize,
 }
 
 /// The order in which segments are made resident.
@@ -60,7 +66,7 @@ impl Trunk {
             let i = manifest::segment_index(&m.shape, kind);
             let need = crate::aligned::round_up(sizes[i]);
             if need <= left {
-                let buf = reader.read(offsets[i], sizes[i] as usize).map_err(|e| {
+                let buf = reader.load(offsets[i], sizes[i] as usize).map_err(|e| {
                     Error::io(
                         format!("cannot read trunk segment {}", m.trunk.segments[i].name),
                         e,
@@ -69,6 +75,24 @@ impl Trunk {
                 resident[i] = Some(buf);
                 left -= need;
                 resident_bytes += need;
+            }
+        }
+        // Whatever budget is left holds whole aligned blocks of embedding rows.
+        let ei = manifest::segment_index(&m.shape, SegmentKind::Embed);
+        let row_bytes = m.shape.d_model as u64 * 4;
+        let mut embed_rows = 0;
+        let mut embed_prefix = None;
+        if resident[ei].is_none() {
+            let blocks = left / ALIGN as u64 * ALIGN as u64;
+            embed_rows = ((blocks / row_bytes) as usize).min(m.shape.vocab);
+            if embed_rows > 0 {
+                let bytes = embed_rows as u64 * row_bytes;
+                embed_prefix = Some(
+                    reader
+                        .load(offsets[ei], bytes as usize)
+                        .map_err(|e| Error::io("cannot read the resident embedding rows", e))?,
+                );
+                resident_bytes += crate::aligned::round_up(bytes);
             }
         }
         // The scratch holds the largest segment that must be re-read (the embedding needs one row).
@@ -89,6 +113,8 @@ impl Trunk {
             scratch: AlignedBuf::new(scratch_bytes as usize),
             reader,
             resident_bytes,
+            embed_prefix,
+            embed_rows,
         })
     }
 
@@ -180,6 +206,13 @@ impl Trunk {
         }
         let i = manifest::segment_index(&self.shape, SegmentKind::Embed);
         if let Some(buf) = &self.resident[i] {
+            return Ok(buf[token * d..(token + 1) * d].to_vec());
+        }
+        if let Some(buf) = self
+            .embed_prefix
+            .as_ref()
+            .filter(|_| token < self.embed_rows)
+        {
             return Ok(buf[token * d..(token + 1) * d].to_vec());
         }
         let start = self.offsets[i] + (token * d * 4) as u64;

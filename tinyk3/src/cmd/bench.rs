@@ -127,6 +127,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "expert_bytes_read": c.expert_bytes_read - before.expert_bytes_read,
         "trunk_bytes_read": c.trunk_bytes_read - before.trunk_bytes_read,
         "startup_disk_bytes_read": before.disk_bytes_read,
+        "startup_loaded_bytes": r.trunk_resident_bytes + r.pinned_bytes,
         "far": c.far,
         "draft": {"proposed": c.draft.proposed, "accepted": c.draft.accepted, "acceptance": accept},
         "peak_rss_bytes": peak_rss_bytes(),

@@ -49,6 +49,28 @@ fn profile_matrix_is_bit_identical() {
     assert!(trunk["trunk_bytes_read"].as_u64().unwrap() > 0);
     assert_eq!(base["trunk_bytes_read"], 0);
 
+    // All of the trunk but half the embedding table: the budget's rest holds the
+    // table's first rows, so every byte of trunk_gb holds trunk.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("manifest.json")).unwrap()).unwrap();
+    let embed = manifest["trunk"]["segments"][0]["bytes"].as_u64().unwrap();
+    assert_eq!(manifest["trunk"]["segments"][0]["name"], "embed");
+    let aligned: u64 = manifest["trunk"]["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["bytes"].as_u64().unwrap().div_ceil(4096) * 4096)
+        .sum();
+    let resident = aligned - embed / 2;
+    // A few bytes over, so the GB float cannot round below a whole block.
+    let gb = format!("{}", (resident + 100) as f64 / 1e9);
+    let part = bench_ok(
+        &model,
+        &["--incremental", "--trunk-gb", &gb, "--cache-gb", "0.0001"],
+    );
+    same(&base, &part, "trunk all but half the embedding");
+    assert_eq!(part["residency"]["trunk_resident_bytes"], resident);
+
     // Pins from the run's own heat.
     let trace = tmp.path().join("trace");
     bench_ok(
