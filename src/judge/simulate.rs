@@ -461,6 +461,32 @@ fn estimated_floor(config: &Config, e: &mut Engine) -> Floor {
     }
 }
 
+/// The cheapest member of a fixed-sample family that meets the error
+/// targets (false wins ≤ 1%, power ≥ 90% at ±2×floor and ±10%), with its
+/// summary: `sizes` are tried in increasing order under `config`'s noise,
+/// seed and trials, and the first that meets the targets is returned.
+/// `trace` sees every size tried, for the benchmark's record.
+pub fn cheapest_in_family(
+    config: &Config,
+    family: impl Fn(usize) -> Protocol,
+    sizes: impl IntoIterator<Item = usize>,
+    mut trace: impl FnMut(&Protocol, &Summary),
+) -> Option<(Protocol, Summary)> {
+    for n in sizes {
+        let proto = family(n);
+        let report = run(Config {
+            protocols: vec![proto.clone()],
+            ..config.clone()
+        });
+        let summary = report.summary(0);
+        trace(&proto, &summary);
+        if summary.meets_error_targets() {
+            return Some((proto, summary));
+        }
+    }
+    None
+}
+
 /// SplitMix64 finaliser over the trial coordinates: independent streams.
 fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
     let mut z = seed;
