@@ -128,6 +128,7 @@ fn publish(engine: &mut Engine, live: &Live, timings: Option<&Timings>) {
     s.hist_json = hist;
     s.ring.extend(trace);
     if let Some(t) = timings {
+        s.prompt_cached_tokens += t.cache_n as u64;
         s.served(
             (t.prompt_n as u64, t.prompt_ms / 1e3),
             (t.predicted_n as u64, t.predicted_ms / 1e3),
