@@ -33,7 +33,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-const PROMPT: &[u8] = b"<|system|>\nChoose one experiment from the menu.\n<|user|>\nheat 0.62\n<|assistant|>\n";
+const PROMPT: &[u8] =
+    b"<|system|>\nChoose one experiment from the menu.\n<|user|>\nheat 0.62\n<|assistant|>\n";
 
 #[test]
 fn batched_prefill_equals_token_by_token() {

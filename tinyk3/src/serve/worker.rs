@@ -439,8 +439,22 @@ mod tests {
         let (_d, mut e) = tiny_engine();
         let prompt = "<|system|>\nChoose.\n<|user|>\nheat 0.62, far tier down\n<|assistant|>\n";
         for (temperature, seed, max_tokens) in [(0.0, 0, 90), (0.9, 1, 90), (1.5, 2, 120)] {
-            let jumped = answer(&mut e, prompt, temperature, seed, max_tokens, Forced::JumpForward);
-            let stepped = answer(&mut e, prompt, temperature, seed, max_tokens, Forced::OneByOne);
+            let jumped = answer(
+                &mut e,
+                prompt,
+                temperature,
+                seed,
+                max_tokens,
+                Forced::JumpForward,
+            );
+            let stepped = answer(
+                &mut e,
+                prompt,
+                temperature,
+                seed,
+                max_tokens,
+                Forced::OneByOne,
+            );
             assert_eq!(jumped, stepped, "temperature {temperature}, seed {seed}");
             let v: serde_json::Value = serde_json::from_str(&jumped.0).unwrap();
             assert!(v["experiment"].is_string(), "{}", jumped.0);

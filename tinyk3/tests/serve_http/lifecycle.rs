@@ -82,15 +82,25 @@ fn a_reused_prompt_prefix_gives_the_same_text_as_a_fresh_server() {
     let schema = json!({"type": "object", "properties": {"pick": {"type": "string", "enum": ["rerank_pins", "deepen_warm_set", "remeasure"]}, "n": {"type": "integer", "minimum": 0, "maximum": 512}, "why": {"type": "string", "maxLength": 12}}, "required": ["pick", "n", "why"], "additionalProperties": false});
     let body = |user: &str| {
         let mut b = chat_body(user, 60);
-        b["messages"] = json!([{"role": "system", "content": system}, {"role": "user", "content": user}]);
+        b["messages"] =
+            json!([{"role": "system", "content": system}, {"role": "user", "content": user}]);
         b["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": true}});
         b
     };
-    let (a, b) = (body("heat 0.62, far tier up"), body("heat 0.71, far tier down"));
-    let text = |v: &Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let (a, b) = (
+        body("heat 0.62, far tier up"),
+        body("heat 0.71, far tier down"),
+    );
+    let text = |v: &Value| {
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     let cold_a = text(&Server::start(&m, &[]).chat(&a).json());
     let cold_b = text(&Server::start(&m, &[]).chat(&b).json());
-    let prompt_len = format!("<|system|>\n{system}\n<|user|>\nheat 0.62, far tier up\n<|assistant|>\n").len();
+    let prompt_len =
+        format!("<|system|>\n{system}\n<|user|>\nheat 0.62, far tier up\n<|assistant|>\n").len();
     let shared = format!("<|system|>\n{system}\n<|user|>\nheat 0.").len();
     let mut no_cache = a.clone();
     no_cache["cache_prompt"] = json!(false);
