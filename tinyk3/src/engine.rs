@@ -93,7 +93,12 @@ pub struct Engine {
     hits: TierHits,
     draft: DraftCounts,
     kv: KvCache,
+    /// The tokens whose keys and values `kv` holds, in order: what a later
+    /// prompt may share as a prefix.
+    seq: Vec<u32>,
     draft_kv: KvCache,
+    /// The same for the draft's cache, which lags when a request did not speculate.
+    draft_seq: Vec<u32>,
     threads: usize,
     cache_capacity: usize,
 }
@@ -169,6 +174,8 @@ impl Engine {
             heat: Heat::new(shape.n_layers, shape.n_experts),
             kv: KvCache::new(shape.n_layers, shape.d_model),
             draft_kv: KvCache::new(shape.draft_layers, shape.d_model),
+            seq: Vec::new(),
+            draft_seq: Vec::new(),
             manifest: m,
             trunk,
             store,
@@ -207,8 +214,44 @@ impl Engine {
 
     /// Forgets the sequence (KV caches); counters and tiers are kept.
     pub fn reset(&mut self) {
-        self.kv.truncate(0);
-        self.draft_kv.truncate(0);
+        self.truncate_kv(0);
+        self.truncate_draft_kv(0);
+    }
+
+    fn truncate_kv(&mut self, len: usize) {
+        self.kv.truncate(len);
+        self.seq.truncate(len);
+    }
+
+    fn truncate_draft_kv(&mut self, len: usize) {
+        self.draft_kv.truncate(len);
+        self.draft_seq.truncate(len);
+    }
+
+    /// Feeds `tokens` (a prompt without its last token) after reusing the KV
+    /// cache of the longest prefix they share with the tokens fed before, as
+    /// llama.cpp's `cache_prompt` and vLLM's automatic prefix caching do (Kwon
+    /// et al., "Efficient Memory Management for Large Language Model Serving
+    /// with PagedAttention", SOSP 2023). Returns how many positions were reused.
+    ///
+    /// Exact, not approximate: a position's keys and values depend only on the
+    /// tokens up to it, and every position is computed with the single-token
+    /// arithmetic whatever batch it came in, so the reused entries are the bits
+    /// a fresh prefill would write. `draft` also brings the draft's cache along.
+    pub fn resume(&mut self, tokens: &[u32], draft: bool) -> Result<usize> {
+        let shared = common_prefix(&self.seq, tokens);
+        self.truncate_kv(shared);
+        if shared < tokens.len() {
+            self.forward(&tokens[shared..], 0)?;
+        }
+        if draft {
+            let d = common_prefix(&self.draft_seq, tokens);
+            self.truncate_draft_kv(d);
+            if d < tokens.len() {
+                self.draft_forward(&tokens[d..], 0)?;
+            }
+        }
+        Ok(shared)
     }
 
     /// Byte-level tokens of a text prompt.
@@ -256,12 +299,25 @@ impl Engine {
     }
 
     /// Runs the full model on `tokens` at the next positions; returns logits of the last `want` positions.
+    ///
+    /// On an error the cache is cut back to where it was, so it never holds a
+    /// position that only some layers have seen.
     fn forward(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
+        let start = self.kv.len();
+        let out = self.forward_layers(tokens, want);
+        if out.is_err() {
+            self.truncate_kv(start);
+        }
+        out
+    }
+
+    fn forward_layers(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
         let shape = self.manifest.shape.clone();
         let mut xs = Vec::with_capacity(tokens.len());
         for &t in tokens {
             xs.push(self.trunk.embed_row(t as usize)?);
         }
+        self.seq.extend_from_slice(tokens);
         for l in 0..shape.n_layers {
             model::attention(
                 &mut self.trunk,
@@ -320,11 +376,21 @@ impl Engine {
 
     /// The draft: embedding, the bottom `draft_layers` attention blocks, the head.
     fn draft_forward(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
+        let start = self.draft_kv.len();
+        let out = self.draft_layers(tokens, want);
+        if out.is_err() {
+            self.truncate_draft_kv(start);
+        }
+        out
+    }
+
+    fn draft_layers(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
         let shape = self.manifest.shape.clone();
         let mut xs = Vec::with_capacity(tokens.len());
         for &t in tokens {
             xs.push(self.trunk.embed_row(t as usize)?);
         }
+        self.draft_seq.extend_from_slice(tokens);
         for l in 0..shape.draft_layers {
             model::attention(
                 &mut self.trunk,
@@ -441,9 +507,9 @@ impl Engine {
         self.draft.accepted += accepted as u64;
         // Keep the inputs whose outputs were used: t and the accepted proposals.
         let keep = pos + accepted + 1;
-        self.kv.truncate(keep);
+        self.truncate_kv(keep);
         if self.draft_kv.len() > keep {
-            self.draft_kv.truncate(keep);
+            self.truncate_draft_kv(keep);
         }
         while self.draft_kv.len() < keep {
             let i = self.draft_kv.len() - pos;
@@ -451,6 +517,11 @@ impl Engine {
         }
         Ok(next)
     }
+}
+
+/// How many leading tokens `a` and `b` share.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Experts to hold warm in the far tier: the pin list's rows not pinned locally,
@@ -490,3 +561,7 @@ fn warm_list(
     }
     Ok(list)
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+pub(crate) mod tests;

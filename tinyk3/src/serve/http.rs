@@ -298,6 +298,7 @@ async fn chat(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         temperature: r.temperature,
         seed: r.seed,
         stop: r.stop.clone(),
+        cache_prompt: r.cache_prompt,
         grammar: grammar.map(Arc::new),
         events: tx,
         ticket,

@@ -59,6 +59,8 @@ pub struct Snapshot {
     pub predicted_seconds: f64,
     pub prompt_tokens: u64,
     pub prompt_seconds: f64,
+    /// Prompt tokens whose KV cache was reused instead of prefilled.
+    pub prompt_cached_tokens: u64,
     /// `expert_hist.json` as of the last request.
     pub hist_json: String,
     pub ring: TraceRing,
@@ -205,6 +207,13 @@ pub fn render(live: &Live) -> String {
         "counter",
         "Prompt tokens processed.",
         &[("", s.prompt_tokens as f64)],
+    );
+    metric(
+        &mut out,
+        "tinyk3_prompt_cached_tokens_total",
+        "counter",
+        "Prompt tokens whose KV cache was reused from the previous request (not processed).",
+        &[("", s.prompt_cached_tokens as f64)],
     );
     metric(
         &mut out,

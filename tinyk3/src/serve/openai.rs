@@ -84,6 +84,10 @@ pub struct ChatRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub format: Format,
+    /// Reuse the KV cache of a prompt prefix shared with the previous request
+    /// (llama.cpp's `cache_prompt`, default true). The answer is the same either
+    /// way; `false` only makes the request prefill its whole prompt.
+    pub cache_prompt: bool,
 }
 
 /// A short rendering of a JSON value for error messages.
@@ -256,7 +260,10 @@ impl ChatRequest {
             Some(n) => return Err(wrong("n", "1 (one generation at a time)", n)),
         }
         // Fields other servers define, type-checked so a wrong type is not silently ignored.
-        flag(&v, "cache_prompt")?;
+        let cache_prompt = match field(&v, "cache_prompt") {
+            None => true,
+            Some(_) => flag(&v, "cache_prompt")?,
+        };
         flag(&v, "logprobs")?;
         for key in ["top_p", "frequency_penalty", "presence_penalty"] {
             if let Some(x) = field(&v, key) {
@@ -280,6 +287,7 @@ impl ChatRequest {
             stream,
             include_usage,
             format,
+            cache_prompt,
         })
     }
 
@@ -380,7 +388,10 @@ fn response_format(v: Option<&Json>) -> Result<Format, ApiError> {
 /// What a finished generation reports, llama.cpp-style.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timings {
+    /// Prompt tokens run through the model by this request.
     pub prompt_n: usize,
+    /// Prompt tokens whose KV cache was reused from the previous request (llama.cpp's `cache_n`).
+    pub cache_n: usize,
     pub prompt_ms: f64,
     pub predicted_n: usize,
     pub predicted_ms: f64,
@@ -393,6 +404,7 @@ impl Timings {
         let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
         let rate = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
         let mut t = json!({
+            "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
             "prompt_per_token_ms": per(self.prompt_ms, self.prompt_n),
@@ -411,7 +423,9 @@ impl Timings {
 
     /// OpenAI's `usage`.
     pub fn usage(&self) -> Value {
-        json!({"prompt_tokens": self.prompt_n, "completion_tokens": self.predicted_n, "total_tokens": self.prompt_n + self.predicted_n})
+        let prompt = self.cache_n + self.prompt_n;
+        json!({"prompt_tokens": prompt, "completion_tokens": self.predicted_n, "total_tokens": prompt + self.predicted_n,
+               "prompt_tokens_details": {"cached_tokens": self.cache_n}})
     }
 }
 

@@ -15,7 +15,7 @@ use super::openai::{ApiError, Timings};
 use super::sample::Sampler;
 use super::schema::Grammar;
 use super::text::TextOut;
-use crate::engine::Engine;
+use crate::engine::{Engine, FNV_OFFSET, fnv1a};
 use crate::error::Result;
 use crate::profile::Settings;
 
@@ -27,6 +27,8 @@ pub struct Job {
     pub temperature: f32,
     pub seed: u64,
     pub stop: Vec<String>,
+    /// Reuse the KV cache of the prompt prefix shared with the previous request.
+    pub cache_prompt: bool,
     /// The schema constraint, if the answer must be JSON.
     pub grammar: Option<Arc<Grammar>>,
     pub events: UnboundedSender<Event>,
@@ -126,6 +128,7 @@ fn publish(engine: &mut Engine, live: &Live, timings: Option<&Timings>) {
     s.hist_json = hist;
     s.ring.extend(trace);
     if let Some(t) = timings {
+        s.prompt_cached_tokens += t.cache_n as u64;
         s.served(
             (t.prompt_n as u64, t.prompt_ms / 1e3),
             (t.predicted_n as u64, t.predicted_ms / 1e3),
@@ -143,25 +146,26 @@ fn token_bytes(engine: &Engine, id: u32) -> Vec<u8> {
 
 /// Runs one job. `Ok(None)` when the client stopped listening.
 ///
-/// As in `tinyk3 bench`, all prompt tokens but the last are prefilled, and each
-/// decode step feeds one token and picks the next, so `predicted_ms` covers
-/// exactly the steps that produced the answer's tokens.
+/// As in `tinyk3 bench`, all prompt tokens but the last are prefilled (reusing
+/// the cached prefix shared with the previous request unless the job says not
+/// to), and each decode step feeds one token and picks the next, so
+/// `predicted_ms` covers exactly the steps that produced the answer's tokens.
 fn generate(
     engine: &mut Engine,
     draft_len: usize,
     job: &Job,
     cut: &AtomicBool,
 ) -> Result<Option<(&'static str, Timings)>> {
-    engine.reset();
     let prompt = engine.encode(&job.prompt);
     let (head, last) = prompt.split_at(prompt.len() - 1);
     // Speculation verifies against the draft's own greedy guesses; a schema
     // constraint feeds forced bytes in batches, which the draft does not follow.
     let speculate = draft_len > 0 && job.grammar.is_none();
-    let t0 = Instant::now();
-    if !head.is_empty() {
-        engine.feed(head, speculate)?;
+    if !job.cache_prompt {
+        engine.reset();
     }
+    let t0 = Instant::now();
+    let cached = engine.resume(head, speculate)?;
     let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
     let draft_before = engine.counters().draft;
     let mut sampler = Sampler::new(job.temperature, job.seed);
@@ -181,58 +185,20 @@ fn generate(
     };
     if let Some(g) = &job.grammar {
         let mut c = Constraint::new(g.clone());
-        let mut pending = vec![last[0]];
-        'answer: loop {
-            // Bytes the schema forces cost no choice: batch them into one forward pass.
-            loop {
-                if !c.can_continue() {
-                    finish = "stop";
-                    break 'answer;
-                }
-                let ch = c.choices(job.max_tokens - n);
-                match ch.bytes.as_slice() {
-                    [b] if !ch.may_end => {
-                        c.advance(*b);
-                        pending.push(u32::from(*b));
-                        n += 1;
-                        if !emit(engine, &mut out, u32::from(*b)) {
-                            return Ok(None);
-                        }
-                    }
-                    _ => break,
-                }
-            }
-            if cut.load(Ordering::SeqCst) {
-                break;
-            }
-            let logits = if pending.len() == 1 {
-                engine.step(pending[0])?
-            } else {
-                engine.prefill(&pending)?
-            };
-            pending.clear();
-            let ch = c.choices(job.max_tokens - n);
-            let mut allowed: Vec<u32> = ch.bytes.iter().map(|b| u32::from(*b)).collect();
-            if ch.may_end {
-                allowed.push(u32::from(END_BYTE));
-            }
-            if allowed.is_empty() {
-                return Err(crate::Error::Runtime(
-                    "constrained decoding reached a state with no allowed byte".into(),
-                ));
-            }
-            let t = sampler.pick_among(&logits, &allowed);
-            n += 1;
-            if ch.may_end && t == u32::from(END_BYTE) {
-                finish = "stop";
-                break;
-            }
-            c.advance(t as u8);
-            pending.push(t);
-            if !emit(engine, &mut out, t) {
-                return Ok(None);
-            }
-        }
+        let Some(answer) = constrained(
+            engine,
+            &mut c,
+            last[0],
+            job.max_tokens,
+            &mut sampler,
+            Forced::JumpForward,
+            cut,
+            &mut |engine, id| emit(engine, &mut out, id),
+        )?
+        else {
+            return Ok(None);
+        };
+        (finish, n) = (answer.finish, answer.tokens);
     } else if speculate {
         let mut next = last[0];
         let mut ids: Vec<u32> = Vec::new();
@@ -277,7 +243,8 @@ fn generate(
     }
     let draft_after = engine.counters().draft;
     let timings = Timings {
-        prompt_n: prompt.len(),
+        prompt_n: prompt.len() - cached,
+        cache_n: cached,
         prompt_ms,
         predicted_n: n,
         predicted_ms,
@@ -289,4 +256,209 @@ fn generate(
         }),
     };
     Ok(Some((finish, timings)))
+}
+
+/// How a constrained answer feeds the bytes its schema forces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forced {
+    /// Jump-forward decoding (SGLang's compressed finite-state machine: Zheng
+    /// et al., "SGLang: Efficient Execution of Structured Language Model
+    /// Programs", NeurIPS 2024): a run of bytes the schema forces (keys,
+    /// punctuation, the rest of an enum value once it is decided) needs no
+    /// choice, so it gets no decode step of its own; it is fed to the model
+    /// with the chosen byte before it in one batched pass.
+    JumpForward,
+    /// One decode step per byte, forced or not: the reference the tests hold
+    /// jump-forward to.
+    OneByOne,
+}
+
+/// A finished constrained answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub finish: &'static str,
+    /// Tokens of the answer (forced ones included).
+    pub tokens: usize,
+    /// FNV-1a 64 of every logit vector a byte was picked from.
+    pub logits_digest: u64,
+}
+
+/// Decodes a schema-constrained answer after the input token `first`, within
+/// `max_tokens`; `emit` gets every byte as it is decided and returns false
+/// when the client is gone (then `Ok(None)`).
+///
+/// Every pick is the sampler's choice among the bytes the constraint allows,
+/// from the logits of the full model: the same logits whether the forced bytes
+/// before it came in one batched pass or one by one.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one decoding loop's inputs, all distinct"
+)]
+pub fn constrained(
+    engine: &mut Engine,
+    c: &mut Constraint,
+    first: u32,
+    max_tokens: usize,
+    sampler: &mut Sampler,
+    forced: Forced,
+    cut: &AtomicBool,
+    emit: &mut dyn FnMut(&Engine, u32) -> bool,
+) -> Result<Option<Answer>> {
+    let mut n = 0usize;
+    let mut digest = FNV_OFFSET;
+    let mut pending = vec![first];
+    loop {
+        // Bytes the schema forces cost no choice.
+        loop {
+            if !c.can_continue() {
+                return Ok(Some(Answer {
+                    finish: "stop",
+                    tokens: n,
+                    logits_digest: digest,
+                }));
+            }
+            let ch = c.choices(max_tokens - n);
+            match ch.bytes.as_slice() {
+                [b] if !ch.may_end => {
+                    c.advance(*b);
+                    pending.push(u32::from(*b));
+                    n += 1;
+                    if !emit(engine, u32::from(*b)) {
+                        return Ok(None);
+                    }
+                }
+                _ => break,
+            }
+        }
+        if cut.load(Ordering::SeqCst) {
+            return Ok(Some(Answer {
+                finish: "length",
+                tokens: n,
+                logits_digest: digest,
+            }));
+        }
+        let logits = match forced {
+            Forced::JumpForward if pending.len() > 1 => engine.prefill(&pending)?,
+            _ => {
+                let mut logits = Vec::new();
+                for &t in &pending {
+                    logits = engine.step(t)?;
+                }
+                logits
+            }
+        };
+        pending.clear();
+        digest = fnv1a(digest, crate::math::as_bytes(&logits));
+        let ch = c.choices(max_tokens - n);
+        let mut allowed: Vec<u32> = ch.bytes.iter().map(|b| u32::from(*b)).collect();
+        if ch.may_end {
+            allowed.push(u32::from(END_BYTE));
+        }
+        if allowed.is_empty() {
+            return Err(crate::Error::Runtime(
+                "constrained decoding reached a state with no allowed byte".into(),
+            ));
+        }
+        let t = sampler.pick_among(&logits, &allowed);
+        n += 1;
+        if ch.may_end && t == u32::from(END_BYTE) {
+            return Ok(Some(Answer {
+                finish: "stop",
+                tokens: n,
+                logits_digest: digest,
+            }));
+        }
+        c.advance(t as u8);
+        pending.push(t);
+        if !emit(engine, t) {
+            return Ok(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::tests::tiny_engine;
+    use crate::serve::json::Json;
+
+    fn menu_grammar() -> Arc<Grammar> {
+        let entry = |id: &str, params: serde_json::Value, required: &[&str]| {
+            json!({"type": "object", "properties": {
+                "experiment": {"type": "string", "enum": [id]},
+                "params": {"type": "object", "properties": params, "required": required, "additionalProperties": false},
+                "rationale": {"type": "string", "maxLength": 40}},
+             "required": ["experiment", "params", "rationale"], "additionalProperties": false})
+        };
+        let schema = json!({"anyOf": [
+            entry("rerank_pins", json!({"pin_count": {"type": "integer", "minimum": 0, "maximum": 512}}), &["pin_count"]),
+            entry("rebalance_trunk_cache", json!({"trunk_fraction": {"type": "number", "minimum": 0.0, "maximum": 1.0}}), &["trunk_fraction"]),
+            entry("remeasure", json!({}), &[]),
+        ]});
+        let schema: Json = serde_json::from_value(schema).unwrap();
+        Arc::new(Grammar::from_schema(&schema).unwrap())
+    }
+
+    /// Runs one constrained answer after `prompt`; returns its text and digest.
+    fn answer(
+        engine: &mut Engine,
+        prompt: &str,
+        temperature: f32,
+        seed: u64,
+        max_tokens: usize,
+        forced: Forced,
+    ) -> (String, Answer) {
+        let p = engine.encode(prompt);
+        engine.reset();
+        engine.resume(&p[..p.len() - 1], false).unwrap();
+        let mut c = Constraint::new(menu_grammar());
+        let mut text = Vec::new();
+        let a = constrained(
+            engine,
+            &mut c,
+            p[p.len() - 1],
+            max_tokens,
+            &mut Sampler::new(temperature, seed),
+            forced,
+            &AtomicBool::new(false),
+            &mut |_, id| {
+                text.push(id as u8);
+                true
+            },
+        )
+        .unwrap()
+        .unwrap();
+        assert!(c.is_complete());
+        (String::from_utf8(text).unwrap(), a)
+    }
+
+    #[test]
+    fn jump_forward_equals_stepping_one_byte_at_a_time() {
+        let (_d, mut e) = tiny_engine();
+        let prompt = "<|system|>\nChoose.\n<|user|>\nheat 0.62, far tier down\n<|assistant|>\n";
+        for (temperature, seed, max_tokens) in [(0.0, 0, 90), (0.9, 1, 90), (1.5, 2, 120)] {
+            let jumped = answer(
+                &mut e,
+                prompt,
+                temperature,
+                seed,
+                max_tokens,
+                Forced::JumpForward,
+            );
+            let stepped = answer(
+                &mut e,
+                prompt,
+                temperature,
+                seed,
+                max_tokens,
+                Forced::OneByOne,
+            );
+            assert_eq!(jumped, stepped, "temperature {temperature}, seed {seed}");
+            let v: serde_json::Value = serde_json::from_str(&jumped.0).unwrap();
+            assert!(v["experiment"].is_string(), "{}", jumped.0);
+            assert_eq!(jumped.1.tokens, jumped.0.len());
+        }
+    }
 }

@@ -106,7 +106,14 @@ fn stream_carries_the_same_text_and_usage() {
     assert_eq!(last["timings"]["predicted_n"], 20);
     let usage = &chunks[chunks.len() - 1];
     assert_eq!(usage["choices"], json!([]));
-    assert_eq!(usage["usage"], whole["usage"]);
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(usage["usage"][k], whole["usage"][k], "{k}");
+    }
+    // The same prompt again: all but its last token come from the prompt cache.
+    assert_eq!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(),
+        Some(whole["usage"]["prompt_tokens"].as_u64().unwrap() - 1)
+    );
 }
 
 #[test]

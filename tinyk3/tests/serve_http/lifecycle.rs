@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::serve_support::{Server, bin, chat_body, http, parse_prometheus, tiny_model};
 
@@ -72,6 +72,57 @@ fn same_request_same_text_across_a_restart() {
             .unwrap(),
         first[2]
     );
+}
+
+#[test]
+fn a_reused_prompt_prefix_gives_the_same_text_as_a_fresh_server() {
+    let m = tiny_model();
+    // Prompts with a long shared prefix, as the orchestrator's (instructions first).
+    let system = "You choose the next experiment for a tiered MoE stack. Menu: rerank_pins, deepen_warm_set, remeasure.";
+    let schema = json!({"type": "object", "properties": {"pick": {"type": "string", "enum": ["rerank_pins", "deepen_warm_set", "remeasure"]}, "n": {"type": "integer", "minimum": 0, "maximum": 512}, "why": {"type": "string", "maxLength": 12}}, "required": ["pick", "n", "why"], "additionalProperties": false});
+    let body = |user: &str| {
+        let mut b = chat_body(user, 60);
+        b["messages"] =
+            json!([{"role": "system", "content": system}, {"role": "user", "content": user}]);
+        b["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": true}});
+        b
+    };
+    let (a, b) = (
+        body("heat 0.62, far tier up"),
+        body("heat 0.71, far tier down"),
+    );
+    let text = |v: &Value| {
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let cold_a = text(&Server::start(&m, &[]).chat(&a).json());
+    let cold_b = text(&Server::start(&m, &[]).chat(&b).json());
+    let prompt_len =
+        format!("<|system|>\n{system}\n<|user|>\nheat 0.62, far tier up\n<|assistant|>\n").len();
+    let shared = format!("<|system|>\n{system}\n<|user|>\nheat 0.").len();
+    let mut no_cache = a.clone();
+    no_cache["cache_prompt"] = json!(false);
+    let s = Server::start(&m, &[]);
+    // cache_n: nothing, the shared prefix, the same, everything but the last token, nothing.
+    for (req, want, cache_n) in [
+        (&a, &cold_a, 0),
+        (&b, &cold_b, shared),
+        (&a, &cold_a, shared),
+        (&a, &cold_a, prompt_len - 1),
+        (&no_cache, &cold_a, 0),
+    ] {
+        let v = s.chat(req).json();
+        assert_eq!(&text(&v), want, "{}", v["timings"]);
+        let (t, u) = (&v["timings"], &v["usage"]);
+        assert_eq!(t["cache_n"].as_u64(), Some(cache_n as u64), "{t}");
+        assert_eq!(
+            t["cache_n"].as_u64().unwrap() + t["prompt_n"].as_u64().unwrap(),
+            u["prompt_tokens"].as_u64().unwrap()
+        );
+        assert_eq!(u["prompt_tokens_details"]["cached_tokens"], t["cache_n"]);
+    }
 }
 
 #[test]
