@@ -109,5 +109,6 @@ fetch_model() {
 mkdir -p "$CACHE"
 build_server
 gguf="$(fetch_model)"
-echo "LLAMA_SERVER_BIN=$bin"
-echo "LLAMA_SERVER_GGUF=$gguf"
+# %q quotes for the shell that evals these lines.
+printf 'LLAMA_SERVER_BIN=%q\n' "$bin"
+printf 'LLAMA_SERVER_GGUF=%q\n' "$gguf"
