@@ -442,7 +442,10 @@ draft_len = 0
     fn unset_batch_sizes_keep_the_canonical_form() {
         let a = parse(TEXT).unwrap();
         assert!(!a.canonical().contains("batch_size"), "{}", a.canonical());
-        let b = parse(&format!("{TEXT}\n[compute]\nthreads = 2\nubatch_size = 64\n")).unwrap();
+        let b = parse(&format!(
+            "{TEXT}\n[compute]\nthreads = 2\nubatch_size = 64\n"
+        ))
+        .unwrap();
         assert!(b.canonical().contains("ubatch_size = 64"));
         assert_eq!(parse(&b.canonical()).unwrap(), b);
         assert_ne!(a.digest(), b.digest());

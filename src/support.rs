@@ -154,10 +154,7 @@ proposer = "bandit"
 
     #[test]
     fn declared_unsupported_entries_leave_the_menu_and_are_refused_by_name() {
-        let c = config(
-            r#"unsupported = ["rerank_pins", "deepen_warm_set"]"#,
-            CLI,
-        );
+        let c = config(r#"unsupported = ["rerank_pins", "deepen_warm_set"]"#, CLI);
         let m = stack_menu(&c, &menu()).unwrap();
         let ids: Vec<MenuId> = m.entries().iter().map(|e| e.id).collect();
         assert_eq!(
@@ -186,7 +183,10 @@ proposer = "bandit"
 
     #[test]
     fn the_whole_profile_reaches_the_stack_through_profile() {
-        let c = config("", r#""tinyk3", "serve", "--profile", "{profile}", "--out", "{out}""#);
+        let c = config(
+            "",
+            r#""tinyk3", "serve", "--profile", "{profile}", "--out", "{out}""#,
+        );
         assert_eq!(stack_menu(&c, &menu()).unwrap().entries().len(), 5);
     }
 

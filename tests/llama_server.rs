@@ -31,7 +31,8 @@ use rand::SeedableRng;
 
 const EXAMPLE: &str = include_str!("../examples/llama-server.toml");
 const LIVE: &str = include_str!("../examples/profiles/llama-server.toml");
-const SETUP: &str = "bash scripts/llama-server.sh (or the README's test command, bash scripts/test.sh)";
+const SETUP: &str =
+    "bash scripts/llama-server.sh (or the README's test command, bash scripts/test.sh)";
 
 /// The llama-server binary and the GGUF model, or a failure that says how
 /// to make them. Never a silent skip.
@@ -39,8 +40,7 @@ fn artifacts() -> (PathBuf, PathBuf) {
     let cache = std::env::var_os("ORCH_LLAMA_CACHE")
         .map(PathBuf::from)
         .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(|x| PathBuf::from(x).join("orchestrator/llama"))
+            std::env::var_os("XDG_CACHE_HOME").map(|x| PathBuf::from(x).join("orchestrator/llama"))
         })
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/orchestrator/llama"))
@@ -133,7 +133,6 @@ impl Server {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-
 }
 
 /// The status code of a plain GET on loopback (health probes from sync code).
@@ -164,15 +163,24 @@ fn example(dir: &Path, server: &Server, edit: impl Fn(String) -> String) -> Conf
         .replace("/models/target.gguf", &gguf.display().to_string())
         .replace("/models/draft.gguf", &gguf.display().to_string())
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{}", server.port))
-        .replace("../ledger/llama-server", &dir.join("ledger").display().to_string())
-        .replace("../experiments", &repo.join("experiments").display().to_string())
+        .replace(
+            "../ledger/llama-server",
+            &dir.join("ledger").display().to_string(),
+        )
+        .replace(
+            "../experiments",
+            &repo.join("experiments").display().to_string(),
+        )
         .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
         .replace("max_tokens = 32", "max_tokens = 12")
         .replace("interval_s = 60", "interval_s = 0.01")
         .replace("min_pairs = 6", "min_pairs = 2")
         .replace("max_pairs = 50", "max_pairs = 4")
         .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1");
-    assert!(!text.contains("/models/"), "every model path was substituted");
+    assert!(
+        !text.contains("/models/"),
+        "every model path was substituted"
+    );
     let text = edit(text);
     std::fs::create_dir_all(dir.join("profiles")).unwrap();
     std::fs::write(dir.join("profiles/llama-server.toml"), LIVE).unwrap();
@@ -243,7 +251,14 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
-    assert!(config.stack.surface.as_ref().unwrap().send_cache_prompt_false);
+    assert!(
+        config
+            .stack
+            .surface
+            .as_ref()
+            .unwrap()
+            .send_cache_prompt_false
+    );
     let scorer = SurfaceScorer::from_config(&config).unwrap();
     let live = ProfileFile::load(&config.stack.live_profile).unwrap();
     let a = scorer.score(&live, &Cancel::never()).await.unwrap();
@@ -257,7 +272,11 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
         // llama-server reports its own decode timing per answer.
         assert_eq!(run.timing_source, TimingSource::Server);
         assert!(run.tokens.unwrap() >= 2, "{:?}", run.tokens);
-        assert_eq!(drafted_tokens(&run.extras), 0, "no draft model on the live server");
+        assert_eq!(
+            drafted_tokens(&run.extras),
+            0,
+            "no draft model on the live server"
+        );
     }
     assert_eq!(
         a.output_hash, b.output_hash,
@@ -269,10 +288,18 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
     let obs = orchestrator::observe::observe(Some(metrics), &reqwest::Client::new())
         .await
         .unwrap();
-    let spt = obs.metrics.seconds_per_token.expect("predicted_tokens_seconds");
+    let spt = obs
+        .metrics
+        .seconds_per_token
+        .expect("predicted_tokens_seconds");
     assert!(spt > 0.0 && spt.is_finite(), "{spt}");
     assert!(
-        obs.metrics.other.get("tokens_predicted").copied().unwrap_or(0.0) >= 4.0,
+        obs.metrics
+            .other
+            .get("tokens_predicted")
+            .copied()
+            .unwrap_or(0.0)
+            >= 4.0,
         "{:?}",
         obs.metrics.other
     );
@@ -308,31 +335,32 @@ async fn a_speculative_shadow_drafts_and_one_that_drafts_nothing_fails_with_that
     std::fs::create_dir_all(&dir).unwrap();
     let (_, gguf) = artifacts();
     let config = example(&dir, &server, |t| {
-        t.replace(
-            &format!("\"-md\", {:?},\n", gguf.display().to_string()),
-            "",
-        )
-        .replace("\"--spec-type\", \"draft-simple\",\n", "")
+        t.replace(&format!("\"-md\", {:?},\n", gguf.display().to_string()), "")
+            .replace("\"--spec-type\", \"draft-simple\",\n", "")
     });
     let shadow = ShadowScorer::from_config(&config).unwrap();
-    let argv = shadow.argv.render(
-        &candidate(&dir, 3).profile,
-        &dir,
-        &Default::default(),
-    );
+    let argv = shadow
+        .argv
+        .render(&candidate(&dir, 3).profile, &dir, &Default::default());
     assert!(!argv.iter().any(|a| a == "-md"), "{argv:?}");
     let f = shadow
         .score(&candidate(&dir, 3), &Cancel::never())
         .await
         .unwrap_err();
-    assert!(matches!(f.error, MeasureError::NoDrafts { draft_len: 3, .. }), "{f}");
+    assert!(
+        matches!(f.error, MeasureError::NoDrafts { draft_len: 3, .. }),
+        "{f}"
+    );
     let msg = f.to_string();
     assert!(msg.contains("timings.draft_n is absent or 0"), "{msg}");
     assert!(
         msg.contains("llamacpp:spec_decode_num_draft_tokens_total is still 0"),
         "{msg}"
     );
-    assert!(!f.stderr_tail.is_empty(), "the shadow's log is kept as evidence");
+    assert!(
+        !f.stderr_tail.is_empty(),
+        "the shadow's log is kept as evidence"
+    );
     // Without speculation asked for, the same shadow measures normally.
     shadow
         .score(&candidate(&dir, 0), &Cancel::never())
@@ -383,7 +411,11 @@ fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
     let today = chrono::Utc::now().date_naive().to_string();
     let out = orchestrator(&config, &["report", "--since", &today, "--until", &today]);
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mismatches = kinds.iter().filter(|k| *k == "hash_mismatch").count();
     assert!(
         report.contains(&format!("and {mismatches} hash mismatch(es)")),
@@ -395,7 +427,10 @@ fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
 fn both_example_configs_pass_orchestrator_check() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (file, offered) in [
-        ("examples/llama-server.toml", "2 entries (stage_speculative, remeasure)"),
+        (
+            "examples/llama-server.toml",
+            "2 entries (stage_speculative, remeasure)",
+        ),
         (
             "examples/kimi-k3-in-c.toml",
             "3 entries (stage_speculative, rebalance_trunk_cache, remeasure)",

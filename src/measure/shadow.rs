@@ -201,14 +201,15 @@ impl ShadowScorer {
             None => None,
         };
         if let Some((series, Ok(v))) = &counter {
-            outcome.extras.insert(format!("shadow {series}"), (*v).into());
+            outcome
+                .extras
+                .insert(format!("shadow {series}"), (*v).into());
         }
         let counted = matches!(&counter, Some((_, Ok(v))) if *v > 0.0);
         if drafted > 0 || counted {
             return Ok(outcome);
         }
-        let mut evidence =
-            "timings.draft_n is absent or 0 in every answer".to_string();
+        let mut evidence = "timings.draft_n is absent or 0 in every answer".to_string();
         match &counter {
             Some((series, Ok(v))) => evidence.push_str(&format!(" and {series} is still {v}")),
             Some((series, Err(e))) => {
@@ -246,7 +247,8 @@ impl ShadowScorer {
             return Err(format!("{url} answered {}", resp.status()));
         }
         let text = resp.text().await.map_err(|e| format!("{url}: {e}"))?;
-        let samples = crate::observe::prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))?;
+        let samples =
+            crate::observe::prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))?;
         crate::observe::prometheus::value(&samples, series)
             .ok_or_else(|| format!("{url} has no series {series}"))
     }

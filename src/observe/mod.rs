@@ -162,11 +162,8 @@ fn live_metrics(samples: &[prometheus::Sample], names: &BTreeMap<String, String>
         (Some(p), Some(a)) if p > 0.0 => Some(a / p),
         _ => None,
     };
-    let seconds_per_token = get(SECONDS_PER_TOKEN).or_else(|| {
-        get(TOKENS_PER_SECOND)
-            .filter(|r| *r > 0.0)
-            .map(|r| 1.0 / r)
-    });
+    let seconds_per_token = get(SECONDS_PER_TOKEN)
+        .or_else(|| get(TOKENS_PER_SECOND).filter(|r| *r > 0.0).map(|r| 1.0 / r));
     let known = [
         SECONDS_PER_TOKEN,
         TOKENS_PER_SECOND,
@@ -245,7 +242,10 @@ mod tests {
         .unwrap();
         let names: BTreeMap<String, String> = [
             ("tokens_per_second", "llamacpp:predicted_tokens_seconds"),
-            ("draft_proposed", "llamacpp:spec_decode_num_draft_tokens_total"),
+            (
+                "draft_proposed",
+                "llamacpp:spec_decode_num_draft_tokens_total",
+            ),
         ]
         .into_iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
