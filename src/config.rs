@@ -735,13 +735,6 @@ impl Config {
                 let argv =
                     ArgvTemplate::parse(&b.argv, &optional, &[Special::Out, Special::Profile])
                         .map_err(|e| template("stack.bench", e))?;
-                if b.output == BenchOutput::File && !argv.uses(Special::Out) {
-                    return Err(semantic(
-                        "[stack.bench] output = \"file\" but argv never passes {out}: add e.g. \"--out\", \"{out}\" \
-                         (an engine's default output file would be read stale), or set output = \"stdout\""
-                            .into(),
-                    ));
-                }
                 Ok::<_, ConfigError>(Bench {
                     argv,
                     env: b.env,
