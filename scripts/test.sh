@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
 
+# The llama-server tier (tests/llama_server.rs) needs a real llama.cpp
+# llama-server and a small real GGUF model: built and fetched once into a
+# cache outside the checkout (about 10 minutes on 2 cores the first time, a
+# no-op after), then handed to the tests through the environment.
+llama_env="$(bash scripts/llama-server.sh)"
+eval "$llama_env"
+export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF
+
 # Tests drive the real binaries (orchestrator, tinyk3); cargo builds both.
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::judge::{Confidence, Floor, ParamError, Policy};
 use crate::measure::template::{ArgvTemplate, Special, TemplateError};
+use crate::menu::MenuId;
 
 /// The environment variable that selects the config file.
 pub const CONFIG_ENV: &str = "ORCHESTRATOR_CONFIG";
@@ -156,6 +157,9 @@ pub struct Stack {
     pub surface: Option<Surface>,
     pub metrics: Option<Metrics>,
     pub shadow: Option<Shadow>,
+    /// Menu entries this stack cannot carry out (`[stack] unsupported`):
+    /// refused when proposed, never silently skipped (see [`crate::support`]).
+    pub unsupported: Vec<MenuId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -172,6 +176,10 @@ pub struct Bench {
     pub argv: ArgvTemplate,
     pub env: BTreeMap<String, String>,
     pub output: BenchOutput,
+    /// Directories made before every run (absolute). Some engines write a
+    /// dump only into a directory that already exists, and silently nothing
+    /// otherwise (kimi-k3-in-c's `--dump-cache-trace DIR`).
+    pub create_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -185,7 +193,9 @@ pub struct Surface {
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    pub url: reqwest::Url,
+    /// The Prometheus endpoint; `None` for a stack without one (a bench-only
+    /// CLI), which still has heat dumps to read.
+    pub url: Option<reqwest::Url>,
     /// Our name → the stack's Prometheus series name.
     pub names: BTreeMap<String, String>,
     /// Where the stack's heat histogram can be read (a URL or a file).
@@ -203,6 +213,15 @@ pub struct Shadow {
     pub env: BTreeMap<String, String>,
     pub health_path: String,
     pub start_timeout: Seconds,
+    /// A candidate with `speculative.draft_len > 0` must show drafted tokens
+    /// (llama.cpp's `timings.draft_n`, or `drafted_series` on the shadow's
+    /// metrics); without them the run fails instead of measuring a plain
+    /// server (llama-server keeps serving when the draft does not fit).
+    pub require_drafts: bool,
+    /// The shadow's Prometheus counter of drafted tokens, if it has one.
+    pub drafted_series: Option<String>,
+    /// Where the shadow serves its metrics. Default `/metrics`.
+    pub metrics_path: String,
 }
 
 #[derive(Debug, Clone)]
@@ -472,6 +491,8 @@ struct RawStack {
     surface: Option<RawSurface>,
     metrics: Option<RawMetrics>,
     shadow: Option<RawShadow>,
+    #[serde(default)]
+    unsupported: Vec<String>,
 }
 
 fn default_work_dir() -> PathBuf {
@@ -488,6 +509,8 @@ struct RawBench {
     env: BTreeMap<String, String>,
     #[serde(default = "default_output")]
     output: BenchOutput,
+    #[serde(default)]
+    create_dirs: Vec<PathBuf>,
 }
 
 fn default_output() -> BenchOutput {
@@ -519,7 +542,7 @@ fn default_max_tokens() -> u32 {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetrics {
-    url: String,
+    url: Option<String>,
     #[serde(default)]
     names: BTreeMap<String, String>,
     heat: Option<String>,
@@ -541,6 +564,15 @@ struct RawShadow {
     health_path: String,
     #[serde(default = "default_start_timeout")]
     start_timeout_s: Seconds,
+    #[serde(default)]
+    require_drafts: bool,
+    drafted_series: Option<String>,
+    #[serde(default = "default_metrics_path")]
+    metrics_path: String,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".to_string()
 }
 
 fn default_health() -> String {
@@ -649,6 +681,11 @@ const KNOWN_KEYS: &[&str] = &[
     "expert_server_max_warm",
     "heat_dir",
     "serve_args",
+    "unsupported",
+    "create_dirs",
+    "require_drafts",
+    "drafted_series",
+    "metrics_path",
 ];
 
 impl Config {
@@ -695,15 +732,14 @@ impl Config {
             .bench
             .map(|b| {
                 let optional: Vec<_> = b.optional.into_iter().map(|o| (o.when, o.args)).collect();
+                let argv =
+                    ArgvTemplate::parse(&b.argv, &optional, &[Special::Out, Special::Profile])
+                        .map_err(|e| template("stack.bench", e))?;
                 Ok::<_, ConfigError>(Bench {
-                    argv: ArgvTemplate::parse(
-                        &b.argv,
-                        &optional,
-                        &[Special::Out, Special::Profile],
-                    )
-                    .map_err(|e| template("stack.bench", e))?,
+                    argv,
                     env: b.env,
                     output: b.output,
+                    create_dirs: b.create_dirs.iter().map(|d| resolve(d)).collect(),
                 })
             })
             .transpose()?;
@@ -732,7 +768,11 @@ impl Config {
             .metrics
             .map(|m| {
                 Ok::<_, ConfigError>(Metrics {
-                    url: url(&m.url, "stack.metrics", "url").map_err(semantic)?,
+                    url: m
+                        .url
+                        .map(|u| url(&u, "stack.metrics", "url"))
+                        .transpose()
+                        .map_err(semantic)?,
                     names: m.names,
                     // A file path is relative to the config, like every path.
                     heat: m.heat.map(|h| {
@@ -756,6 +796,12 @@ impl Config {
             .shadow
             .map(|s| {
                 let optional: Vec<_> = s.optional.into_iter().map(|o| (o.when, o.args)).collect();
+                if !s.metrics_path.starts_with('/') {
+                    return Err(semantic(format!(
+                        "[stack.shadow] metrics_path = {:?} must be an absolute path like \"/metrics\"",
+                        s.metrics_path
+                    )));
+                }
                 Ok::<_, ConfigError>(Shadow {
                     argv: ArgvTemplate::parse(
                         &s.argv,
@@ -766,9 +812,13 @@ impl Config {
                     env: s.env,
                     health_path: s.health_path,
                     start_timeout: s.start_timeout_s,
+                    require_drafts: s.require_drafts,
+                    drafted_series: s.drafted_series,
+                    metrics_path: s.metrics_path,
                 })
             })
             .transpose()?;
+        let unsupported = parse_unsupported(&rs.unsupported).map_err(semantic)?;
         if bench.is_none() && surface.is_none() {
             return Err(semantic(
                 "[stack] has neither [stack.bench] nor [stack.surface]: the orchestrator needs one way to measure"
@@ -879,6 +929,7 @@ impl Config {
                 surface,
                 metrics,
                 shadow,
+                unsupported,
             },
             model,
             cycle: raw.cycle,
@@ -887,6 +938,31 @@ impl Config {
             base_dir,
         })
     }
+}
+
+/// `[stack] unsupported`: menu ids, each once; `remeasure` is never one
+/// (every stack can repeat a measurement of itself).
+fn parse_unsupported(ids: &[String]) -> Result<Vec<MenuId>, String> {
+    let mut out = Vec::new();
+    for text in ids {
+        let id: MenuId = text.parse().map_err(|()| {
+            format!(
+                "[stack] unsupported: {text:?} is not a menu id; the menu's ids are: {}",
+                MenuId::ids()
+            )
+        })?;
+        if id == MenuId::Remeasure {
+            return Err(
+                "[stack] unsupported may not hold \"remeasure\": the noise floor and every verdict need it"
+                    .into(),
+            );
+        }
+        if out.contains(&id) {
+            return Err(format!("[stack] unsupported names {id} twice"));
+        }
+        out.push(id);
+    }
+    Ok(out)
 }
 
 fn url(text: &str, table: &str, key: &str) -> Result<reqwest::Url, String> {

@@ -8,6 +8,7 @@
 //! - [`ledger`]: the SQLite experiment ledger; all SQL lives here.
 //! - [`brain`]: the proposer: the served model (chat API) or a bandit over the menu.
 //! - [`heat`]: the expert heat histogram and request trace, parsed and checked.
+//! - [`support`]: which menu entries a stack supports (`[stack] unsupported`), checked against its commands.
 //! - [`plan`]: one planner per menu entry; `rerank_pins` replays the trace first.
 //! - [`report`]: the weekly report from the ledger, Markdown or HTML with SVG charts.
 
@@ -29,4 +30,5 @@ pub mod observe;
 pub mod plan;
 pub mod profile;
 pub mod report;
+pub mod support;
 pub mod vocab;

@@ -64,7 +64,8 @@ impl MenuId {
         }
     }
 
-    fn ids() -> String {
+    /// Every id, comma separated, for messages.
+    pub fn ids() -> String {
         MenuId::ALL
             .iter()
             .map(|m| m.as_str())
@@ -135,6 +136,11 @@ pub struct MenuEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Menu {
     entries: Vec<MenuEntry>,
+    /// Entries of the fixed menu that this stack cannot carry out, with the
+    /// stack's name, so a proposal of one is refused by name rather than
+    /// called off-menu (see [`crate::support`]).
+    unsupported: Vec<MenuId>,
+    stack: Option<String>,
 }
 
 /// Why the menu could not be loaded. Each names the file (and line).
@@ -232,6 +238,14 @@ pub enum Rejection {
     },
     #[error("the experiment id is not on the menu; choose one of: {valid}")]
     OffMenu { valid: String },
+    #[error(
+        "{experiment} is on the menu but the stack {stack} does not support it ([stack] unsupported); choose one of: {valid}"
+    )]
+    Unsupported {
+        experiment: MenuId,
+        stack: String,
+        valid: String,
+    },
     #[error("{experiment} needs parameter `{param}`")]
     MissingParam { experiment: MenuId, param: String },
     #[error("{experiment} has no such parameter; its parameters are: {declared}")]
@@ -265,6 +279,7 @@ impl Rejection {
             Rejection::ExtraField => "extra_field",
             Rejection::FieldType { .. } => "field_type",
             Rejection::OffMenu { .. } => "off_menu",
+            Rejection::Unsupported { .. } => "unsupported",
             Rejection::MissingParam { .. } => "missing_param",
             Rejection::ExtraParam { .. } => "extra_param",
             Rejection::WrongType { .. } => "wrong_type",
@@ -318,11 +333,46 @@ impl Menu {
             })?;
             entries.push(parse_entry(*id, &text, &file)?);
         }
-        Ok(Menu { entries })
+        Ok(Menu {
+            entries,
+            unsupported: Vec::new(),
+            stack: None,
+        })
     }
 
+    /// This menu without the entries `stack` cannot carry out: they leave
+    /// the schema, the prompt and the bandit's grid, and a proposal of one
+    /// is refused as [`Rejection::Unsupported`].
+    pub fn without(&self, unsupported: &[MenuId], stack: &str) -> Menu {
+        Menu {
+            entries: self
+                .entries
+                .iter()
+                .filter(|e| !unsupported.contains(&e.id))
+                .cloned()
+                .collect(),
+            unsupported: unsupported.to_vec(),
+            stack: Some(stack.to_string()),
+        }
+    }
+
+    /// The entries this stack supports, in [`MenuId::ALL`] order.
     pub fn entries(&self) -> &[MenuEntry] {
         &self.entries
+    }
+
+    /// The fixed menu's entries this stack does not support.
+    pub fn unsupported(&self) -> &[MenuId] {
+        &self.unsupported
+    }
+
+    /// The ids on offer, comma separated, for messages.
+    fn offered(&self) -> String {
+        self.entries
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn entry(&self, id: MenuId) -> &MenuEntry {
@@ -373,8 +423,15 @@ impl Menu {
                 expected: "a string",
             })?;
         let id: MenuId = id_text.parse().map_err(|()| Rejection::OffMenu {
-            valid: MenuId::ids(),
+            valid: self.offered(),
         })?;
+        if self.unsupported.contains(&id) {
+            return Err(Rejection::Unsupported {
+                experiment: id,
+                stack: self.stack.clone().unwrap_or_default(),
+                valid: self.offered(),
+            });
+        }
         let params = obj
             .get("params")
             .ok_or(Rejection::MissingField { field: "params" })?

@@ -97,18 +97,32 @@ pub struct Speculative {
 pub struct Compute {
     #[serde(default = "default_threads")]
     pub threads: u64,
+    /// Logical batch size of prompt processing (llama.cpp `-b`); 0 = the
+    /// stack's default. Left out of the canonical form when 0, so profiles
+    /// written before this knob keep their digest.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch_size: u64,
+    /// Physical micro-batch size (llama.cpp `-ub`); 0 = the stack's default.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ubatch_size: u64,
 }
 
 impl Default for Compute {
     fn default() -> Self {
         Compute {
             threads: default_threads(),
+            batch_size: 0,
+            ubatch_size: 0,
         }
     }
 }
 
 fn default_threads() -> u64 {
     2
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One tunable setting, named by its dotted TOML path.
@@ -123,6 +137,8 @@ pub enum Knob {
     FarWarmSet,
     SpeculativeDraftLen,
     ComputeThreads,
+    ComputeBatchSize,
+    ComputeUbatchSize,
 }
 
 impl Knob {
@@ -136,6 +152,8 @@ impl Knob {
         Knob::FarWarmSet,
         Knob::SpeculativeDraftLen,
         Knob::ComputeThreads,
+        Knob::ComputeBatchSize,
+        Knob::ComputeUbatchSize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -149,6 +167,8 @@ impl Knob {
             Knob::FarWarmSet => "far.warm_set",
             Knob::SpeculativeDraftLen => "speculative.draft_len",
             Knob::ComputeThreads => "compute.threads",
+            Knob::ComputeBatchSize => "compute.batch_size",
+            Knob::ComputeUbatchSize => "compute.ubatch_size",
         }
     }
 
@@ -318,6 +338,8 @@ impl Profile {
             Knob::FarWarmSet => KnobValue::Integer(self.far.warm_set),
             Knob::SpeculativeDraftLen => KnobValue::Integer(self.speculative.draft_len),
             Knob::ComputeThreads => KnobValue::Integer(self.compute.threads),
+            Knob::ComputeBatchSize => KnobValue::Integer(self.compute.batch_size),
+            Knob::ComputeUbatchSize => KnobValue::Integer(self.compute.ubatch_size),
         }
     }
 
@@ -414,6 +436,19 @@ draft_len = 0
     fn bad_far_address_is_refused() {
         let err = parse(&format!("{TEXT}\n[far]\naddr = \"nowhere\"\n")).unwrap_err();
         assert!(err.to_string().contains("far.addr"), "{err}");
+    }
+
+    #[test]
+    fn unset_batch_sizes_keep_the_canonical_form() {
+        let a = parse(TEXT).unwrap();
+        assert!(!a.canonical().contains("batch_size"), "{}", a.canonical());
+        let b = parse(&format!(
+            "{TEXT}\n[compute]\nthreads = 2\nubatch_size = 64\n"
+        ))
+        .unwrap();
+        assert!(b.canonical().contains("ubatch_size = 64"));
+        assert_eq!(parse(&b.canonical()).unwrap(), b);
+        assert_ne!(a.digest(), b.digest());
     }
 
     #[test]

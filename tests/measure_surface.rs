@@ -232,6 +232,9 @@ fn shadow(
         cwd: std::env::temp_dir(),
         headroom_gb: 0.1,
         surface: surface(surface_url, false),
+        require_drafts: false,
+        drafted_series: None,
+        metrics_path: "/metrics".into(),
     }
 }
 

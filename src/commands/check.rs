@@ -14,7 +14,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     println!("config   {}: ok", config.path.display());
 
-    let menu = Menu::load(&config.menu_dir)?;
+    let menu = crate::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let ids: Vec<&str> = menu.entries().iter().map(|e| e.id.as_str()).collect();
     println!(
         "menu     {}: {} entries ({})",
@@ -22,6 +22,14 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         ids.len(),
         ids.join(", ")
     );
+    if !menu.unsupported().is_empty() {
+        let off: Vec<&str> = menu.unsupported().iter().map(|m| m.as_str()).collect();
+        println!(
+            "         not supported by stack {}: {} ([stack] unsupported; refused if proposed)",
+            config.stack.name,
+            off.join(", ")
+        );
+    }
 
     let live = &config.stack.live_profile;
     if live.exists() {
@@ -99,8 +107,8 @@ fn probe_endpoints(config: &Config) -> anyhow::Result<()> {
     if let Some(s) = &config.stack.surface {
         targets.push(("surface", join(&s.base_url, "v1/models")));
     }
-    if let Some(m) = &config.stack.metrics {
-        targets.push(("metrics", m.url.to_string()));
+    if let Some(url) = config.stack.metrics.as_ref().and_then(|m| m.url.as_ref()) {
+        targets.push(("metrics", url.to_string()));
     }
     if !config.model.name.is_empty() {
         targets.push(("model", join(&config.model.base_url, "models")));

@@ -40,6 +40,9 @@ pub struct BenchScorer {
     pub headroom_gb: f64,
     /// Try to run each child under a cgroup v2 memory limit.
     pub memory_limit: bool,
+    /// Made before every run (`[stack.bench] create_dirs`): an engine that
+    /// dumps only into an existing directory must never silently dump nothing.
+    pub create_dirs: Vec<PathBuf>,
 }
 
 static SERIAL: AtomicU64 = AtomicU64::new(0);
@@ -64,6 +67,7 @@ impl BenchScorer {
             timeout: config.measure.run_timeout_s.duration(),
             headroom_gb: config.measure.memory_headroom_gb,
             memory_limit: true,
+            create_dirs: bench.create_dirs.clone(),
         }
     }
 
@@ -76,6 +80,14 @@ impl BenchScorer {
             })
         };
         std::fs::create_dir_all(&self.work_dir).map_err(work_err)?;
+        for dir in &self.create_dirs {
+            std::fs::create_dir_all(dir).map_err(|source| {
+                RunFailure::before_start(MeasureError::CreateDir {
+                    path: dir.clone(),
+                    source,
+                })
+            })?;
+        }
         let out = self.work_dir.join(format!(
             "bench-{}-{}.json",
             std::process::id(),

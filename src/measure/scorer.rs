@@ -113,6 +113,19 @@ pub enum MeasureError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot create {} ([stack.bench] create_dirs): {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the candidate asks for speculative decoding (speculative.draft_len = {draft_len}) but the server drafted no tokens: {evidence}. \
+         It served without speculation, so this run would measure the plain server; llama-server does that when the draft model does not fit \
+         the target (a different vocabulary) and only logs it (see the stderr tail). Give a draft model of the target's family, or check the \
+         [stack.shadow] optional group of speculative.draft_len"
+    )]
+    NoDrafts { draft_len: u64, evidence: String },
     #[error("request to {url} failed: {source}")]
     Http {
         url: String,

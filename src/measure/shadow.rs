@@ -34,6 +34,11 @@ pub struct ShadowScorer {
     pub headroom_gb: f64,
     /// The measurement, pointed at each shadow in turn.
     pub surface: SurfaceScorer,
+    /// Fail a speculative candidate that drafted nothing (see [`Shadow`]).
+    pub require_drafts: bool,
+    /// The shadow's Prometheus counter of drafted tokens, if any.
+    pub drafted_series: Option<String>,
+    pub metrics_path: String,
 }
 
 /// A started, healthy shadow instance. Dropping it kills its group.
@@ -77,6 +82,9 @@ impl ShadowScorer {
             cwd: config.base_dir.clone(),
             headroom_gb: config.measure.memory_headroom_gb,
             surface,
+            require_drafts: shadow.require_drafts,
+            drafted_series: shadow.drafted_series.clone(),
+            metrics_path: shadow.metrics_path.clone(),
         }
     }
 
@@ -171,6 +179,81 @@ impl ShadowScorer {
     }
 }
 
+impl ShadowScorer {
+    /// A speculative candidate must show that it drafted: `timings.draft_n`
+    /// in an answer, or the shadow's drafted-tokens counter above 0 (a fresh
+    /// shadow starts it at 0). Otherwise the server served without
+    /// speculation, and the run is a failure, never a measurement of the
+    /// plain server under the candidate's name.
+    async fn check_drafts(
+        &self,
+        profile: &ProfileFile,
+        shadow: &RunningShadow,
+        mut outcome: RunOutcome,
+    ) -> Result<RunOutcome, RunFailure> {
+        let draft_len = profile.profile.speculative.draft_len;
+        if !self.require_drafts || draft_len == 0 {
+            return Ok(outcome);
+        }
+        let drafted = super::surface::drafted_tokens(&outcome.extras);
+        let counter = match &self.drafted_series {
+            Some(series) => Some((series, self.scrape(shadow, series).await)),
+            None => None,
+        };
+        if let Some((series, Ok(v))) = &counter {
+            outcome
+                .extras
+                .insert(format!("shadow {series}"), (*v).into());
+        }
+        let counted = matches!(&counter, Some((_, Ok(v))) if *v > 0.0);
+        if drafted > 0 || counted {
+            return Ok(outcome);
+        }
+        let mut evidence = "timings.draft_n is absent or 0 in every answer".to_string();
+        match &counter {
+            Some((series, Ok(v))) => evidence.push_str(&format!(" and {series} is still {v}")),
+            Some((series, Err(e))) => {
+                evidence.push_str(&format!(" and {series} could not be read ({e})"))
+            }
+            None => {}
+        }
+        Err(RunFailure {
+            error: MeasureError::NoDrafts {
+                draft_len,
+                evidence,
+            },
+            exit_code: None,
+            duration: outcome.duration,
+            stderr_tail: String::new(),
+        })
+    }
+
+    /// One series of the shadow's own metrics.
+    async fn scrape(&self, shadow: &RunningShadow, series: &str) -> Result<f64, String> {
+        let url = shadow
+            .base_url()
+            .join(&self.metrics_path)
+            .map_err(|e| e.to_string())?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let resp = client
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("{url} answered {}", resp.status()));
+        }
+        let text = resp.text().await.map_err(|e| format!("{url}: {e}"))?;
+        let samples =
+            crate::observe::prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))?;
+        crate::observe::prometheus::value(&samples, series)
+            .ok_or_else(|| format!("{url} has no series {series}"))
+    }
+}
+
 /// A loopback port free right now. Another process could take it before
 /// the shadow binds it; the shadow then exits and the run fails loudly.
 fn free_port() -> std::io::Result<u16> {
@@ -190,7 +273,10 @@ impl Scorer for ShadowScorer {
         cancel: &Cancel,
     ) -> Result<RunOutcome, RunFailure> {
         let shadow = self.start(profile, cancel).await?;
-        let measured = self.surface.at(shadow.base_url()).measure(cancel).await;
+        let measured = match self.surface.at(shadow.base_url()).measure(cancel).await {
+            Ok(o) => self.check_drafts(profile, &shadow, o).await,
+            Err(f) => Err(f),
+        };
         let tail = shadow.stop().await;
         match measured {
             Ok(mut o) => {

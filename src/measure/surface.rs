@@ -48,6 +48,9 @@ struct Answer {
     server_ms_per_token: Option<f64>,
     /// Client-side decode time and the token intervals it spans.
     client: Option<(Duration, u64)>,
+    /// Tokens the server's draft model proposed (llama.cpp `timings.draft_n`,
+    /// present only when it speculated).
+    draft_n: Option<u64>,
 }
 
 /// `…/v1/chat/completions` under `base` (which may or may not end in `/v1`).
@@ -138,6 +141,7 @@ impl SurfaceScorer {
                         "tokens": a.tokens,
                         "server_ms_per_token": a.server_ms_per_token,
                         "client_decode_s": a.client.map(|c| c.0.as_secs_f64()),
+                        "draft_n": a.draft_n,
                     })
                 })
                 .collect(),
@@ -257,6 +261,7 @@ impl SurfaceScorer {
                 tokens: 0,
                 server_ms_per_token: None,
                 client: None,
+                draft_n: None,
             };
             read_counts(&v, &mut a);
             return Ok(a);
@@ -266,6 +271,7 @@ impl SurfaceScorer {
             tokens: 0,
             server_ms_per_token: None,
             client: None,
+            draft_n: None,
         };
         let (mut first, mut last, mut pieces) = (None::<Instant>, None::<Instant>, 0u64);
         let mut buf: Vec<u8> = Vec::new();
@@ -312,6 +318,16 @@ impl SurfaceScorer {
     }
 }
 
+/// Tokens drafted over all answers of a measurement (`timings.draft_n`
+/// summed; absent counts as 0), read back from its extras.
+pub fn drafted_tokens(extras: &Map<String, Value>) -> u64 {
+    extras
+        .get("answers")
+        .and_then(Value::as_array)
+        .map(|answers| answers.iter().filter_map(|a| a["draft_n"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
 /// Reads `timings` (llama.cpp) and `usage` into `a`, when present.
 fn read_counts(v: &Value, a: &mut Answer) {
     let t = &v["timings"];
@@ -320,6 +336,9 @@ fn read_counts(v: &Value, a: &mut Answer) {
     }
     if let Some(n) = t["predicted_n"].as_u64() {
         a.tokens = a.tokens.max(n);
+    }
+    if let Some(n) = t["draft_n"].as_u64() {
+        a.draft_n = Some(a.draft_n.unwrap_or(0).max(n));
     }
     if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
         a.tokens = a.tokens.max(n);

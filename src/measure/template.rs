@@ -220,6 +220,15 @@ impl ArgvTemplate {
         out
     }
 
+    /// Whether any argument (optional groups included) holds `special`.
+    pub fn uses(&self, special: Special) -> bool {
+        self.args
+            .iter()
+            .chain(self.optional.iter().flat_map(|g| g.args.iter()))
+            .flat_map(|a| a.0.iter())
+            .any(|p| *p == Piece::Special(special))
+    }
+
     /// The knobs this command reads (for telling which experiments it can measure).
     pub fn knobs(&self) -> Vec<Knob> {
         let mut knobs: Vec<Knob> = self

@@ -18,6 +18,10 @@ use crate::heat::{Heat, Trace};
 
 /// Our names for the series the proposer is shown (`[stack.metrics.names]`).
 pub const SECONDS_PER_TOKEN: &str = "seconds_per_token";
+/// For stacks that export a rate instead (llama-server's
+/// `llamacpp:predicted_tokens_seconds`): read as 1 / rate when no
+/// `seconds_per_token` series is mapped or it is absent.
+pub const TOKENS_PER_SECOND: &str = "tokens_per_second";
 pub const HEAT_COVERAGE: &str = "heat_coverage";
 pub const TIER_RESIDENCY: &str = "tier_residency";
 pub const FAR_AVAILABLE: &str = "far_available";
@@ -88,12 +92,22 @@ pub async fn observe(
             .push("no [stack.metrics] configured: the proposer sees no live metrics".into());
         return Ok(obs);
     };
-    match scrape(client, cfg).await {
-        Ok(samples) => obs.metrics = live_metrics(&samples, &cfg.names),
-        Err(e) if cfg.required => return Err(MetricsRequired(e)),
-        Err(e) => obs.gaps.push(format!(
-            "metrics: {e}; the cycle goes on without them ([stack.metrics] required = false)"
-        )),
+    match &cfg.url {
+        Some(url) => match scrape(client, url).await {
+            Ok(samples) => obs.metrics = live_metrics(&samples, &cfg.names),
+            Err(e) if cfg.required => return Err(MetricsRequired(e)),
+            Err(e) => obs.gaps.push(format!(
+                "metrics: {e}; the cycle goes on without them ([stack.metrics] required = false)"
+            )),
+        },
+        None if cfg.required => {
+            return Err(MetricsRequired(
+                "[stack.metrics] has no url to scrape".into(),
+            ));
+        }
+        None => obs
+            .gaps
+            .push("metrics: the stack has no metrics endpoint ([stack.metrics] url unset)".into()),
     }
     if let Some(source) = &cfg.heat {
         match read_heat(client, source).await {
@@ -123,19 +137,19 @@ pub async fn observe(
 
 async fn scrape(
     client: &reqwest::Client,
-    cfg: &Metrics,
+    url: &reqwest::Url,
 ) -> Result<Vec<prometheus::Sample>, String> {
     let resp = client
-        .get(cfg.url.clone())
+        .get(url.clone())
         .timeout(Duration::from_secs(10))
         .send()
         .await
-        .map_err(|e| format!("{}: {e}", cfg.url))?;
+        .map_err(|e| format!("{url}: {e}"))?;
     if !resp.status().is_success() {
-        return Err(format!("{} answered {}", cfg.url, resp.status()));
+        return Err(format!("{url} answered {}", resp.status()));
     }
-    let text = resp.text().await.map_err(|e| format!("{}: {e}", cfg.url))?;
-    prometheus::parse(&text).map_err(|e| format!("{}: {e}", cfg.url))
+    let text = resp.text().await.map_err(|e| format!("{url}: {e}"))?;
+    prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
 }
 
 /// Maps the stack's series to the proposer's view through the config's names.
@@ -150,8 +164,11 @@ fn live_metrics(samples: &[prometheus::Sample], names: &BTreeMap<String, String>
         (Some(p), Some(a)) if p > 0.0 => Some(a / p),
         _ => None,
     };
+    let seconds_per_token = get(SECONDS_PER_TOKEN)
+        .or_else(|| get(TOKENS_PER_SECOND).filter(|r| *r > 0.0).map(|r| 1.0 / r));
     let known = [
         SECONDS_PER_TOKEN,
+        TOKENS_PER_SECOND,
         HEAT_COVERAGE,
         TIER_RESIDENCY,
         FAR_AVAILABLE,
@@ -164,7 +181,7 @@ fn live_metrics(samples: &[prometheus::Sample], names: &BTreeMap<String, String>
         .filter_map(|k| get(k).map(|v| (k.clone(), v)))
         .collect();
     LiveMetrics {
-        seconds_per_token: get(SECONDS_PER_TOKEN),
+        seconds_per_token,
         tier_residency: get(TIER_RESIDENCY),
         heat_coverage: get(HEAT_COVERAGE),
         far_available: get(FAR_AVAILABLE),
@@ -219,10 +236,36 @@ mod tests {
         assert_eq!(m.heat_coverage, None);
     }
 
+    #[test]
+    fn a_token_rate_reads_as_seconds_per_token() {
+        let samples = prometheus::parse(
+            "llamacpp:predicted_tokens_seconds 40\nllamacpp:spec_decode_num_draft_tokens_total 0\n",
+        )
+        .unwrap();
+        let names: BTreeMap<String, String> = [
+            ("tokens_per_second", "llamacpp:predicted_tokens_seconds"),
+            (
+                "draft_proposed",
+                "llamacpp:spec_decode_num_draft_tokens_total",
+            ),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let m = live_metrics(&samples, &names);
+        assert_eq!(m.seconds_per_token, Some(0.025));
+        // No drafts proposed yet: no acceptance rate, rather than 0/0.
+        assert_eq!(m.draft_acceptance, None);
+        assert!(m.other.is_empty(), "{:?}", m.other);
+        // A server that has generated nothing yet reports a rate of 0.
+        let idle = prometheus::parse("llamacpp:predicted_tokens_seconds 0\n").unwrap();
+        assert_eq!(live_metrics(&idle, &names).seconds_per_token, None);
+    }
+
     #[tokio::test]
     async fn unreachable_metrics_are_a_gap_unless_required() {
         let mut cfg = Metrics {
-            url: "http://127.0.0.1:9/metrics".parse().unwrap(),
+            url: Some("http://127.0.0.1:9/metrics".parse().unwrap()),
             names: BTreeMap::new(),
             heat: Some("/nonexistent/expert_hist.json".into()),
             heat_trace: None,
