@@ -6,7 +6,7 @@
 //!
 //! The rules: SQLite's own `PRAGMA integrity_check` and `foreign_key_check`;
 //! every cycle is closed (a `running` cycle is legal only while a daemon
-//! holds the ledger, and then only the newest one); every closed cycle has a
+//! holds the ledger, and then only the newest running one); every closed cycle has a
 //! verdict and every experiment of a closed cycle has its verdict; no run
 //! without its experiment; no verdict without runs unless it is `rejected`
 //! or `failed`; stage states legal and every stage backed by a win and its
@@ -31,7 +31,7 @@ pub enum Rule {
     /// A row refers to a row that does not exist.
     ForeignKey,
     /// A cycle is still `running` with no daemon holding the ledger, or
-    /// beside a newer cycle.
+    /// beside a newer running cycle.
     UnclosedCycle,
     /// A cycle's status is not one the program knows.
     CycleStatus,
@@ -186,10 +186,9 @@ async fn cycles(
         .iter()
         .filter_map(|r| num(&r[0]))
         .collect();
-    let newest: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM cycles")
-        .fetch_one(&mut *c)
-        .await
-        .map_err(cx.err("check the ledger"))?;
+    // A daemon runs one cycle at a time: its newest running cycle is the
+    // current one, any older running cycle was left by a dead process.
+    let newest = running.last().copied();
     for id in running {
         if !ctx.daemon_running {
             out.push(v(
@@ -205,8 +204,9 @@ async fn cycles(
                 Rule::UnclosedCycle,
                 Some(id),
                 format!(
-                    "cycle {id} is `running` although a newer cycle exists; cycles never overlap, so it \
-                     was left open by a process that died"
+                    "cycle {id} is `running` beside the newer running cycle {}; a daemon runs one \
+                     cycle at a time, so it was left open by a process that died",
+                    newest.unwrap_or_default()
                 ),
             ));
         }

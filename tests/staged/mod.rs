@@ -24,6 +24,16 @@ use serde_json::{Value, json};
 /// as the loop would record one (a cycle, a win, its confirmation, both with
 /// ABBA runs, one transaction), while other processes may write too.
 pub fn stage_win(db: &Path, base: &Profile, candidate: &Profile) -> StageId {
+    record_win(db, base, candidate, true).expect("a confirmed win is staged")
+}
+
+/// A win of `candidate` over `base` that no experiment has confirmed yet:
+/// the daemon's next cycle, finding it last, measures its confirmation.
+pub fn unconfirmed_win(db: &Path, base: &Profile, candidate: &Profile) {
+    record_win(db, base, candidate, false);
+}
+
+fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -> Option<StageId> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ledger = Ledger::open(db).await.unwrap();
@@ -31,7 +41,7 @@ pub fn stage_win(db: &Path, base: &Profile, candidate: &Profile) -> StageId {
         let mut tx = ledger.begin_write().await.unwrap();
         let cycle = tx.open_cycle(now, ProposerKind::Human).await.unwrap();
         let mut ids: Vec<ExperimentId> = vec![];
-        for _ in 0..2 {
+        for _ in 0..if confirmed { 2 } else { 1 } {
             let e = tx
                 .insert_experiment(&NewExperiment {
                     cycle_id: cycle,
@@ -91,7 +101,11 @@ pub fn stage_win(db: &Path, base: &Profile, candidate: &Profile) -> StageId {
             .unwrap();
             ids.push(e);
         }
-        let stage = tx.insert_stage(ids[0], ids[1], now).await.unwrap();
+        let stage = if confirmed {
+            Some(tx.insert_stage(ids[0], ids[1], now).await.unwrap())
+        } else {
+            None
+        };
         tx.close_cycle(cycle, &CycleOutcome::Completed, now)
             .await
             .unwrap();

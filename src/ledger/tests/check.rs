@@ -87,7 +87,11 @@ async fn a_running_cycle_is_legal_only_while_a_daemon_holds_the_ledger() {
         live_digest: None,
     };
     assert!(ledger.check(&daemon).await.unwrap().is_empty());
-    // A newer cycle beside it: the old one was left open by a dead process.
+    // Another writer's closed cycle (a stage recorded by hand) after it is
+    // no sign of a dead process.
+    measured_cycle(&ledger, 7).await;
+    assert!(ledger.check(&daemon).await.unwrap().is_empty());
+    // A newer running cycle beside it: the old one was left open by a dead process.
     let newer = ledger
         .open_cycle(t(600), ProposerKind::Bandit)
         .await
