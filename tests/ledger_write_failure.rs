@@ -52,6 +52,8 @@ fn assert_no_partial_files(dir: &Path) {
 
 fn assert_stopped_naming(out: &std::process::Output, file: &Path, what: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+    eprintln!("{what}: the daemon's last lines: {tail:#?}");
     assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
     assert!(
         stderr.contains(&file.display().to_string()),
@@ -147,6 +149,11 @@ fn a_read_only_ledger_stops_the_daemon_naming_the_file() {
     }
     let out = run(&demo, &["--once"]);
     assert_stopped_naming(&out, &db, "read-only");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is read-only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(std::fs::read(&db).unwrap(), before, "the ledger changed");
     // Writable again (SQLite needs to create the WAL index to read a WAL
     // ledger): what the failed start left is whole and consistent.

@@ -48,7 +48,7 @@ pub enum LedgerError {
     },
 
     #[error(
-        "the ledger {} is read-only (while trying to {op}); give this user write permission on the file and on its directory, since SQLite creates {}-wal and {}-shm next to it",
+        "the ledger {} is read-only (while trying to {op}); give this user write permission on the file and on its directory (or remount its filesystem read-write), since SQLite creates {}-wal and {}-shm next to it",
         path.display(), path.display(), path.display()
     )]
     ReadOnly {

@@ -197,6 +197,15 @@ impl Ledger {
             .connect_with(options)
             .await
             .map_err(|source| match ctx.classify("open", source) {
+                // SQLite says only "unable to open database file" when it
+                // cannot create the WAL index next to a read-only ledger.
+                LedgerError::Query { path, source, .. } if read_only(&path) => {
+                    LedgerError::ReadOnly {
+                        path,
+                        op: "open it",
+                        source,
+                    }
+                }
                 LedgerError::Query { path, source, .. } => LedgerError::Open { path, source },
                 other => other,
             })?;
@@ -328,6 +337,24 @@ impl Ledger {
         }
         Ok(true)
     }
+}
+
+/// Whether an existing ledger file, or its directory, may not be written by
+/// this process (permissions, or a read-only filesystem: `access(2)` says
+/// `EROFS` even to root).
+fn read_only(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    [path, dir].iter().any(|p| {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: access(2) on a NUL-terminated path; no memory effects.
+        p.exists() && unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0
+    })
 }
 
 impl WriteTx {
