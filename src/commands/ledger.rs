@@ -101,7 +101,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         Err(_) if !live.exists() => None,
         Err(e) => {
             violations.push(Violation {
-                rule: Rule::StageLive,
+                rule: Rule::LiveProfile,
                 id: None,
                 message: format!("the live profile {} is not whole: {e}", live.display()),
             });

@@ -49,6 +49,8 @@ pub enum Rule {
     /// A stage still `staged` although the live profile already is its
     /// candidate: an approval wrote the file and died before recording it.
     StageLive,
+    /// The live profile file does not parse (torn, or edited badly).
+    LiveProfile,
 }
 
 /// One broken rule, with the ids of the rows involved.
