@@ -37,6 +37,29 @@ pub fn write_with_hook(
     result
 }
 
+/// Removes the temporary files of writes that died before their rename
+/// (`.<name>.tmp.<pid>` whose process is gone) from `dir`. Best effort: a
+/// leftover is garbage, never a partial target, so failures are ignored.
+pub fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = name
+            .strip_prefix('.')
+            .and_then(|n| n.rsplit_once(".tmp."))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -76,6 +99,22 @@ mod tests {
         assert_eq!(err.to_string(), "disk on fire");
         assert_eq!(fs::read_to_string(&p).unwrap(), "old content");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temp removed");
+    }
+
+    #[test]
+    fn stale_temps_of_dead_writers_are_removed_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(".live.toml.tmp.999999999");
+        let live = dir
+            .path()
+            .join(format!(".live.toml.tmp.{}", std::process::id()));
+        let target = dir.path().join("live.toml");
+        for p in [&dead, &live, &target] {
+            fs::write(p, "x").unwrap();
+        }
+        remove_stale_temps(dir.path());
+        assert!(!dead.exists());
+        assert!(live.exists() && target.exists());
     }
 
     #[test]

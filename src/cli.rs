@@ -32,7 +32,7 @@ pub enum Command {
     /// Inspect and decide staged wins
     #[command(subcommand)]
     Stage(StageCommand),
-    /// Recent cycles with their verdicts
+    /// Recent cycles with their verdicts; `--check` verifies the ledger's invariants
     Ledger(LedgerArgs),
     /// Re-pin the reference output hash of the live profile, on purpose
     Rebaseline(RebaselineArgs),
@@ -85,6 +85,10 @@ pub struct LedgerArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
+    /// Verify the ledger instead of listing it: exit 0 when consistent, 1
+    /// with every violation listed
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Debug, Args)]

@@ -45,6 +45,30 @@ pub enum ConfigError {
     Semantic { path: PathBuf, problem: String },
 }
 
+/// A size cap of the ledger file in MiB (`[ledger] max_size_mb`): strictly
+/// positive and finite. Enforced by SQLite's `max_page_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct LedgerSizeMb(f64);
+
+impl LedgerSizeMb {
+    /// The cap in bytes.
+    pub fn bytes(self) -> u64 {
+        (self.0 * 1024.0 * 1024.0) as u64
+    }
+}
+
+impl TryFrom<f64> for LedgerSizeMb {
+    type Error = String;
+    fn try_from(x: f64) -> Result<Self, String> {
+        if x.is_finite() && x > 0.0 && x < 1e9 {
+            Ok(LedgerSizeMb(x))
+        } else {
+            Err(format!("must be a size in MiB above 0 (e.g. 512), got {x}"))
+        }
+    }
+}
+
 /// A strictly positive, finite duration given in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(try_from = "f64")]
@@ -123,6 +147,9 @@ pub struct Config {
     pub base_dir: PathBuf,
     pub objective: Objective,
     pub ledger_path: PathBuf,
+    /// `[ledger] max_size_mb`: the ledger stops growing there (a write
+    /// beyond it fails like a full disk and stops the daemon).
+    pub ledger_max_size: Option<LedgerSizeMb>,
     pub menu_dir: PathBuf,
     pub stack: Stack,
     pub model: Model,
@@ -446,12 +473,15 @@ fn default_measure() -> Measure {
 struct RawLedger {
     #[serde(default = "default_ledger_path")]
     path: PathBuf,
+    #[serde(default)]
+    max_size_mb: Option<LedgerSizeMb>,
 }
 
 impl Default for RawLedger {
     fn default() -> Self {
         RawLedger {
             path: default_ledger_path(),
+            max_size_mb: None,
         }
     }
 }
@@ -618,6 +648,7 @@ const KNOWN_KEYS: &[&str] = &[
     "target_seconds_per_token",
     "ledger",
     "path",
+    "max_size_mb",
     "menu",
     "dir",
     "stack",
@@ -919,6 +950,7 @@ impl Config {
             path: abs.clone(),
             objective: raw.objective,
             ledger_path: resolve(&raw.ledger.path),
+            ledger_max_size: raw.ledger.max_size_mb,
             menu_dir: resolve(&raw.menu.dir),
             stack: Stack {
                 name: rs.name,

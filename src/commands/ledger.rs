@@ -1,14 +1,30 @@
-//! `orchestrator ledger`: recent cycles with their verdicts.
+//! `orchestrator ledger`: recent cycles with their verdicts, or with
+//! `--check` the ledger's invariants (see `ledger::check`).
 
 use std::path::Path;
 
+use anyhow::Context;
+
 use crate::cli::LedgerArgs;
 use crate::config::Config;
+use crate::daemon::lock;
 use crate::display;
-use crate::ledger::Ledger;
+use crate::ledger::{CheckContext, Ledger, Rule, Violation};
+use crate::profile::Profile;
+
+/// The violations found, as the error that makes the command exit 1.
+#[derive(Debug, thiserror::Error)]
+#[error("the ledger {path} breaks {n} rule(s) (listed above)")]
+pub struct Inconsistent {
+    pub path: String,
+    pub n: usize,
+}
 
 pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
+    if args.check {
+        return check(&config, args.json);
+    }
     super::runtime()?.block_on(async {
         let ledger = Ledger::open(&config.ledger_path).await?;
         let cycles = ledger.recent_cycles(args.limit).await;
@@ -63,4 +79,80 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// `ledger --check`: reads the ledger (never writes it) and lists every
+/// broken rule; a `running` cycle is legal only while a daemon holds the
+/// ledger's lock. The live profile must parse (a torn file would not).
+fn check(config: &Config, json: bool) -> anyhow::Result<()> {
+    let path = &config.ledger_path;
+    if !path.exists() {
+        anyhow::bail!(
+            "there is no ledger at {} (`ledger.path` in {}); nothing to check",
+            path.display(),
+            config.path.display()
+        );
+    }
+    let holder = lock::holder(path)?;
+    let mut violations: Vec<Violation> = Vec::new();
+    let live = &config.stack.live_profile;
+    let live_digest = match Profile::load(live) {
+        Ok(p) => Some(p.digest()),
+        Err(_) if !live.exists() => None,
+        Err(e) => {
+            violations.push(Violation {
+                rule: Rule::LiveProfile,
+                id: None,
+                message: format!("the live profile {} is not whole: {e}", live.display()),
+            });
+            None
+        }
+    };
+    let ctx = CheckContext {
+        daemon_running: holder.is_some(),
+        live_digest,
+    };
+    let found = super::runtime()?
+        .block_on(async {
+            let ledger = Ledger::open(path).await?;
+            let found = ledger.check(&ctx).await;
+            ledger.close().await;
+            found
+        })
+        .with_context(|| format!("checking the ledger {}", path.display()))?;
+    violations.extend(found);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "ledger": path,
+                "daemon_pid": holder,
+                "consistent": violations.is_empty(),
+                "violations": violations,
+            }))?
+        );
+    } else {
+        for v in &violations {
+            println!("VIOLATION {:<24} {}", format!("{:?}", v.rule), v.message);
+        }
+        if violations.is_empty() {
+            println!(
+                "ledger {} is consistent{}",
+                path.display(),
+                holder
+                    .as_deref()
+                    .map(|p| format!(" (daemon pid {p} holds it)"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(Inconsistent {
+            path: path.display().to_string(),
+            n: violations.len(),
+        }
+        .into())
+    }
 }

@@ -110,6 +110,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             CycleOutcome::Failed(_) => crate::vocab::CycleStatus::Failed,
             CycleOutcome::Aborted(_) => crate::vocab::CycleStatus::Aborted,
         });
+        tracing::debug!(cycle = %id, "phase record");
         self.ledger.close_cycle(id, &outcome, now).await?;
         Ok(report)
     }
@@ -130,6 +131,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
     }
 
     async fn body(&mut self, id: CycleId, r: &mut CycleReport) -> Result<(), Stop> {
+        // The phase lines (debug level) mark the cycle's timeline for
+        // people reading a log and for the crash-consistency test.
+        tracing::debug!(cycle = %id, "phase observe");
         let cfg = self.config;
         let live = ProfileFile::load(&cfg.stack.live_profile).map_err(|e| {
             Stop::Failed(format!(
@@ -210,6 +214,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             ledger: self.ledger,
             base_digest: &live_digest,
         };
+        tracing::debug!(cycle = %id, "phase propose");
         // The proposer's HTTP call is abandoned on shutdown (dropping the
         // future closes the connection); nothing of it is half-recorded.
         let outcome = tokio::select! {
@@ -285,19 +290,47 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
 
     /// The last experiment, when it is a win on the live profile that no
     /// experiment has confirmed yet.
+    ///
+    /// A confirmation cut short by a shutdown or a crash (its cycle
+    /// `aborted`, its verdict `failed`) did not judge the win, so the win is
+    /// confirmed again, up to [`MAX_INTERRUPTED_CONFIRMATIONS`] times; else
+    /// a daemon stopped at the wrong moment would silently drop a win.
     async fn pending_win(&self, live: &ProfileFile) -> Result<Option<ExperimentId>, LedgerError> {
         let Some(last) = self.ledger.recent_experiments(1).await?.into_iter().next() else {
             return Ok(None);
         };
-        let pending = last.verdict == Some(VerdictKind::Win)
-            && last.confirmation_of.is_none()
-            && last.base_digest == live.profile.digest()
-            && self
-                .ledger
-                .confirmations(last.experiment_id)
-                .await?
-                .is_empty();
-        Ok(pending.then_some(last.experiment_id))
+        let first = match last.confirmation_of {
+            None if last.verdict == Some(VerdictKind::Win) => last.experiment_id,
+            Some(first) if last.verdict == Some(VerdictKind::Failed) => first,
+            _ => return Ok(None),
+        };
+        if last.base_digest != live.profile.digest() {
+            return Ok(None);
+        }
+        let confirmations = self.ledger.confirmations(first).await?;
+        if confirmations.len() >= MAX_INTERRUPTED_CONFIRMATIONS {
+            return Ok(None);
+        }
+        for c in &confirmations {
+            let cycle = self.ledger.cycle(c.cycle_id).await?;
+            let verdict = self.ledger.verdict(c.id).await?.map(|v| v.kind);
+            let interrupted = cycle.status == crate::vocab::CycleStatus::Aborted
+                && verdict == Some(VerdictKind::Failed);
+            if !interrupted {
+                return Ok(None);
+            }
+        }
+        if first != last.experiment_id {
+            let original = self.ledger.verdict(first).await?.map(|v| v.kind);
+            if original != Some(VerdictKind::Win) {
+                return Ok(None);
+            }
+            tracing::info!(
+                experiment = %first,
+                "the confirmation of this win was interrupted; confirming it again"
+            );
+        }
+        Ok(Some(first))
     }
 
     async fn cycle_verdict(
@@ -345,6 +378,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             current_pins: current_pins.as_ref(),
             top_k: None,
         };
+        tracing::debug!(cycle = %id, "phase plan");
         let plan = match plan::plan(&ctx, proposal) {
             Ok(plan) => plan,
             Err(refusal) => {
@@ -438,6 +472,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.experiment_id = Some(experiment_id);
         self.ab(experiment_id, live, &candidate, &scorer, r).await?;
         if r.verdict == Some(VerdictKind::Win) {
+            tracing::debug!(experiment = %experiment_id, "phase stage");
             let stage = self
                 .ledger
                 .insert_stage(first, experiment_id, self.clock.now())
@@ -466,6 +501,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         })?;
         let (mut gate, runner) = self.measuring(scorer).await?;
         let progress = self.progress_indicator(experiment_id);
+        tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
             .run_ab(
                 experiment_id,
@@ -477,6 +513,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             )
             .await;
         end_progress(progress);
+        tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
         let verdict = report.verdict.to_new_verdict(self.clock.now());
@@ -560,10 +597,12 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         let (mut gate, runner) = self.measuring(scorer).await?;
         let progress = self.progress_indicator(experiment_id);
         let pairs = self.policy.min_pairs.max(8);
+        tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
             .measure_noise_floor(experiment_id, live, &mut gate, pairs, self.policy.min_floor)
             .await;
         end_progress(progress);
+        tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
         let (floor, log_ratios) = match report.outcome {
@@ -619,6 +658,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         Ok(())
     }
 }
+
+/// How many confirmations of one win may be cut short (shutdown, crash)
+/// before the win is given up on.
+const MAX_INTERRUPTED_CONFIRMATIONS: usize = 3;
 
 /// Candidates and pin lists live next to the live profile, so relative
 /// paths inside profiles mean the same in all of them.

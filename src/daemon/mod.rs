@@ -4,10 +4,20 @@
 //! is killed and the cycle recorded `aborted`), exponential backoff with
 //! jitter after repeated failures, and the daemon's own metrics endpoint.
 //!
+//! At start the daemon takes the ledger's lock ([`lock`]), kills whatever a
+//! dead predecessor left running ([`orphans`]), and closes the cycles it left
+//! open as `aborted` (each with a `failed` verdict). A ledger write failure
+//! (full disk, size cap, read-only file) stops it with exit 1 after a last
+//! attempt to close the open cycle the same way.
+//!
+//! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`orphans`]: finding and killing a dead daemon's children.
 //! - [`proposer`]: the configured proposer as one type.
 
+pub mod lock;
 pub mod metrics;
+pub mod orphans;
 pub mod proposer;
 
 use std::time::Duration;
@@ -65,7 +75,19 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     let policy = policy(&config)?;
     let mut proposer = AnyProposer::from_config(&config)
         .map_err(|e| crate::commands::UsageError(e.to_string()))?;
-    let ledger = Ledger::open(&config.ledger_path).await?;
+    if let Some(dir) = config.ledger_path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the ledger's directory {}", dir.display()))?;
+    }
+    // Held until this function returns (or the process dies).
+    let _lock = lock::DaemonLock::acquire(&config.ledger_path)?;
+    reap_orphans(&config.ledger_path)?;
+    let ledger = Ledger::open_capped(
+        &config.ledger_path,
+        crate::ledger::DEFAULT_BUSY_TIMEOUT,
+        config.ledger_max_size.map(|m| m.bytes()),
+    )
+    .await?;
     let aborted = ledger
         .abort_running_cycles(
             "found `running` at start: the previous orchestrator process ended mid-cycle",
@@ -78,6 +100,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             "closed cycles a previous process left running as aborted"
         );
     }
+    crate::atomic_file::remove_stale_temps(&crate::cycle::profiles_dir(&config.stack.live_profile));
 
     let (handle, cancel) = Cancel::new();
     let signals = tokio::spawn(watch_signals(handle));
@@ -117,7 +140,63 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         stack.stop().await;
     }
     ledger.close().await;
+    if result.is_err() {
+        close_open_cycle(&config.ledger_path).await;
+    }
     result
+}
+
+/// Kills what a dead daemon of this ledger left running, then tags this
+/// daemon's own children with the ledger (see [`orphans`]).
+fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
+    let tag = orphans::tag(ledger);
+    match orphans::reap(&tag) {
+        Ok(killed) if killed.is_empty() => {}
+        Ok(killed) => {
+            for o in &killed {
+                tracing::warn!(
+                    pid = o.pid,
+                    pgid = o.pgid,
+                    "killed an orphan of a previous daemon: {}",
+                    o.cmdline
+                );
+            }
+            tracing::warn!(
+                killed = killed.len(),
+                "killed what a previous daemon of this ledger left running"
+            );
+        }
+        Err(left) => anyhow::bail!(
+            "processes a previous daemon of {} left running survive SIGKILL: {:?}; stop them by hand",
+            ledger.display(),
+            left.iter().map(|o| o.pid).collect::<Vec<_>>()
+        ),
+    }
+    crate::measure::process::tag_children(orphans::TAG_VAR, &tag);
+    Ok(())
+}
+
+/// After a fatal error: one more attempt, on a fresh connection without the
+/// size cap (so a capped ledger keeps room to close), to close the open
+/// cycle as aborted with a `failed` verdict. When even that fails (a truly
+/// full disk), the next start does it.
+async fn close_open_cycle(path: &std::path::Path) {
+    let why = "the daemon stopped: the ledger or a file could not be written";
+    let closed = match Ledger::open(path).await {
+        Ok(ledger) => {
+            let r = ledger.abort_running_cycles(why, Utc::now()).await;
+            ledger.close().await;
+            r
+        }
+        Err(e) => Err(e),
+    };
+    match closed {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(n, "closed the open cycle as aborted before stopping"),
+        Err(e) => tracing::error!(
+            "the open cycle stays `running` ({e}); the next `orchestrator run` closes it as aborted"
+        ),
+    }
 }
 
 #[expect(

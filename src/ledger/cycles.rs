@@ -169,12 +169,39 @@ async fn close_cycle(
     })
 }
 
+/// A `failed` verdict for each experiment of a running cycle that has none
+/// (a measurement the process died in) ...
+const SQL_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
+     SELECT e.cycle_id, e.id, 'failed', max(?1, e.created_at), ?2 FROM experiments e \
+     JOIN cycles c ON c.id = e.cycle_id \
+     WHERE c.status = 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)";
+
+/// ... and one for a running cycle that got no verdict at all (it died
+/// before any experiment existed), so every cycle ends in one.
+const SQL_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
+     SELECT c.id, NULL, 'failed', max(?1, c.started_at), ?2 FROM cycles c \
+     WHERE c.status = 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)";
+
+/// Closes every running cycle as aborted, first giving each experiment and
+/// cycle left without a verdict a `failed` one. The caller runs it in one
+/// transaction, so a crash during recovery leaves the cycles running for the
+/// next attempt rather than half-closed.
 async fn abort_running(
     c: &mut SqliteConnection,
     cx: &Ctx,
     reason: &str,
     at: DateTime<Utc>,
 ) -> Result<u64> {
+    for sql in [SQL_FAIL_OPEN_EXPERIMENTS, SQL_FAIL_OPEN_CYCLES] {
+        sqlx::query(sql)
+            .bind(ts(&at))
+            .bind(format!("aborted: {reason}"))
+            .execute(&mut *c)
+            .await
+            .map_err(cx.err("record failed verdicts for the running cycles"))?;
+    }
     let done = sqlx::query(SQL_ABORT_RUNNING)
         .bind(ts(&at))
         .bind(reason)
@@ -280,7 +307,9 @@ impl WriteTx {
     }
 
     /// Closes every `running` cycle as `aborted` with `reason` (at start, for
-    /// cycles a crash left open). Returns how many there were.
+    /// cycles a crash left open), after giving each of their experiments
+    /// without a verdict, and each such cycle without any, a `failed` one.
+    /// Returns how many cycles there were.
     pub async fn abort_running_cycles(&mut self, reason: &str, at: DateTime<Utc>) -> Result<u64> {
         let (c, cx) = self.parts();
         abort_running(c, cx, reason, at).await
@@ -322,8 +351,10 @@ impl Ledger {
 
     /// [`WriteTx::abort_running_cycles`] as its own transaction.
     pub async fn abort_running_cycles(&self, reason: &str, at: DateTime<Utc>) -> Result<u64> {
-        let mut c = self.conn("abort the running cycles").await?;
-        abort_running(&mut c, &self.ctx, reason, at).await
+        let mut tx = self.begin_write().await?;
+        let n = tx.abort_running_cycles(reason, at).await?;
+        tx.commit().await?;
+        Ok(n)
     }
 
     /// [`WriteTx::insert_observation`] as its own transaction.

@@ -48,7 +48,7 @@ pub enum LedgerError {
     },
 
     #[error(
-        "the ledger {} is read-only (while trying to {op}); give this user write permission on the file and on its directory, since SQLite creates {}-wal and {}-shm next to it",
+        "the ledger {} is read-only (while trying to {op}); give this user write permission on the file and on its directory (or remount its filesystem read-write), since SQLite creates {}-wal and {}-shm next to it",
         path.display(), path.display(), path.display()
     )]
     ReadOnly {
@@ -59,7 +59,7 @@ pub enum LedgerError {
     },
 
     #[error(
-        "the disk holding the ledger {} is full (while trying to {op}); the change was rolled back, nothing is half-written: free some space and retry",
+        "the ledger {} cannot grow: its disk is full or it reached `[ledger] max_size_mb` (while trying to {op}); the change was rolled back, nothing is half-written: free some space (or raise the cap) and retry",
         path.display()
     )]
     DiskFull {

@@ -47,6 +47,7 @@
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
 //! `stages`, and `plan` (the named queries).
 
+mod check;
 mod codec;
 mod cycles;
 mod error;
@@ -77,6 +78,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row, Sqlite, Transaction};
 
+pub use check::{CheckContext, Rule, Violation};
 pub use cycles::{Cycle, CycleOutcome, CycleSummary, CycleVerdict, NewObservation, Observation};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
@@ -141,6 +143,18 @@ impl Ledger {
     /// [`Ledger::open`] with a chosen busy timeout (how long a writer waits
     /// for another one).
     pub async fn open_with(path: impl AsRef<Path>, busy_timeout: Duration) -> Result<Ledger> {
+        Ledger::open_capped(path, busy_timeout, None).await
+    }
+
+    /// [`Ledger::open_with`] with an optional size cap in bytes: every
+    /// connection sets SQLite's `max_page_count`, so a write that would grow
+    /// the file beyond it fails with `SQLITE_FULL` ([`LedgerError::DiskFull`])
+    /// and is rolled back, exactly like a full disk.
+    pub async fn open_capped(
+        path: impl AsRef<Path>,
+        busy_timeout: Duration,
+        max_bytes: Option<u64>,
+    ) -> Result<Ledger> {
         let path = path.as_ref();
         let ctx = Ctx {
             path: Arc::from(path),
@@ -166,9 +180,32 @@ impl Ledger {
         let pool = SqlitePoolOptions::new()
             .max_connections(FILE_POOL_SIZE)
             .acquire_timeout(busy_timeout + Duration::from_secs(1))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if let Some(bytes) = max_bytes {
+                        let page: i64 = sqlx::query_scalar("PRAGMA page_size")
+                            .fetch_one(&mut *conn)
+                            .await?;
+                        let pages = (bytes as i64 / page.max(512)).max(1);
+                        sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|source| match ctx.classify("open", source) {
+                // SQLite says only "unable to open database file" when it
+                // cannot create the WAL index next to a read-only ledger.
+                LedgerError::Query { path, source, .. } if read_only(&path) => {
+                    LedgerError::ReadOnly {
+                        path,
+                        op: "open it",
+                        source,
+                    }
+                }
                 LedgerError::Query { path, source, .. } => LedgerError::Open { path, source },
                 other => other,
             })?;
@@ -300,6 +337,24 @@ impl Ledger {
         }
         Ok(true)
     }
+}
+
+/// Whether an existing ledger file, or its directory, may not be written by
+/// this process (permissions, or a read-only filesystem: `access(2)` says
+/// `EROFS` even to root).
+fn read_only(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    [path, dir].iter().any(|p| {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: access(2) on a NUL-terminated path; no memory effects.
+        p.exists() && unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0
+    })
 }
 
 impl WriteTx {

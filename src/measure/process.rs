@@ -28,6 +28,18 @@ const STDOUT_KEEP_BYTES: usize = 1 << 20;
 /// process that left the group (`setsid`) could hold them open forever.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
+/// An environment variable every child gets, set once by the daemon
+/// ([`tag_children`]): it names the ledger the child works for, so a daemon
+/// started after a crash can find and kill what the dead one started
+/// (`daemon::orphans`). A process-wide setting because every spawn site
+/// (embedded stack, bench, shadow server) must carry it and none may forget.
+static CHILD_TAG: std::sync::RwLock<Option<(String, String)>> = std::sync::RwLock::new(None);
+
+/// Tags every child spawned from now on with `name=value`.
+pub fn tag_children(name: &str, value: &str) {
+    *CHILD_TAG.write().expect("child tag lock") = Some((name.to_string(), value.to_string()));
+}
+
 /// One command to run.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -191,6 +203,9 @@ impl Group {
             // children) unless one deliberately leaves the group.
             .process_group(0)
             .kill_on_drop(true);
+        if let Some((name, value)) = CHILD_TAG.read().expect("child tag lock").as_ref() {
+            cmd.env(name, value);
+        }
         if let Some(procs) = &spec.cgroup_procs {
             let path = CString::new(procs.as_os_str().as_bytes()).map_err(|_| {
                 spawn_err(std::io::Error::new(

@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 use tokio::sync::Barrier;
 
+mod check;
 mod open;
 mod rows;
 mod stages;

@@ -1,0 +1,172 @@
+//! Which daemon holds a ledger: an exclusive `flock(2)` on `<ledger>.daemon.lock`,
+//! held for the daemon's whole life, with its pid written inside for people.
+//!
+//! The kernel drops the lock when the holder dies, however it dies (SIGKILL
+//! included), so "is a daemon running on this ledger?" has a truthful answer
+//! without trusting a pid that may have been reused. That answer decides
+//! whether a `running` cycle is legal (`ledger --check`), and lets a starting
+//! daemon close the cycles a dead one left open, and kill its children,
+//! knowing that no live daemon owns them. The descriptor is close-on-exec,
+//! so children never inherit the lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a starting daemon retries a lock that is briefly held by a
+/// `ledger --check` probing it.
+const ACQUIRE_PATIENCE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "another orchestrator daemon (pid {pid}) is running on the ledger {}; stop it first, or point this one's `ledger.path` elsewhere",
+        ledger.display()
+    )]
+    Held { ledger: PathBuf, pid: String },
+    #[error(
+        "cannot create the daemon lock {} next to the ledger: {source}; the ledger's directory must be writable",
+        path.display()
+    )]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The lock file of a ledger.
+pub fn lock_path(ledger: &Path) -> PathBuf {
+    let mut name = ledger.file_name().unwrap_or_default().to_os_string();
+    name.push(".daemon.lock");
+    ledger.with_file_name(name)
+}
+
+/// A held daemon lock; dropping it (or dying) releases it.
+#[derive(Debug)]
+pub struct DaemonLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DaemonLock {
+    /// Takes the ledger's daemon lock, or says which process holds it.
+    pub fn acquire(ledger: &Path) -> Result<DaemonLock, LockError> {
+        let path = lock_path(ledger);
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        // On a read-only filesystem an existing lock file still locks (flock
+        // needs no write access); the ledger then refuses the first write
+        // with its own message naming the file.
+        let (mut file, writable) = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => (f, true),
+            Err(e) if path.exists() => match File::open(&path) {
+                Ok(f) => (f, false),
+                Err(_) => return Err(io(e)),
+            },
+            Err(e) => return Err(io(e)),
+        };
+        let started = Instant::now();
+        while !try_flock(&file, libc::LOCK_EX)? {
+            if started.elapsed() > ACQUIRE_PATIENCE {
+                return Err(LockError::Held {
+                    ledger: ledger.to_path_buf(),
+                    pid: read_holder(&mut file),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if writable {
+            file.set_len(0).map_err(io)?;
+            file.rewind().map_err(io)?;
+            writeln!(file, "{}", std::process::id()).map_err(io)?;
+        }
+        Ok(DaemonLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The pid of the daemon holding `ledger`, or `None` when none does. Takes
+/// and drops a shared lock for an instant to find out; never creates files.
+pub fn holder(ledger: &Path) -> Result<Option<String>, LockError> {
+    let path = lock_path(ledger);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(LockError::Io { path, source }),
+    };
+    if try_flock(&file, libc::LOCK_SH)? {
+        // SAFETY: unlocking a descriptor we own; no memory effects.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return Ok(None);
+    }
+    Ok(Some(read_holder(&mut file)))
+}
+
+fn read_holder(file: &mut File) -> String {
+    let mut text = String::new();
+    let _ = file.rewind().and_then(|_| file.read_to_string(&mut text));
+    let pid = text.trim();
+    if pid.is_empty() {
+        "unknown".to_string()
+    } else {
+        pid.to_string()
+    }
+}
+
+/// `flock(fd, op | LOCK_NB)`: `Ok(true)` when taken, `Ok(false)` when another
+/// process holds a conflicting lock.
+fn try_flock(file: &File, op: libc::c_int) -> Result<bool, LockError> {
+    // SAFETY: flock(2) on a descriptor we own; no memory effects.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(LockError::Io {
+        path: PathBuf::from("(daemon lock)"),
+        source: err,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time_and_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("l.db");
+        assert_eq!(holder(&ledger).unwrap(), None, "no lock file yet");
+        let lock = DaemonLock::acquire(&ledger).unwrap();
+        assert_eq!(
+            holder(&ledger).unwrap(),
+            Some(std::process::id().to_string())
+        );
+        // A second descriptor in the same process conflicts like another process.
+        let err = DaemonLock::acquire(&ledger).unwrap_err();
+        assert!(
+            err.to_string().contains("another orchestrator daemon"),
+            "{err}"
+        );
+        drop(lock);
+        assert_eq!(holder(&ledger).unwrap(), None);
+        let _again = DaemonLock::acquire(&ledger).unwrap();
+    }
+}

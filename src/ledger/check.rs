@@ -1,0 +1,393 @@
+//! `orchestrator ledger --check`: the ledger's invariants, read back from the
+//! file. The schema's CHECK and FOREIGN KEY constraints keep a working
+//! program from writing an illegal row; this re-reads what is there, so a
+//! damaged file, a hand edit, a bug that bypassed a constraint or a crash
+//! between two writes is found and named by row id.
+//!
+//! The rules: SQLite's own `PRAGMA integrity_check` and `foreign_key_check`;
+//! every cycle is closed (a `running` cycle is legal only while a daemon
+//! holds the ledger, and then only the newest running one); every closed cycle has a
+//! verdict and every experiment of a closed cycle has its verdict; no run
+//! without its experiment; no verdict without runs unless it is `rejected`
+//! or `failed`; stage states legal and every stage backed by a win and its
+//! winning confirmation; no stage left `staged` whose profile is already the
+//! live one (an approval interrupted between writing the file and recording
+//! the decision).
+
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::sqlite::SqliteConnection;
+
+use super::error::Ctx;
+use super::{Ledger, Result};
+use crate::vocab::Digest;
+
+/// Which rule a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// `PRAGMA integrity_check` found damage in the file.
+    Integrity,
+    /// A row refers to a row that does not exist.
+    ForeignKey,
+    /// A cycle is still `running` with no daemon holding the ledger, or
+    /// beside a newer running cycle.
+    UnclosedCycle,
+    /// A cycle's status is not one the program knows.
+    CycleStatus,
+    /// A closed cycle without any verdict, or an experiment of a closed
+    /// cycle without its verdict.
+    MissingVerdict,
+    /// A run whose experiment does not exist.
+    RunWithoutExperiment,
+    /// A measured verdict (not `rejected` or `failed`) with no run behind it.
+    VerdictWithoutRuns,
+    /// A stage whose state or decision fields are not a legal combination.
+    StageState,
+    /// A stage not backed by a win and its winning confirmation.
+    StageEvidence,
+    /// A stage still `staged` although the live profile already is its
+    /// candidate: an approval wrote the file and died before recording it.
+    StageLive,
+    /// The live profile file does not parse (torn, or edited badly).
+    LiveProfile,
+}
+
+/// One broken rule, with the ids of the rows involved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Violation {
+    pub rule: Rule,
+    /// The row the message is about (a cycle, run, verdict, stage ... id).
+    pub id: Option<i64>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+fn v(rule: Rule, id: Option<i64>, message: String) -> Violation {
+    Violation { rule, id, message }
+}
+
+/// What the check knows from outside the database.
+#[derive(Debug, Clone, Default)]
+pub struct CheckContext {
+    /// A daemon holds the ledger now (its lock is taken), so its newest
+    /// cycle may legally be `running`.
+    pub daemon_running: bool,
+    /// The digest of the live profile, when it could be read.
+    pub live_digest: Option<Digest>,
+}
+
+async fn strings(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>> {
+    let rows = sqlx::query(sql)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(cx.err("check the ledger"))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut cols = Vec::new();
+        for i in 0..row.len() {
+            // Every column read as text; integers and NULLs convert.
+            let text: Option<String> = row
+                .try_get::<Option<String>, _>(i)
+                .or_else(|_| {
+                    row.try_get::<Option<i64>, _>(i)
+                        .map(|n| n.map(|n| n.to_string()))
+                })
+                .map_err(cx.err("check the ledger"))?;
+            cols.push(text);
+        }
+        out.push(cols);
+    }
+    Ok(out)
+}
+
+fn num(s: &Option<String>) -> Option<i64> {
+    s.as_deref().and_then(|s| s.parse().ok())
+}
+
+fn text(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or("NULL")
+}
+
+async fn integrity(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) {
+    match strings(c, cx, "PRAGMA integrity_check").await {
+        Ok(rows) => {
+            for row in rows {
+                let msg = text(&row[0]).to_string();
+                if msg != "ok" {
+                    out.push(v(Rule::Integrity, None, format!("integrity_check: {msg}")));
+                }
+            }
+        }
+        Err(e) => out.push(v(
+            Rule::Integrity,
+            None,
+            format!("integrity_check could not run: {e}"),
+        )),
+    }
+}
+
+const SQL_RUN_ORPHANS: &str = "SELECT r.id, r.experiment_id FROM runs r \
+     LEFT JOIN experiments e ON e.id = r.experiment_id WHERE e.id IS NULL ORDER BY r.id";
+
+const SQL_RUNNING: &str = "SELECT id FROM cycles WHERE status = 'running' ORDER BY id";
+
+const SQL_BAD_STATUS: &str = "SELECT id, status FROM cycles \
+     WHERE status NOT IN ('running', 'completed', 'failed', 'aborted') ORDER BY id";
+
+const SQL_CYCLES_WITHOUT_VERDICT: &str = "SELECT c.id, c.status FROM cycles c \
+     WHERE c.status <> 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id) ORDER BY c.id";
+
+const SQL_EXPERIMENTS_WITHOUT_VERDICT: &str = "SELECT e.id, e.cycle_id FROM experiments e \
+     JOIN cycles c ON c.id = e.cycle_id \
+     WHERE c.status <> 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id) ORDER BY e.id";
+
+const SQL_VERDICTS_WITHOUT_RUNS: &str = "SELECT v.id, v.experiment_id, v.kind FROM verdicts v \
+     WHERE v.kind NOT IN ('rejected', 'failed') \
+       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.experiment_id = v.experiment_id) \
+     ORDER BY v.id";
+
+const SQL_BAD_STAGE_STATES: &str = "SELECT id, state FROM stages \
+     WHERE state NOT IN ('staged', 'approved', 'rejected', 'expired') \
+        OR ((state = 'staged') <> (decided_at IS NULL)) \
+        OR ((state = 'staged') <> (decided_by IS NULL)) \
+        OR (state IN ('rejected', 'expired') AND note IS NULL) \
+     ORDER BY id";
+
+const SQL_STAGE_EVIDENCE: &str = "SELECT s.id, s.experiment_id, s.confirmation_id, \
+       c.confirmation_of, ve.kind, vc.kind FROM stages s \
+     LEFT JOIN experiments c ON c.id = s.confirmation_id \
+     LEFT JOIN verdicts ve ON ve.experiment_id = s.experiment_id \
+     LEFT JOIN verdicts vc ON vc.experiment_id = s.confirmation_id \
+     WHERE c.confirmation_of IS NOT s.experiment_id \
+        OR ve.kind IS NOT 'win' OR vc.kind IS NOT 'win' \
+     ORDER BY s.id";
+
+const SQL_STAGED_BUT_LIVE: &str =
+    "SELECT id FROM stages WHERE state = 'staged' AND candidate_digest = ?1 ORDER BY id";
+
+async fn cycles(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    ctx: &CheckContext,
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    let running: Vec<i64> = strings(c, cx, SQL_RUNNING)
+        .await?
+        .iter()
+        .filter_map(|r| num(&r[0]))
+        .collect();
+    // A daemon runs one cycle at a time: its newest running cycle is the
+    // current one, any older running cycle was left by a dead process.
+    let newest = running.last().copied();
+    for id in running {
+        if !ctx.daemon_running {
+            out.push(v(
+                Rule::UnclosedCycle,
+                Some(id),
+                format!(
+                    "cycle {id} is `running` but no daemon holds the ledger: a process died mid-cycle; \
+                     the next `orchestrator run` closes it as aborted"
+                ),
+            ));
+        } else if Some(id) != newest {
+            out.push(v(
+                Rule::UnclosedCycle,
+                Some(id),
+                format!(
+                    "cycle {id} is `running` beside the newer running cycle {}; a daemon runs one \
+                     cycle at a time, so it was left open by a process that died",
+                    newest.unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    for row in strings(c, cx, SQL_BAD_STATUS).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::CycleStatus,
+            id,
+            format!(
+                "cycle {} has status {:?}, not running, completed, failed or aborted",
+                id.unwrap_or_default(),
+                text(&row[1])
+            ),
+        ));
+    }
+    for row in strings(c, cx, SQL_CYCLES_WITHOUT_VERDICT).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::MissingVerdict,
+            id,
+            format!(
+                "cycle {} is {} without any verdict; every cycle ends in one",
+                id.unwrap_or_default(),
+                text(&row[1])
+            ),
+        ));
+    }
+    for row in strings(c, cx, SQL_EXPERIMENTS_WITHOUT_VERDICT).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::MissingVerdict,
+            id,
+            format!(
+                "experiment {} of the closed cycle {} has no verdict; every experiment has exactly one",
+                id.unwrap_or_default(),
+                text(&row[1])
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn evidence(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) -> Result<()> {
+    for row in strings(c, cx, SQL_RUN_ORPHANS).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::RunWithoutExperiment,
+            id,
+            format!(
+                "run {} belongs to experiment {}, which does not exist",
+                id.unwrap_or_default(),
+                text(&row[1])
+            ),
+        ));
+    }
+    // Every other dangling reference (runs are reported above by name).
+    for row in strings(c, cx, "PRAGMA foreign_key_check").await? {
+        let table = text(&row[0]).to_string();
+        if table == "runs" && text(&row[2]) == "experiments" {
+            continue;
+        }
+        let id = num(&row[1]);
+        out.push(v(
+            Rule::ForeignKey,
+            id,
+            format!(
+                "{table} row {} refers to a row of {} that does not exist",
+                text(&row[1]),
+                text(&row[2])
+            ),
+        ));
+    }
+    for row in strings(c, cx, SQL_VERDICTS_WITHOUT_RUNS).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::VerdictWithoutRuns,
+            id,
+            format!(
+                "verdict {} ({}) of experiment {} has no run behind it; only `rejected` and `failed` may",
+                id.unwrap_or_default(),
+                text(&row[2]),
+                text(&row[1])
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn stages(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    ctx: &CheckContext,
+    out: &mut Vec<Violation>,
+) -> Result<()> {
+    for row in strings(c, cx, SQL_BAD_STAGE_STATES).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::StageState,
+            id,
+            format!(
+                "stage {} is {:?} with decision fields that do not fit: staged means undecided, \
+                 every decision says who and when, a rejection or expiry says why",
+                id.unwrap_or_default(),
+                text(&row[1])
+            ),
+        ));
+    }
+    for row in strings(c, cx, SQL_STAGE_EVIDENCE).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::StageEvidence,
+            id,
+            format!(
+                "stage {} is not backed by its evidence: experiment {} verdict {}, confirmation {} \
+                 (confirms {}) verdict {}; a stage needs a win confirmed by a second win",
+                id.unwrap_or_default(),
+                text(&row[1]),
+                text(&row[4]),
+                text(&row[2]),
+                text(&row[3]),
+                text(&row[5])
+            ),
+        ));
+    }
+    if let Some(live) = &ctx.live_digest {
+        let ids: Vec<i64> = sqlx::query_scalar(SQL_STAGED_BUT_LIVE)
+            .bind(live)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(cx.err("check the ledger"))?;
+        for id in ids {
+            out.push(v(
+                Rule::StageLive,
+                Some(id),
+                format!(
+                    "stage {id} is still staged but the live profile already is its candidate \
+                     ({}): an approval was interrupted after writing the file; run \
+                     `orchestrator stage approve {id}` to record it",
+                    live.short()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Ledger {
+    /// Every broken invariant, in rule order (empty when consistent). Only a
+    /// failure to read the ledger at all is an error; damage that stops a
+    /// single rule from running is itself reported as a violation.
+    pub async fn check(&self, ctx: &CheckContext) -> Result<Vec<Violation>> {
+        let mut conn = self.conn("check the ledger").await?;
+        // One read transaction: a consistent snapshot while a daemon writes
+        // (else a cycle closed and a new one opened between two queries
+        // would look like two running cycles).
+        let mut c = sqlx::Connection::begin(&mut *conn)
+            .await
+            .map_err(self.ctx.err("check the ledger"))?;
+        let cx = &self.ctx;
+        let mut out = Vec::new();
+        integrity(&mut c, cx, &mut out).await;
+        if out.iter().any(|v| v.message.contains("could not run")) {
+            return Ok(out);
+        }
+        let results = [
+            ("cycles", cycles(&mut c, cx, ctx, &mut out).await),
+            ("runs and verdicts", evidence(&mut c, cx, &mut out).await),
+            ("stages", stages(&mut c, cx, ctx, &mut out).await),
+        ];
+        for (what, result) in results {
+            if let Err(e) = result {
+                out.push(v(
+                    Rule::Integrity,
+                    None,
+                    format!("the {what} could not be checked: {e}"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
