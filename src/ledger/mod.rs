@@ -45,9 +45,11 @@
 //! then one file per table family: `cycles` (cycles, observations, the
 //! `orchestrator ledger` listing), `proposals`, `experiments` (with the
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, and `plan` (the named queries).
+//! `stages`, `plan` (the named queries), and `costs` (each cycle's wall
+//! time against its engine runs' time, for the soak benchmark).
 
 mod codec;
+mod costs;
 mod cycles;
 mod error;
 mod experiments;
@@ -77,6 +79,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row, Sqlite, Transaction};
 
+pub use costs::CycleCost;
 pub use cycles::{Cycle, CycleOutcome, CycleSummary, CycleVerdict, NewObservation, Observation};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};

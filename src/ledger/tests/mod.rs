@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 use tokio::sync::Barrier;
 
+mod costs;
 mod open;
 mod rows;
 mod stages;
