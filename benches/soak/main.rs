@@ -543,6 +543,24 @@ fn print_table(
         }
         _ => None,
     };
+    // Per cycle k: the daemon's CPU from the end of cycle k-1 to the end of
+    // cycle k (at the first sample that saw each end); `None` when both ends
+    // fell between the same two samples.
+    let cpu_at = |k: u64| {
+        rss.iter()
+            .find(|s| s.cycles >= k)
+            .map(|s| (s.secs, s.cpu_s))
+    };
+    let cpu_measuring: Vec<f64> = costs
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.runs > 0 && c.status != CycleStatus::Aborted)
+        .filter_map(|(i, _)| {
+            let k = i as u64 + 1;
+            let (a, b) = (cpu_at(k.saturating_sub(1))?, cpu_at(k)?);
+            (b.0 > a.0 && k > 1).then_some(b.1 - a.1)
+        })
+        .collect();
     let slope = |from: u64| {
         let pts: Vec<(f64, f64)> = steady
             .iter()
@@ -609,8 +627,10 @@ fn print_table(
         ms(stats::quantile(&no_runs, 0.95)),
     );
     println!(
-        "| daemon CPU time (user + sys) per cycle, mean | {} | |",
-        ms(cpu_per_cycle)
+        "| daemon CPU time (user + sys) per cycle: mean over all / median over {} measuring cycles | {} / {} | |",
+        cpu_measuring.len(),
+        ms(cpu_per_cycle),
+        ms(stats::quantile(&cpu_measuring, 0.5)),
     );
     println!(
         "| engine time per cycle: median / p95 ({} runs in all) | {} / {} | |",
