@@ -45,10 +45,12 @@
 //! then one file per table family: `cycles` (cycles, observations, the
 //! `orchestrator ledger` listing), `proposals`, `experiments` (with the
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, and `plan` (the named queries).
+//! `stages`, `plan` (the named queries), and `costs` (each cycle's wall
+//! time against its engine runs' time, for the soak benchmark).
 
 mod check;
 mod codec;
+mod costs;
 mod cycles;
 mod error;
 mod experiments;
@@ -79,6 +81,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, Sqlite, Transaction};
 
 pub use check::{CheckContext, Rule, Violation};
+pub use costs::CycleCost;
 pub use cycles::{Cycle, CycleOutcome, CycleSummary, CycleVerdict, NewObservation, Observation};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};

@@ -11,6 +11,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -47,13 +48,7 @@ static SERIAL: AtomicU64 = AtomicU64::new(0);
 impl RunCgroup {
     /// Creates a cgroup limited to `limit_bytes`, or says why it cannot.
     pub fn create(limit_bytes: u64) -> Result<RunCgroup, String> {
-        let read =
-            |p: &str| std::fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
-        let mount = cgroup2_mount(&read("/proc/self/mountinfo")?)
-            .ok_or("no cgroup v2 filesystem is mounted (this machine uses cgroup v1 only)")?;
-        let own = own_cgroup(&read("/proc/self/cgroup")?)
-            .ok_or("this process has no cgroup v2 membership in /proc/self/cgroup")?;
-        let parent = mount.join(own.trim_start_matches('/'));
+        let parent = own_cgroup_dir()?;
         let controllers =
             std::fs::read_to_string(parent.join("cgroup.controllers")).map_err(|e| {
                 format!(
@@ -139,6 +134,26 @@ impl RunCgroup {
         }
         tracing::warn!(cgroup = %self.dir.display(), "could not remove a run's cgroup; remove it by hand with rmdir");
     }
+}
+
+/// This process's cgroup v2 directory: the cgroup2 mount joined with the
+/// `0::` path, found once per process. Neither changes under a running
+/// daemon, and re-reading `/proc/self/mountinfo` before every run was the
+/// largest per-run cost in the soak benchmark's profile.
+fn own_cgroup_dir() -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let read =
+            |p: &str| std::fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
+        let mount = cgroup2_mount(&read("/proc/self/mountinfo")?).ok_or_else(|| {
+            "no cgroup v2 filesystem is mounted (this machine uses cgroup v1 only)".to_string()
+        })?;
+        let own = own_cgroup(&read("/proc/self/cgroup")?).ok_or_else(|| {
+            "this process has no cgroup v2 membership in /proc/self/cgroup".to_string()
+        })?;
+        Ok(mount.join(own.trim_start_matches('/')))
+    })
+    .clone()
 }
 
 /// The mount point of the cgroup2 filesystem, from `/proc/self/mountinfo`.
