@@ -172,8 +172,7 @@ async fn cycle(
                     trunk_seconds_per_token: Some(0.3 * s),
                     expert_seconds_per_token: Some(0.62 * s),
                     far_hit_share: Some(0.2 + 0.01 * rng.random::<f64>()),
-                    draft_acceptance: (menu == MenuId::StageSpeculative
-                        && arm == Arm::Candidate)
+                    draft_acceptance: (menu == MenuId::StageSpeculative && arm == Arm::Candidate)
                         .then_some(0.7),
                 }),
             })

@@ -65,8 +65,7 @@ async fn fixture_week_markdown_snapshot() {
     for p in &proj.parts {
         match &p.measured {
             Ok(s) => assert!(
-                s.source.contains("baseline runs (")
-                    || s.source.starts_with("derived: L"),
+                s.source.contains("baseline runs (") || s.source.starts_with("derived: L"),
                 "{s:?}"
             ),
             // Speculation is off in the fixture's live profile.
@@ -79,7 +78,10 @@ async fn fixture_week_markdown_snapshot() {
     }
     let part = |i: usize| proj.parts[i].measured.as_ref().unwrap().value;
     let (l, t, e, rest) = (part(0), part(1), part(2), part(3));
-    assert!((t / l - 0.30).abs() < 0.01 && (e / l - 0.62).abs() < 0.01, "{md}");
+    assert!(
+        (t / l - 0.30).abs() < 0.01 && (e / l - 0.62).abs() < 0.01,
+        "{md}"
+    );
     // Pins (win #14) and the warm set (stage #2, confirmed by #5) multiply
     // the expert term by their measured ratios; nothing else has a win left.
     let mut fe = 1.0;
@@ -145,19 +147,35 @@ async fn a_stack_without_parts_names_the_missing_figures() {
     let r = report_of(&ledger, "2026-W47").await;
     let md = markdown::render(&r);
     let proj = &r.projection;
-    for (i, field) in [(1, "trunk_seconds_per_token"), (2, "expert_seconds_per_token")] {
+    for (i, field) in [
+        (1, "trunk_seconds_per_token"),
+        (2, "expert_seconds_per_token"),
+    ] {
         let why = proj.parts[i].measured.as_ref().unwrap_err();
-        assert!(why.contains(field) && why.contains("not in the ledger"), "{why}");
+        assert!(
+            why.contains(field) && why.contains("not in the ledger"),
+            "{why}"
+        );
     }
     // The term levers have wins but cannot be placed: named, not applied.
-    let pins = proj.levers.iter().find(|l| l.menu.as_str() == "rerank_pins").unwrap();
+    let pins = proj
+        .levers
+        .iter()
+        .find(|l| l.menu.as_str() == "rerank_pins")
+        .unwrap();
     assert!(pins.best.is_some() && pins.factors.is_empty(), "{pins:?}");
     assert!(
-        pins.not_applied.as_deref().unwrap().contains("T and E not measured"),
+        pins.not_applied
+            .as_deref()
+            .unwrap()
+            .contains("T and E not measured"),
         "{pins:?}"
     );
     // With no whole-token lever left, the projection is the live speed.
     let live = r.live.as_ref().unwrap().value;
     assert!((proj.projected.unwrap() - live).abs() < 1e-12, "{md}");
-    assert!(md.contains("only whole-token levers: T and E not measured"), "{md}");
+    assert!(
+        md.contains("only whole-token levers: T and E not measured"),
+        "{md}"
+    );
 }

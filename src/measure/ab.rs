@@ -14,7 +14,8 @@ use super::gate::{GateCheck, GateError, HashGate};
 use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::judge::{self, Decision, Floor, JudgeError, NoiseFloor, Policy, SequentialTest, Step};
 use crate::ledger::{
-    ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId, TokenParts,
+    ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId,
+    TokenParts,
 };
 use crate::vocab::{Arm, Digest, VerdictKind};
 

@@ -296,9 +296,13 @@ mod tests {
             ("far_hit_share", "1.5"),
             ("draft_acceptance", "-1"),
         ] {
-            let text = format!(r#"{{"generated_ids":[1],"seconds_per_token":0.5,"{field}":{value}}}"#);
+            let text =
+                format!(r#"{{"generated_ids":[1],"seconds_per_token":0.5,"{field}":{value}}}"#);
             let err = parse_report(&text).unwrap_err().to_string();
-            assert!(err.contains(field) && err.contains("leave the field out"), "{err}");
+            assert!(
+                err.contains(field) && err.contains("leave the field out"),
+                "{err}"
+            );
         }
     }
 

@@ -246,7 +246,10 @@ impl Speeds {
     /// not narrow anything).
     fn live_since(&self, since: Option<DateTime<Utc>>) -> Option<(&Digest, Option<DateTime<Utc>>)> {
         let base = self.live_base.as_ref()?;
-        Some((base, since.filter(|t| self.of(base, Some(*t)).next().is_some())))
+        Some((
+            base,
+            since.filter(|t| self.of(base, Some(*t)).next().is_some()),
+        ))
     }
 
     /// The median of one figure over the live base's baseline runs in the

@@ -354,14 +354,11 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
         ),
     ];
     let terms = parts.trunk.as_ref().zip(parts.expert.as_ref());
-    let missing_terms: Vec<&str> = [
-        (parts.trunk.is_none(), "T"),
-        (parts.expert.is_none(), "E"),
-    ]
-    .iter()
-    .filter(|(m, _)| *m)
-    .map(|(_, n)| *n)
-    .collect();
+    let missing_terms: Vec<&str> = [(parts.trunk.is_none(), "T"), (parts.expert.is_none(), "E")]
+        .iter()
+        .filter(|(m, _)| *m)
+        .map(|(_, n)| *n)
+        .collect();
     let levers: Vec<Lever> = MenuId::ALL
         .iter()
         .filter_map(|&m| Term::of(m).map(|t| (m, t)))
@@ -538,7 +535,10 @@ mod tests {
         assert_eq!(r.pairs, 2);
         assert!((r.value - 0.7).abs() < 1e-12, "{r:?}");
         assert_eq!((r.baseline, r.candidate), (1.0, 0.7));
-        assert_eq!(Ratio::paired(&runs[4..], |r| Some(r.seconds_per_token)), None);
+        assert_eq!(
+            Ratio::paired(&runs[4..], |r| Some(r.seconds_per_token)),
+            None
+        );
     }
 
     #[test]
@@ -576,10 +576,21 @@ mod tests {
         let got = p.projected.unwrap();
         assert!((got - want).abs() < 1e-9, "{got} vs {want}");
         let a = p.arithmetic.unwrap();
-        assert!(a.contains("[rerank_pins]") && a.contains("[stage_speculative]"), "{a}");
-        let warm = p.levers.iter().find(|l| l.menu == MenuId::DeepenWarmSet).unwrap();
+        assert!(
+            a.contains("[rerank_pins]") && a.contains("[stage_speculative]"),
+            "{a}"
+        );
+        let warm = p
+            .levers
+            .iter()
+            .find(|l| l.menu == MenuId::DeepenWarmSet)
+            .unwrap();
         assert!(warm.factors.is_empty() && warm.not_applied.is_some());
-        let pins = p.levers.iter().find(|l| l.menu == MenuId::RerankPins).unwrap();
+        let pins = p
+            .levers
+            .iter()
+            .find(|l| l.menu == MenuId::RerankPins)
+            .unwrap();
         assert!(pins.factors[0].source.contains("experiment #7"), "{pins:?}");
         assert!(pins.state[0].contains("far-tier hit share"), "{pins:?}");
     }
@@ -608,7 +619,10 @@ mod tests {
         assert!((p.projected.unwrap() - 1.5).abs() < 1e-9);
         let pins = &p.levers[0];
         assert!(
-            pins.not_applied.as_deref().unwrap().contains("T and E not measured"),
+            pins.not_applied
+                .as_deref()
+                .unwrap()
+                .contains("T and E not measured"),
             "{pins:?}"
         );
         assert!(p.arithmetic.unwrap().contains("T and E not measured"));

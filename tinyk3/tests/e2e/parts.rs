@@ -42,7 +42,10 @@ fn bench_reports_measured_parts_of_a_decode_token() {
     let cold = bench_ok(&model, &["--incremental", "--cache-gb", "0.0001"]);
     check_sums(&cold);
     assert_eq!(num(&cold, "far_hit_share"), 0.0);
-    assert!(cold["draft_acceptance"].is_null(), "no speculation, no acceptance");
+    assert!(
+        cold["draft_acceptance"].is_null(),
+        "no speculation, no acceptance"
+    );
     assert!(num(&cold["phases"], "expert_cold") > 0.0);
 
     // A warm far tier serves a measured share of the lookups.
