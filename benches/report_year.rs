@@ -293,10 +293,11 @@ fn main() {
     }
     let week = IsoWeek::parse("2026-W30").unwrap();
     let now = Utc::now();
-    let (times, sizes) = rt.block_on(async {
+    let (times, sizes, projection) = rt.block_on(async {
         let ledger = Ledger::open(&path).await.unwrap();
         let mut times: Vec<StdDuration> = Vec::new();
         let mut sizes = (0, 0, 0, 0);
+        let mut projection = (None, 0);
         for _ in 0..REPORT_RUNS {
             let t0 = Instant::now();
             let options = BuildOptions::new(Period::week(week), "bench", 1.0, now);
@@ -310,10 +311,25 @@ fn main() {
                 md.len(),
                 page.len(),
             );
+            let p = &report.projection;
+            projection = (
+                p.projected,
+                p.levers.iter().filter(|l| !l.factors.is_empty()).count(),
+            );
         }
         ledger.close().await;
-        (times, sizes)
+        (times, sizes, projection)
     });
+    // The new columns are populated, so the projection's queries ran.
+    let (projected, applied) = projection;
+    println!(
+        "report_year: projection {} s/token with {applied} lever(s) applied from measured parts",
+        projected.map_or("-".into(), |v| format!("{v:.4}"))
+    );
+    assert!(
+        projected.is_some() && applied > 0,
+        "the year fixture must exercise the projection"
+    );
     let mut sorted = times.clone();
     sorted.sort();
     let median = sorted[sorted.len() / 2];
