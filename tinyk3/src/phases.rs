@@ -18,7 +18,7 @@ pub struct PhaseSeconds {
     /// routers and the head, including re-reads of non-resident segments.
     pub trunk: f64,
     /// The routed experts of the full model: resolving tiers, fetching and
-    /// computing experts, combining outputs (the whole MoE step).
+    /// computing experts, combining outputs (the whole routed-experts step).
     pub expert: f64,
     /// Of `expert`: computing the experts held in RAM (pinned or cached).
     pub expert_local: f64,
