@@ -12,7 +12,7 @@ use std::time::{Duration as StdDuration, Instant};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use orchestrator::ledger::{
     CycleOutcome, Interval, Ledger, NewExperiment, NewNoiseFloor, NewObservation, NewProposal,
-    NewRun, NewVerdict, TimingSource, WriteTx,
+    NewRun, NewVerdict, TimingSource, TokenParts, WriteTx,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::report::period::IsoWeek;
@@ -31,7 +31,7 @@ const PAIRS: u32 = 4;
 const STAGE_EVERY: i64 = 300;
 const REPORT_RUNS: usize = 7;
 /// Bump when the fixture's shape changes, so a stale cache is not reused.
-const FIXTURE_VERSION: u32 = 1;
+const FIXTURE_VERSION: u32 = 2;
 
 fn year_start() -> DateTime<Utc> {
     // Monday 2025-12-01, so the year covers 2026-W30 whole.
@@ -73,14 +73,7 @@ async fn cycle(
     tx.insert_observation(&NewObservation {
         cycle_id: c,
         observed_at: at,
-        metrics: json!({
-            "seconds_per_token": 1.2,
-            "trunk_seconds_per_token": 0.4 + rng.random::<f64>() * 0.01,
-            "expert_seconds_per_token": 0.8 + rng.random::<f64>() * 0.01,
-            "far_hit_share": 0.1,
-            "draft_accepted": 300,
-            "draft_proposed": 500,
-        }),
+        metrics: json!({"seconds_per_token": 1.2, "far_hit_share": 0.1}),
         heat: None,
         live_profile_digest: live.clone(),
     })
@@ -174,6 +167,14 @@ async fn cycle(
                 stderr_tail: String::new(),
                 refused,
                 error: None,
+                // Every valid run carries its measured parts, as tinyk3's do.
+                parts: spt.map_or_else(TokenParts::default, |s| TokenParts {
+                    trunk_seconds_per_token: Some(0.3 * s),
+                    expert_seconds_per_token: Some(0.62 * s),
+                    far_hit_share: Some(0.2 + 0.01 * rng.random::<f64>()),
+                    draft_acceptance: (menu == MenuId::StageSpeculative && arm == Arm::Candidate)
+                        .then_some(0.7),
+                }),
             })
             .await
             .unwrap();
@@ -292,10 +293,11 @@ fn main() {
     }
     let week = IsoWeek::parse("2026-W30").unwrap();
     let now = Utc::now();
-    let (times, sizes) = rt.block_on(async {
+    let (times, sizes, projection) = rt.block_on(async {
         let ledger = Ledger::open(&path).await.unwrap();
         let mut times: Vec<StdDuration> = Vec::new();
         let mut sizes = (0, 0, 0, 0);
+        let mut projection = (None, 0);
         for _ in 0..REPORT_RUNS {
             let t0 = Instant::now();
             let options = BuildOptions::new(Period::week(week), "bench", 1.0, now);
@@ -309,10 +311,25 @@ fn main() {
                 md.len(),
                 page.len(),
             );
+            let p = &report.projection;
+            projection = (
+                p.projected,
+                p.levers.iter().filter(|l| !l.factors.is_empty()).count(),
+            );
         }
         ledger.close().await;
-        (times, sizes)
+        (times, sizes, projection)
     });
+    // The new columns are populated, so the projection's queries ran.
+    let (projected, applied) = projection;
+    println!(
+        "report_year: projection {} s/token with {applied} lever(s) applied from measured parts",
+        projected.map_or("-".into(), |v| format!("{v:.4}"))
+    );
+    assert!(
+        projected.is_some() && applied > 0,
+        "the year fixture must exercise the projection"
+    );
     let mut sorted = times.clone();
     sorted.sort();
     let median = sorted[sorted.len() / 2];

@@ -140,6 +140,13 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
             (i >= 2).then(|| (i - 2) / 2)
         );
         assert!(r.seconds_per_token.unwrap() > 0.0 && !r.refused && r.error.is_none());
+        // tinyk3's measured parts of a token reach the ledger with the run.
+        assert!(
+            r.parts.trunk_seconds_per_token.unwrap() > 0.0
+                && r.parts.expert_seconds_per_token.unwrap() > 0.0,
+            "{:?}",
+            r.parts
+        );
     }
     let hashes: std::collections::BTreeSet<_> =
         stored.iter().map(|r| r.output_hash.clone()).collect();
@@ -210,6 +217,8 @@ async fn a_candidate_with_other_output_is_a_hash_mismatch_with_no_delta() {
     assert_eq!(stored.len(), 2);
     assert!(!stored[0].refused && stored[0].seconds_per_token.is_some());
     assert!(stored[1].refused && stored[1].seconds_per_token.is_none());
+    // A refused run keeps no figure at all, its parts included.
+    assert!(!stored[1].parts.any() && stored[0].parts.any());
     assert!(stored[1].error.as_deref().unwrap().contains("differs"));
     let v = report.verdict.to_new_verdict(Utc::now());
     assert!(v.effect.is_none() && v.interval.is_none());

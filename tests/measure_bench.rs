@@ -50,6 +50,18 @@ async fn a_tinyk3_run_is_valid_and_its_hash_depends_only_on_the_checkpoint() {
         "tier hits kept: {:?}",
         a.extras.keys()
     );
+    // tinyk3 measures the parts of a decode token; the scorer reads them.
+    let (t, e) = (
+        a.parts.trunk_seconds_per_token.unwrap(),
+        a.parts.expert_seconds_per_token.unwrap(),
+    );
+    assert!(
+        t > 0.0 && e > 0.0 && t + e <= a.seconds_per_token + 1e-9,
+        "{:?}",
+        a.parts
+    );
+    assert!((0.0..=1.0).contains(&a.parts.far_hit_share.unwrap()));
+    assert_eq!(a.parts.draft_acceptance, None, "speculation is off");
     // The run record says whether a memory limit applied, and why not.
     assert!(a.stderr_tail.starts_with(NOTE_PREFIX), "{}", a.stderr_tail);
     assert!(a.memory_limit.is_some());
@@ -228,6 +240,25 @@ async fn garbage_missing_and_invalid_json_are_typed_failures() {
         .unwrap();
     assert_eq!(ok.seconds_per_token, 0.25);
     assert_eq!(ok.output_hash, OutputHash::of_ids(&[3]));
+    // A stack that reports no parts (kimi-k3-in-c) has none, and that is fine.
+    assert!(!ok.parts.any());
+    // A part out of range is refused naming the field.
+    let bad_share = script(
+        d,
+        "bad-share-bench-double",
+        "echo '{\"generated_ids\":[1],\"seconds_per_token\":0.5,\"far_hit_share\":2}' > \"$1\"",
+    );
+    let f = fail(&scorer(d, &argv(&bad_share)), d).await;
+    assert!(
+        matches!(
+            f.error,
+            MeasureError::Output(OutputError::BadPart {
+                field: "far_hit_share",
+                ..
+            })
+        ),
+        "{f}"
+    );
 }
 
 #[tokio::test]

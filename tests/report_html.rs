@@ -158,6 +158,11 @@ async fn html_report_renders_its_charts_in_chromium() {
         assert!(page.contains(class), "no element with {class}");
     }
     assert!(!page.contains(report_fixture::LEAKED_TOKEN));
+    // The projection, from the same data model as the Markdown: labelled,
+    // each factor with the experiment it was measured in.
+    assert!(page.contains("Projection (not a measurement)</h2>"));
+    assert!(page.contains("<strong>Projected: "), "no projected number");
+    assert!(page.contains("E × 0.") && page.contains("median of 4 paired ratios"));
 
     let dir = tempfile::tempdir().unwrap();
     let full = dir.path().join("report.html");

@@ -13,7 +13,7 @@ const REPORT_QUERIES: &[(NamedQuery, &str)] = &[
     (NamedQuery::ReportRuns, "experiments_by_time"),
     (NamedQuery::ReportNoiseFloors, "noise_floors_by_stack"),
     (NamedQuery::ReportStages, "stages_by_time"),
-    (NamedQuery::ReportMetric, "cycles_by_start"),
+    (NamedQuery::ReportLeverRuns, "sqlite_autoindex_runs_1"),
 ];
 
 async fn check(ledger: &Ledger, when: &str) {

@@ -8,7 +8,7 @@ use assert_cmd::Command;
 use chrono::{Duration, Utc};
 use orchestrator::ledger::{
     CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewRun, NewVerdict, StageId,
-    TimingSource,
+    TimingSource, TokenParts,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::profile::Profile;
@@ -113,6 +113,7 @@ impl Fixture {
                         stderr_tail: String::new(),
                         refused: false,
                         error: None,
+                        parts: TokenParts::default(),
                     })
                     .await
                     .unwrap();

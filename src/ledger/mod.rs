@@ -31,10 +31,11 @@
 //! | `CurrentReferenceHash`        | `reference_hashes_current`                |
 //! | `StagesByState`               | `stages_by_state`                         |
 //! | `AllStages`                   | `stages_by_time`                          |
-//! | `ReportCycles`, `ReportVerdicts`, `ReportProposals`, `ReportMetric` | `cycles_by_start` |
+//! | `ReportCycles`, `ReportVerdicts`, `ReportProposals` | `cycles_by_start` |
 //! | `ReportRuns`                  | `experiments_by_time`, then `sqlite_autoindex_runs_1` |
 //! | `ReportNoiseFloors`           | `noise_floors_by_stack`                   |
 //! | `ReportStages`                | `stages_by_time`                          |
+//! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
 //! a test asserts that none of them scans a whole table.
@@ -93,8 +94,8 @@ pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
-pub use report::{MetricReading, ReportProposal, ReportRun, ReportStage, ReportVerdict};
-pub use runs::{NewRun, Run, TimingSource};
+pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
+pub use runs::{NewRun, Run, TimingSource, TokenParts};
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use verdicts::{NewVerdict, Verdict};
 

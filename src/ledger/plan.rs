@@ -29,7 +29,7 @@ pub enum NamedQuery {
     ReportRuns,
     ReportNoiseFloors,
     ReportStages,
-    ReportMetric,
+    ReportLeverRuns,
 }
 
 impl NamedQuery {
@@ -52,7 +52,7 @@ impl NamedQuery {
         NamedQuery::ReportRuns,
         NamedQuery::ReportNoiseFloors,
         NamedQuery::ReportStages,
-        NamedQuery::ReportMetric,
+        NamedQuery::ReportLeverRuns,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -76,7 +76,7 @@ impl NamedQuery {
             NamedQuery::ReportRuns => report::SQL_REPORT_RUNS,
             NamedQuery::ReportNoiseFloors => report::SQL_REPORT_NOISE_FLOORS,
             NamedQuery::ReportStages => report::SQL_REPORT_STAGES,
-            NamedQuery::ReportMetric => report::SQL_REPORT_METRIC,
+            NamedQuery::ReportLeverRuns => report::SQL_REPORT_LEVER_RUNS,
         }
     }
 }

@@ -16,6 +16,7 @@ use super::cycles::Cycle;
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
 use super::noise::NoiseFloor;
+use super::runs::TokenParts;
 use super::{Interval, Ledger, Result};
 use crate::menu::MenuId;
 use crate::vocab::{Arm, Digest, ProposerKind, StageState, VerdictKind};
@@ -84,6 +85,20 @@ pub struct ReportRun {
     pub arm: Arm,
     pub seconds_per_token: Option<f64>,
     pub refused: bool,
+    /// The measured parts of a token, where the stack reported them.
+    #[sqlx(flatten)]
+    pub parts: TokenParts,
+}
+
+/// One valid A/B run of the experiment behind a lever's best measured
+/// effect: its pair, its speed and its measured parts.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct LeverRun {
+    pub arm: Arm,
+    pub pair_index: u32,
+    pub seconds_per_token: f64,
+    #[sqlx(flatten)]
+    pub parts: TokenParts,
 }
 
 /// A stage that was open at some point of the range.
@@ -91,6 +106,8 @@ pub struct ReportRun {
 pub struct ReportStage {
     pub id: StageId,
     pub experiment_id: ExperimentId,
+    /// The independent second A/B that confirmed it.
+    pub confirmation_id: ExperimentId,
     pub state: StageState,
     pub menu_id: MenuId,
     pub base_digest: Digest,
@@ -108,6 +125,7 @@ impl FromRow<'_, SqliteRow> for ReportStage {
         Ok(ReportStage {
             id: row.try_get("id")?,
             experiment_id: row.try_get("experiment_id")?,
+            confirmation_id: row.try_get("confirmation_id")?,
             state: row.try_get("state")?,
             menu_id: row.try_get("menu_id")?,
             base_digest: row.try_get("base_digest")?,
@@ -123,14 +141,6 @@ impl FromRow<'_, SqliteRow> for ReportStage {
             note: row.try_get("note")?,
         })
     }
-}
-
-/// The latest value of one observed metric in the range, and where it is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricReading {
-    pub cycle_id: CycleId,
-    pub observed_at: DateTime<Utc>,
-    pub value: f64,
 }
 
 pub(crate) const SQL_REPORT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
@@ -151,7 +161,8 @@ pub(crate) const SQL_REPORT_PROPOSALS: &str = "SELECT p.cycle_id, p.proposer, p.
      WHERE c.started_at >= ?1 AND c.started_at < ?2 ORDER BY c.started_at";
 
 pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
-            r.seconds_per_token, r.refused \
+            r.seconds_per_token, r.refused, r.trunk_seconds_per_token, \
+            r.expert_seconds_per_token, r.far_hit_share, r.draft_acceptance \
      FROM experiments e JOIN runs r ON r.experiment_id = e.id \
      WHERE e.created_at >= ?1 AND e.created_at < ?2 AND r.arm <> 'warmup' \
      ORDER BY e.created_at";
@@ -159,25 +170,21 @@ pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.create
 pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
      WHERE stack = ?1 AND measured_at >= ?2 AND measured_at < ?3 ORDER BY measured_at";
 
-pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, s.base_digest, s.effect, \
+pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
             s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
             s.decided_by, s.note \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
      WHERE s.created_at < ?2 AND (s.decided_at IS NULL OR s.decided_at >= ?1) \
      ORDER BY s.created_at";
 
-/// `?3` is a JSON path (`$."name"`), built by [`metric_path`].
-pub(crate) const SQL_REPORT_METRIC: &str = "SELECT c.id AS cycle_id, o.observed_at, \
-            CAST(json_extract(o.metrics, ?3) AS REAL) AS value \
-     FROM cycles c JOIN observations o ON o.cycle_id = c.id \
-     WHERE c.started_at >= ?1 AND c.started_at < ?2 \
-       AND json_type(o.metrics, ?3) IN ('real', 'integer') \
-     ORDER BY c.started_at DESC LIMIT 1";
-
-/// The JSON path of a top-level key, quoted so any name is taken literally.
-fn metric_path(name: &str) -> String {
-    format!("$.{}", serde_json::Value::String(name.to_string()))
-}
+/// Valid A/B runs of one experiment, in run order: warmups, failed and
+/// refused runs never carry a figure the projection may multiply.
+pub(crate) const SQL_REPORT_LEVER_RUNS: &str = "SELECT arm, pair_index, seconds_per_token, \
+            trunk_seconds_per_token, expert_seconds_per_token, far_hit_share, draft_acceptance \
+     FROM runs \
+     WHERE experiment_id = ?1 AND arm <> 'warmup' AND refused = 0 \
+       AND seconds_per_token IS NOT NULL \
+     ORDER BY order_index";
 
 async fn cycles(c: &mut SqliteConnection, cx: &Ctx, start: &str, end: &str) -> Result<Vec<Cycle>> {
     sqlx::query_as(SQL_REPORT_CYCLES)
@@ -283,31 +290,15 @@ impl Ledger {
             .map_err(self.ctx.err(op))
     }
 
-    /// The latest numeric value of the observed metric `name` among the
-    /// cycles started in `[start, end)`, if any observation carries it.
-    pub async fn report_latest_metric(
-        &self,
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
-        name: &str,
-    ) -> Result<Option<MetricReading>> {
-        let op = "read an observed metric";
+    /// The valid A/B runs of experiment `id` (the evidence behind a
+    /// lever's best measured effect), in run order.
+    pub async fn report_lever_runs(&self, id: ExperimentId) -> Result<Vec<LeverRun>> {
+        let op = "read a lever's runs";
         let mut c = self.conn(op).await?;
-        let row = sqlx::query(SQL_REPORT_METRIC)
-            .bind(ts(&start))
-            .bind(ts(&end))
-            .bind(metric_path(name))
-            .fetch_optional(&mut *c)
+        sqlx::query_as(SQL_REPORT_LEVER_RUNS)
+            .bind(id)
+            .fetch_all(&mut *c)
             .await
-            .map_err(self.ctx.err(op))?;
-        row.map(|r| {
-            Ok(MetricReading {
-                cycle_id: r.try_get("cycle_id")?,
-                observed_at: r.try_get("observed_at")?,
-                value: r.try_get("value")?,
-            })
-        })
-        .transpose()
-        .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op))
     }
 }

@@ -25,6 +25,28 @@ pub enum TimingSource {
     Client,
 }
 
+/// The measured parts of a token a stack may report beside its speed; each
+/// `None` when the stack does not report it (and on every run that is not a
+/// valid measurement). Bench JSON fields of the same names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, FromRow)]
+pub struct TokenParts {
+    /// Seconds of a token in the dense trunk (compute and re-reads).
+    pub trunk_seconds_per_token: Option<f64>,
+    /// Seconds of a token fetching and computing routed experts.
+    pub expert_seconds_per_token: Option<f64>,
+    /// Share (0..1) of expert lookups the far tier served.
+    pub far_hit_share: Option<f64>,
+    /// Share (0..1) of speculative draft tokens the full model accepted.
+    pub draft_acceptance: Option<f64>,
+}
+
+impl TokenParts {
+    /// Whether the stack reported any part.
+    pub fn any(&self) -> bool {
+        *self != TokenParts::default()
+    }
+}
+
 /// One run about to be recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
@@ -47,6 +69,8 @@ pub struct NewRun {
     pub refused: bool,
     /// Why the run is invalid, when it is.
     pub error: Option<String>,
+    /// Measured parts of a token; all `None` unless the run is valid.
+    pub parts: TokenParts,
 }
 
 /// A stored run.
@@ -67,6 +91,7 @@ pub struct Run {
     pub stderr_tail: String,
     pub refused: bool,
     pub error: Option<String>,
+    pub parts: TokenParts,
 }
 
 impl FromRow<'_, SqliteRow> for Run {
@@ -89,6 +114,7 @@ impl FromRow<'_, SqliteRow> for Run {
             stderr_tail: row.try_get("stderr_tail")?,
             refused: row.try_get("refused")?,
             error: row.try_get("error")?,
+            parts: TokenParts::from_row(row)?,
         })
     }
 }
@@ -102,8 +128,10 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
     sqlx::query_scalar(
         "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
-         stderr_tail, refused, error) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING id",
+         stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
+         far_hit_share, draft_acceptance) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+         RETURNING id",
     )
     .bind(r.experiment_id)
     .bind(r.arm)
@@ -119,6 +147,10 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
     .bind(&r.stderr_tail)
     .bind(r.refused)
     .bind(r.error.as_deref())
+    .bind(r.parts.trunk_seconds_per_token)
+    .bind(r.parts.expert_seconds_per_token)
+    .bind(r.parts.far_hit_share)
+    .bind(r.parts.draft_acceptance)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a run"))

@@ -15,6 +15,7 @@ use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::judge::{self, Decision, Floor, JudgeError, NoiseFloor, Policy, SequentialTest, Step};
 use crate::ledger::{
     ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId,
+    TokenParts,
 };
 use crate::vocab::{Arm, Digest, VerdictKind};
 
@@ -351,6 +352,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             stderr_tail: String::new(),
             refused: false,
             error: None,
+            parts: TokenParts::default(),
         };
         let outcome: RunOutcome = match self.scorer.score(profile, &self.cancel).await {
             Ok(o) => o,
@@ -393,6 +395,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         match check {
             Ok(GateCheck::Match | GateCheck::Pinned) => {
                 row.seconds_per_token = Some(outcome.seconds_per_token);
+                // Only a valid run's parts are figures (the hash gate passed).
+                row.parts = outcome.parts;
                 self.record(row, Some(outcome.extras), runs).await?;
                 Ok(Ran::Valid(outcome.seconds_per_token))
             }

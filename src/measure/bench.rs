@@ -228,6 +228,7 @@ impl BenchScorer {
             duration: exit.duration,
             stderr_tail: with_note(&exit.stderr_tail),
             timing_source: TimingSource::Engine,
+            parts: report.parts,
             extras: report.extras,
             memory_limit: None,
         })

@@ -12,6 +12,8 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+use crate::ledger::TokenParts;
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -77,6 +79,9 @@ pub struct BenchReport {
     /// `tokens`, else the number of generated ids, when known.
     pub tokens: Option<u64>,
     pub output_hash: OutputHash,
+    /// The measured parts of a token, where the engine reports them
+    /// (optional fields; absent or `null` is `None`).
+    pub parts: TokenParts,
     /// Everything else the engine said (tier hits, bytes read, RSS, ...).
     pub extras: Map<String, Value>,
 }
@@ -102,6 +107,14 @@ pub enum OutputError {
     NoOutput,
     #[error("`generated_ids` {problem}; expected a non-empty array of token ids (0 to 4294967295)")]
     BadIds { problem: String },
+    #[error(
+        "`{field}` is {value}; expected {expected}, or leave the field out if the engine does not measure it"
+    )]
+    BadPart {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 /// Parses and checks one bench JSON object.
@@ -139,11 +152,51 @@ pub fn parse_report(text: &str) -> Result<BenchReport, OutputError> {
         .get("tokens")
         .and_then(Value::as_u64)
         .or(ids.map(|i| i.len() as u64));
+    let parts = parts(&extras)?;
     Ok(BenchReport {
         seconds_per_token,
         tokens,
         output_hash,
+        parts,
         extras,
+    })
+}
+
+/// Seconds of a token: finite and not negative.
+const SECONDS: &str = "a finite number of seconds >= 0";
+/// A share: a number from 0 to 1.
+const SHARE: &str = "a number from 0 to 1";
+
+/// One optional part: absent or `null` is `None`; anything else must be a
+/// number in range, because a part the projection multiplies must be real.
+fn part(
+    extras: &Map<String, Value>,
+    field: &'static str,
+    expected: &'static str,
+) -> Result<Option<f64>, OutputError> {
+    let bad = |v: &Value| OutputError::BadPart {
+        field,
+        value: v.to_string(),
+        expected,
+    };
+    let v = match extras.get(field) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let x = v.as_f64().ok_or_else(|| bad(v))?;
+    let ok = x.is_finite() && x >= 0.0 && (expected != SHARE || x <= 1.0);
+    if ok { Ok(Some(x)) } else { Err(bad(v)) }
+}
+
+/// The measured parts of a token an engine may report: the trunk and expert
+/// terms, the far tier's hit share and the draft acceptance (the names of
+/// tinyk3's bench JSON; see its README).
+fn parts(extras: &Map<String, Value>) -> Result<TokenParts, OutputError> {
+    Ok(TokenParts {
+        trunk_seconds_per_token: part(extras, "trunk_seconds_per_token", SECONDS)?,
+        expert_seconds_per_token: part(extras, "expert_seconds_per_token", SECONDS)?,
+        far_hit_share: part(extras, "far_hit_share", SHARE)?,
+        draft_acceptance: part(extras, "draft_acceptance", SHARE)?,
     })
 }
 
@@ -213,6 +266,44 @@ mod tests {
         assert_eq!(r.extras["hits"]["cache"], 3);
         let r = parse_report(r#"{"output_hash":"abc","seconds_per_token":1}"#).unwrap();
         assert_eq!(r.output_hash.as_str(), "abc");
+        // A stack that measures no parts (kimi-k3-in-c, llama-server) has none.
+        assert_eq!(r.parts, TokenParts::default());
+    }
+
+    #[test]
+    fn measured_parts_are_read_when_present() {
+        let r = parse_report(
+            r#"{"generated_ids":[1],"seconds_per_token":0.5,"trunk_seconds_per_token":0.1,
+                "expert_seconds_per_token":0.35,"far_hit_share":0.25,"draft_acceptance":null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.parts,
+            TokenParts {
+                trunk_seconds_per_token: Some(0.1),
+                expert_seconds_per_token: Some(0.35),
+                far_hit_share: Some(0.25),
+                draft_acceptance: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_bad_part_is_refused_naming_the_field() {
+        for (field, value) in [
+            ("trunk_seconds_per_token", "-0.1"),
+            ("expert_seconds_per_token", "\"fast\""),
+            ("far_hit_share", "1.5"),
+            ("draft_acceptance", "-1"),
+        ] {
+            let text =
+                format!(r#"{{"generated_ids":[1],"seconds_per_token":0.5,"{field}":{value}}}"#);
+            let err = parse_report(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(field) && err.contains("leave the field out"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::cancel::Cancel;
 use super::cgroup::MemoryLimit;
 use super::output::{OutputError, OutputHash};
 use super::preflight::PreflightError;
-use crate::ledger::TimingSource;
+use crate::ledger::{TimingSource, TokenParts};
 use crate::profile::{Profile, ProfileError};
 use crate::vocab::Method;
 
@@ -59,6 +59,8 @@ pub struct RunOutcome {
     pub duration: Duration,
     pub stderr_tail: String,
     pub timing_source: TimingSource,
+    /// The measured parts of a token, where the stack reports them.
+    pub parts: TokenParts,
     /// Everything else the stack reported (tier hits, bytes read, ...).
     pub extras: Map<String, Value>,
     /// Whether a cgroup memory limit applied; `None` when not applicable.

@@ -17,7 +17,7 @@ use super::cancel::Cancel;
 use super::output::OutputHash;
 use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::config::{Config, Surface};
-use crate::ledger::TimingSource;
+use crate::ledger::{TimingSource, TokenParts};
 use crate::vocab::Method;
 
 /// How long to wait for a TCP connection to the server.
@@ -154,6 +154,8 @@ impl SurfaceScorer {
             duration: t0.elapsed(),
             stderr_tail: String::new(),
             timing_source: source,
+            // The serving surface reports no parts of a token.
+            parts: TokenParts::default(),
             extras,
             memory_limit: None,
         })

@@ -7,15 +7,15 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::changepoint::pelt;
 use super::period::Period;
-use super::projection::{self, Parts, Sourced, Term};
+use super::projection::{self, LeverEvidence, Parts, Sourced, Term};
 use super::redact::Redactor;
 use super::{
     BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
     RefusedDelta, Report, Series, SpeedPoint, StageCounts,
 };
 use crate::ledger::{
-    Cycle, ExperimentId, Ledger, LedgerError, MetricReading, ReportProposal, ReportRun,
-    ReportStage, ReportVerdict,
+    Cycle, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStage,
+    ReportVerdict, TokenParts,
 };
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, Digest, ProposerKind, StageState, VerdictKind};
@@ -83,13 +83,6 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         ledger.report_noise_floors(&o.stack, start - o.floor_lookback, end),
         ledger.report_stages(start, end),
     )?;
-    let (trunk, expert, far, accepted, proposed) = tokio::try_join!(
-        ledger.report_latest_metric(start, end, projection::TRUNK_METRIC),
-        ledger.report_latest_metric(start, end, projection::EXPERT_METRIC),
-        ledger.report_latest_metric(start, end, projection::FAR_SHARE_METRIC),
-        ledger.report_latest_metric(start, end, projection::DRAFT_ACCEPTED_METRIC),
-        ledger.report_latest_metric(start, end, projection::DRAFT_PROPOSED_METRIC),
-    )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
     let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period, o.floor_lookback);
@@ -130,16 +123,10 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
 
     let parts = Parts {
         live: live.clone(),
-        trunk: trunk
-            .as_ref()
-            .map(|r| observed(r, projection::TRUNK_METRIC)),
-        expert: expert
-            .as_ref()
-            .map(|r| observed(r, projection::EXPERT_METRIC)),
-        far_share: far
-            .as_ref()
-            .map(|r| observed(r, projection::FAR_SHARE_METRIC)),
-        acceptance: acceptance(accepted.as_ref(), proposed.as_ref()),
+        trunk: speed_by_base.live_part(since, "trunk term", |p| p.trunk_seconds_per_token),
+        expert: speed_by_base.live_part(since, "expert term", |p| p.expert_seconds_per_token),
+        far_share: speed_by_base.live_part(since, "far-tier hit share", |p| p.far_hit_share),
+        acceptance: speed_by_base.live_part(since, "draft acceptance", |p| p.draft_acceptance),
     };
     // A win a person refused (or that expired) is not a remaining lever.
     let refused: BTreeSet<ExperimentId> = stages
@@ -154,6 +141,12 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         speed_by_base.live_base.as_ref(),
         &refused,
     );
+    // At most one experiment per lever: a handful of indexed reads.
+    let mut evidence = Vec::with_capacity(bests.len());
+    for (menu, best, experiment) in bests {
+        let runs = ledger.report_lever_runs(experiment).await?;
+        evidence.push(LeverEvidence::from_runs(menu, best, experiment, &runs));
+    }
 
     Ok(Report {
         period: o.period,
@@ -173,7 +166,7 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         change_notes,
         proposers: proposer_records(&proposals, &verdicts),
         failures: failures(&cycles, &verdicts, &o.redactor),
-        projection: projection::project(&parts, &bests),
+        projection: projection::project(&parts, &evidence),
     })
 }
 
@@ -181,8 +174,9 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
 struct Speeds {
     points: Vec<SpeedPoint>,
     /// Every valid baseline value: when its experiment was created, which
-    /// experiment, which base profile.
+    /// experiment, which base profile, and its measured parts.
     values: Vec<(DateTime<Utc>, ExperimentId, Digest, f64)>,
+    parts: Vec<TokenParts>,
     /// The base of the latest experiment with a measured baseline.
     live_base: Option<Digest>,
 }
@@ -191,6 +185,7 @@ impl Speeds {
     fn from_runs(runs: &[ReportRun]) -> Speeds {
         let mut per_exp: BTreeMap<ExperimentId, (DateTime<Utc>, Vec<f64>)> = BTreeMap::new();
         let mut values = Vec::new();
+        let mut parts = Vec::new();
         for r in runs {
             if r.arm != Arm::Baseline || r.refused {
                 continue;
@@ -204,6 +199,7 @@ impl Speeds {
                 .1
                 .push(s);
             values.push((r.created_at, r.experiment_id, r.base_digest.clone(), s));
+            parts.push(r.parts);
         }
         let live_base = values
             .iter()
@@ -225,6 +221,7 @@ impl Speeds {
         Speeds {
             points,
             values,
+            parts,
             live_base,
         }
     }
@@ -244,12 +241,37 @@ impl Speeds {
         median(&mut self.of(base, since).map(|v| v.3).collect::<Vec<_>>())
     }
 
-    fn live(&self, since: Option<DateTime<Utc>>) -> Option<Sourced> {
+    /// The window the live speed is read from: the live base's runs,
+    /// from the last baseline shift on (a shift before its first run does
+    /// not narrow anything).
+    fn live_since(&self, since: Option<DateTime<Utc>>) -> Option<(&Digest, Option<DateTime<Utc>>)> {
         let base = self.live_base.as_ref()?;
-        // A shift before the live base's first run does not narrow anything.
-        let since = since.filter(|t| self.of(base, Some(*t)).next().is_some());
-        let mut v: Vec<f64> = self.of(base, since).map(|v| v.3).collect();
-        let ids: BTreeSet<ExperimentId> = self.of(base, since).map(|v| v.1).collect();
+        Some((
+            base,
+            since.filter(|t| self.of(base, Some(*t)).next().is_some()),
+        ))
+    }
+
+    /// The median of one figure over the live base's baseline runs in the
+    /// window that carry it, with the runs it comes from.
+    fn median_source(
+        &self,
+        since: Option<DateTime<Utc>>,
+        what: &str,
+        figure: impl Fn(usize) -> Option<f64>,
+    ) -> Option<Sourced> {
+        let (base, since) = self.live_since(since)?;
+        let mut v = Vec::new();
+        let mut ids = BTreeSet::new();
+        for (i, row) in self.values.iter().enumerate() {
+            if &row.2 != base || since.is_some_and(|t| row.0 < t) {
+                continue;
+            }
+            if let Some(x) = figure(i) {
+                v.push(x);
+                ids.insert(row.1);
+            }
+        }
         let value = median(&mut v)?;
         let (first, last) = (ids.first()?, ids.last()?);
         let span = if first == last {
@@ -268,42 +290,26 @@ impl Speeds {
         Some(Sourced {
             value,
             source: format!(
-                "median of {} baseline runs ({span}) of the live profile {}{after}",
+                "median{what} of {} baseline runs ({span}) of the live profile {}{after}",
                 v.len(),
                 base.short()
             ),
         })
     }
-}
 
-fn observed(r: &MetricReading, name: &str) -> Sourced {
-    Sourced {
-        value: r.value,
-        source: format!(
-            "observed `{name}` in cycle #{} at {}",
-            r.cycle_id,
-            r.observed_at.format("%Y-%m-%d %H:%M UTC")
-        ),
+    fn live(&self, since: Option<DateTime<Utc>>) -> Option<Sourced> {
+        self.median_source(since, "", |i| Some(self.values[i].3))
     }
-}
 
-fn acceptance(
-    accepted: Option<&MetricReading>,
-    proposed: Option<&MetricReading>,
-) -> Option<Sourced> {
-    let (a, p) = (accepted?, proposed?);
-    // Counters from two different observations do not make a ratio.
-    (a.cycle_id == p.cycle_id && p.value > 0.0).then(|| Sourced {
-        value: a.value / p.value,
-        source: format!(
-            "observed `{}` / `{}` = {} / {} in cycle #{}",
-            projection::DRAFT_ACCEPTED_METRIC,
-            projection::DRAFT_PROPOSED_METRIC,
-            a.value,
-            p.value,
-            a.cycle_id
-        ),
-    })
+    /// One measured part of the live profile, as the stack's runs report it.
+    fn live_part(
+        &self,
+        since: Option<DateTime<Utc>>,
+        what: &str,
+        of: impl Fn(&TokenParts) -> Option<f64>,
+    ) -> Option<Sourced> {
+        self.median_source(since, &format!(" {what}"), |i| of(&self.parts[i]))
+    }
 }
 
 /// Each lever's best measured effect on the live base: its best open stage
@@ -313,7 +319,7 @@ fn lever_bests(
     open: &[ReportStage],
     live_base: Option<&Digest>,
     refused: &BTreeSet<ExperimentId>,
-) -> Vec<(MenuId, Sourced)> {
+) -> Vec<(MenuId, Sourced, ExperimentId)> {
     let Some(live_base) = live_base else {
         return Vec::new();
     };
@@ -326,12 +332,16 @@ fn lever_bests(
             .iter()
             .filter(|s| s.menu_id == menu && &s.base_digest == live_base)
             .min_by(|a, b| a.effect.total_cmp(&b.effect))
-            .map(|s| Sourced {
-                value: s.effect,
-                source: format!(
-                    "stage #{} (experiment #{}, effect confirmed by an independent second A/B)",
-                    s.id, s.experiment_id
-                ),
+            .map(|s| {
+                let best = Sourced {
+                    value: s.effect,
+                    source: format!(
+                        "stage #{} (win #{} confirmed by experiment #{})",
+                        s.id, s.experiment_id, s.confirmation_id
+                    ),
+                };
+                // The confirming A/B's runs: not selected for being good.
+                (best, s.confirmation_id)
             });
         let won = || {
             verdicts
@@ -343,18 +353,20 @@ fn lever_bests(
                         && v.base_digest.as_ref() == Some(live_base)
                         && v.experiment_id.is_none_or(|e| !refused.contains(&e))
                 })
-                .filter_map(|v| v.effect.map(|e| (e, v)))
+                .filter_map(|v| v.effect.zip(v.experiment_id))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(e, v)| Sourced {
-                    value: e,
-                    source: format!(
-                        "win verdict of experiment #{} (first A/B, unconfirmed: optimistic)",
-                        v.experiment_id.map_or(0, |i| i.0)
-                    ),
+                .map(|(e, id)| {
+                    let best = Sourced {
+                        value: e,
+                        source: format!(
+                            "win verdict of experiment #{id} (first A/B, unconfirmed: optimistic)"
+                        ),
+                    };
+                    (best, id)
                 })
         };
-        if let Some(best) = staged.or_else(won) {
-            out.push((menu, best));
+        if let Some((best, id)) = staged.or_else(won) {
+            out.push((menu, best, id));
         }
     }
     out

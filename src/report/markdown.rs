@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::projection::{Projection, Term};
+use super::projection::Projection;
 use super::{Report, Series};
 use crate::display;
 use crate::vocab::VerdictKind;
@@ -333,10 +333,13 @@ fn projection(w: &mut String, p: &Projection) {
     let _ = writeln!(w, "## Projection (not a measurement)\n");
     let _ = writeln!(
         w,
-        "What the live profile would run at if every remaining lever reached its measured best, \
-         assuming levers act on their own terms and compose. It multiplies only the measured figures below.\n"
+        "What the live profile would run at if every remaining lever reached its measured best. \
+         It multiplies only the measured figures below, each with its source, assuming each lever acts only on \
+         the terms it changes (by the ratio measured in its best experiment), levers on one term compose, and \
+         the rest of a token (R) does not move. The far-tier hit share and the draft acceptance are shown as \
+         the state of their levers, not multiplied.\n"
     );
-    let _ = writeln!(w, "| measured part | value | source |");
+    let _ = writeln!(w, "| measured part of the live profile | value | source |");
     let _ = writeln!(w, "|---|---:|---|");
     for part in &p.parts {
         match &part.measured {
@@ -356,33 +359,38 @@ fn projection(w: &mut String, p: &Projection) {
     }
     let _ = writeln!(
         w,
-        "\n| lever | acts on | best measured effect | saving | source |"
+        "\n| lever | acts on | best measured effect | multiplies | measured state (baseline → candidate) | source |"
     );
-    let _ = writeln!(w, "|---|---|---:|---:|---|");
+    let _ = writeln!(w, "|---|---|---:|---|---|---|");
     for l in &p.levers {
-        let (effect, source) = match &l.best {
-            Some(b) => (display::percent(b.value), cell(&b.source)),
-            None => (
-                "-".to_string(),
-                "no measured win on the live profile in this period (wins a person refused excluded)".into(),
-            ),
+        let effect = l
+            .best
+            .as_ref()
+            .map_or("-".to_string(), |b| display::percent(b.value));
+        let multiplies = if l.factors.is_empty() {
+            "not applied".to_string()
+        } else {
+            l.factors
+                .iter()
+                .map(|f| format!("{} × {:.4}", f.figure.symbol(), f.value))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
-        let saving = match (l.term, l.saving) {
-            (_, None) => "-".to_string(),
-            (Term::Whole, Some(f)) => format!("× {f:.4}"),
-            (_, Some(s)) => format!(
-                "{s:.4} s{}",
-                l.capped
-                    .as_deref()
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default()
-            ),
+        let state = if l.state.is_empty() {
+            "-".to_string()
+        } else {
+            l.state.join("; ")
         };
+        let mut sources: Vec<String> = l.best.iter().map(|b| b.source.clone()).collect();
+        sources.extend(l.factors.iter().map(|f| f.source.clone()));
+        sources.extend(l.not_applied.iter().map(|n| format!("not applied: {n}")));
         let _ = writeln!(
             w,
-            "| {} | {} | {effect} | {saving} | {source} |",
+            "| {} | {} | {effect} | {multiplies} | {} | {} |",
             l.menu,
-            l.term.as_str()
+            l.term.as_str(),
+            cell(&state),
+            cell(&sources.join("; "))
         );
     }
     let _ = writeln!(w);

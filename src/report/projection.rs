@@ -1,44 +1,47 @@
 //! The projection, labelled as one: the seconds per token the live profile
-//! would reach if every remaining lever reached its measured best. Every
-//! figure it uses carries its source (an observation, runs, a verdict, a
-//! stage); a figure the ledger does not hold is reported missing, never
-//! guessed.
+//! would reach if every remaining lever reached its measured best. It only
+//! multiplies figures the ledger holds, each with its source (the runs,
+//! experiments, verdicts and stages it comes from); a figure the ledger does
+//! not hold is reported missing and what needs it is left out, never guessed.
 //!
 //! # The model
 //!
 //! ```text
-//! projected = (L − min(S_pins + S_warm, E) − min(S_trunk, T)) × exp(e_spec)
-//! S_x       = L × (1 − exp(e_x))            (a lever's measured saving)
-//! S_warm   ≤ h × E                          (the warm set only serves far-tier traffic)
+//! projected = (T × Π f_T + E × Π f_E + R) × Π f_W
+//! R         = L − T − E
+//! f_X(x)    = median over the A/B pairs of lever x's best experiment of
+//!             (candidate X / baseline X), X = trunk term, expert term or
+//!             the whole token's seconds
 //! ```
 //!
-//! - `L`: the live profile's measured seconds per token (median of its
-//!   baseline runs in the period);
-//! - `T`, `E`: the trunk and expert terms of a token, observed metrics
-//!   `trunk_seconds_per_token` and `expert_seconds_per_token`;
-//! - `h`: the far tier's share of expert requests, observed `far_hit_share`;
-//! - `e_x`: the best (most negative) measured effect of lever `x` on the live
-//!   base, a log ratio: a stage's confirmation when there is one (unbiased),
-//!   else a first A/B win (optimistic: it was selected for being good);
-//! - speculation (`stage_speculative`) scales every term, so its factor
-//!   multiplies; the observed acceptance (`draft_accepted / draft_proposed`)
-//!   is shown as the state of that lever.
+//! - `L`, `T`, `E`: the live profile's measured seconds per token and its
+//!   trunk and expert terms (medians of its baseline runs in the period, as
+//!   the stack's bench measured them per decode token);
+//! - `R`: the rest of a token no part covers (the draft, picking tokens),
+//!   held unchanged;
+//! - `rerank_pins` and `deepen_warm_set` change where experts come from, so
+//!   they multiply `E`; `rebalance_trunk_cache` moves RAM between the trunk
+//!   and the expert cache, so it multiplies `T` and `E`; `stage_speculative`
+//!   changes how many full passes a token costs, so it multiplies the whole
+//!   token (`f_W`);
+//! - a lever's best experiment is its best open stage on the live profile
+//!   (the confirming A/B's runs: unbiased) or else its best first-A/B win
+//!   (optimistic: it was selected for being good); wins a person refused,
+//!   or that expired, are not remaining levers.
 //!
-//! Assumptions, stated in the report: levers act on their own terms and
-//! compose; a term cannot fall below zero (hence the caps, applied only when
-//! the term is measured).
+//! The far tier's hit share and the draft acceptance are shown, for the live
+//! profile and for each lever's arms, as the state of those levers; they are
+//! not multiplied. Assumptions, stated in the report: each lever acts only
+//! on its terms, levers on one term compose multiplicatively (each removes
+//! its measured fraction of what is left), and `R` does not move. Without
+//! `T` and `E` (stacks that do not measure them) only whole-token levers are
+//! applied and the report names the missing figures.
 
 use serde::Serialize;
 
+use crate::ledger::{ExperimentId, LeverRun};
 use crate::menu::MenuId;
-
-/// Observed metric names the projection reads from the ledger's observations
-/// (the names on the left of `[stack.metrics.names]` in config.toml).
-pub const TRUNK_METRIC: &str = "trunk_seconds_per_token";
-pub const EXPERT_METRIC: &str = "expert_seconds_per_token";
-pub const FAR_SHARE_METRIC: &str = "far_hit_share";
-pub const DRAFT_ACCEPTED_METRIC: &str = "draft_accepted";
-pub const DRAFT_PROPOSED_METRIC: &str = "draft_proposed";
+use crate::vocab::Arm;
 
 /// A number and where in the ledger it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -54,7 +57,7 @@ pub struct Part {
     pub measured: Result<Sourced, String>,
 }
 
-/// The measured parts, as the builder found them.
+/// The live profile's measured parts, as the builder found them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Parts {
     pub live: Option<Sourced>,
@@ -64,11 +67,46 @@ pub struct Parts {
     pub acceptance: Option<Sourced>,
 }
 
-/// Which term a lever acts on.
+/// A figure of a token a lever's factor multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Figure {
+    Trunk,
+    Expert,
+    Whole,
+}
+
+impl Figure {
+    /// The symbol in the formula.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Figure::Trunk => "T",
+            Figure::Expert => "E",
+            Figure::Whole => "whole token",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::Trunk => "trunk term",
+            Figure::Expert => "expert term",
+            Figure::Whole => "seconds per token",
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            Figure::Trunk => "trunk_seconds_per_token",
+            Figure::Expert => "expert_seconds_per_token",
+            Figure::Whole => "seconds_per_token",
+        }
+    }
+}
+
+/// Which figures a lever acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Term {
     Expert,
-    Trunk,
+    TrunkAndExpert,
     /// Every term (speculation divides the cost of each token).
     Whole,
 }
@@ -77,33 +115,166 @@ impl Term {
     pub fn of(menu: MenuId) -> Option<Term> {
         match menu {
             MenuId::RerankPins | MenuId::DeepenWarmSet => Some(Term::Expert),
-            MenuId::RebalanceTrunkCache => Some(Term::Trunk),
+            MenuId::RebalanceTrunkCache => Some(Term::TrunkAndExpert),
             MenuId::StageSpeculative => Some(Term::Whole),
             MenuId::Remeasure => None,
+        }
+    }
+
+    pub fn figures(self) -> &'static [Figure] {
+        match self {
+            Term::Expert => &[Figure::Expert],
+            Term::TrunkAndExpert => &[Figure::Trunk, Figure::Expert],
+            Term::Whole => &[Figure::Whole],
         }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
             Term::Expert => "expert term",
-            Term::Trunk => "trunk term",
+            Term::TrunkAndExpert => "trunk and expert terms",
             Term::Whole => "every term",
         }
     }
 }
 
-/// One lever's contribution.
+/// A figure's ratio candidate/baseline within one experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Ratio {
+    /// Median over the A/B pairs of candidate / baseline.
+    pub value: f64,
+    pub pairs: usize,
+    /// Medians of each arm, for the reader.
+    pub baseline: f64,
+    pub candidate: f64,
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+impl Ratio {
+    /// The paired ratio of the figure `of` picks, over the pairs where both
+    /// arms carry it; `None` when no pair does.
+    pub fn paired(runs: &[LeverRun], of: impl Fn(&LeverRun) -> Option<f64>) -> Option<Ratio> {
+        let mut pairs: std::collections::BTreeMap<u32, [Option<f64>; 2]> = Default::default();
+        for r in runs {
+            let slot = usize::from(r.arm == Arm::Candidate);
+            if r.arm != Arm::Warmup {
+                pairs.entry(r.pair_index).or_default()[slot] = of(r);
+            }
+        }
+        let (mut ratios, mut base, mut cand) = (Vec::new(), Vec::new(), Vec::new());
+        for [b, c] in pairs.into_values() {
+            if let (Some(b), Some(c)) = (b, c)
+                && b > 0.0
+            {
+                ratios.push(c / b);
+                base.push(b);
+                cand.push(c);
+            }
+        }
+        Some(Ratio {
+            pairs: ratios.len(),
+            value: median(&mut ratios)?,
+            baseline: median(&mut base)?,
+            candidate: median(&mut cand)?,
+        })
+    }
+}
+
+/// Medians per arm (baseline, candidate) of a figure that is a state rather
+/// than a cost (far share, acceptance); either side `None` when no run of
+/// that arm carries it.
+fn arms(runs: &[LeverRun], of: impl Fn(&LeverRun) -> Option<f64>) -> (Option<f64>, Option<f64>) {
+    let side = |arm: Arm| {
+        let mut v: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.arm == arm)
+            .filter_map(&of)
+            .collect();
+        median(&mut v)
+    };
+    (side(Arm::Baseline), side(Arm::Candidate))
+}
+
+/// What the ledger holds about one lever's best measured experiment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeverEvidence {
+    pub menu: MenuId,
+    /// Its best measured effect (log ratio of seconds per token) and the
+    /// verdict or stage that says so.
+    pub best: Sourced,
+    /// The experiment whose runs the ratios come from.
+    pub experiment: ExperimentId,
+    pub whole: Option<Ratio>,
+    pub trunk: Option<Ratio>,
+    pub expert: Option<Ratio>,
+    pub far_share: (Option<f64>, Option<f64>),
+    pub acceptance: (Option<f64>, Option<f64>),
+}
+
+impl LeverEvidence {
+    /// Reads the ratios from the experiment's valid A/B runs.
+    pub fn from_runs(
+        menu: MenuId,
+        best: Sourced,
+        experiment: ExperimentId,
+        runs: &[LeverRun],
+    ) -> LeverEvidence {
+        LeverEvidence {
+            menu,
+            best,
+            experiment,
+            whole: Ratio::paired(runs, |r| Some(r.seconds_per_token)),
+            trunk: Ratio::paired(runs, |r| r.parts.trunk_seconds_per_token),
+            expert: Ratio::paired(runs, |r| r.parts.expert_seconds_per_token),
+            far_share: arms(runs, |r| r.parts.far_hit_share),
+            acceptance: arms(runs, |r| r.parts.draft_acceptance),
+        }
+    }
+
+    fn ratio(&self, f: Figure) -> Option<&Ratio> {
+        match f {
+            Figure::Trunk => self.trunk.as_ref(),
+            Figure::Expert => self.expert.as_ref(),
+            Figure::Whole => self.whole.as_ref(),
+        }
+    }
+}
+
+/// One factor the projection multiplies, with where it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Factor {
+    pub figure: Figure,
+    pub value: f64,
+    pub source: String,
+}
+
+/// One lever's place in the projection.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lever {
     pub menu: MenuId,
     pub term: Term,
-    /// Its best measured effect (log ratio) with its source; `None` when it
-    /// has no measured win on the live base.
+    /// Its best measured effect with its source; `None` when it has no
+    /// measured win on the live profile.
     pub best: Option<Sourced>,
-    /// Seconds per token it removes (or, for speculation, the factor).
-    pub saving: Option<f64>,
-    /// Why its saving was capped, if it was.
-    pub capped: Option<String>,
+    /// The factors applied (empty when the lever is not applied).
+    pub factors: Vec<Factor>,
+    /// Measured state of the lever in its experiment's arms (far-tier hit
+    /// share, draft acceptance): shown, not multiplied.
+    pub state: Vec<String>,
+    /// Why the lever is left out of the projected number, when it is.
+    pub not_applied: Option<String>,
 }
 
 /// The result: `None` projected when the live speed itself is unmeasured.
@@ -116,49 +287,82 @@ pub struct Projection {
     pub arithmetic: Option<String>,
 }
 
-fn part(name: &'static str, v: &Option<Sourced>, missing: &str) -> Part {
+fn part(name: &'static str, v: &Option<Sourced>, missing: String) -> Part {
     Part {
         name,
-        measured: v.clone().ok_or_else(|| missing.to_string()),
+        measured: v.clone().ok_or(missing),
     }
 }
 
-/// Computes the projection from the measured parts and each lever's best.
-pub fn project(parts: &Parts, best: &[(MenuId, Sourced)]) -> Projection {
-    let observed =
-        |m: &str| format!("not in the ledger: no observation in the period carries `{m}`");
+fn not_in_runs(field: &str) -> String {
+    format!(
+        "not in the ledger: no baseline run of the live profile in the period carries `{field}` (the stack's bench does not report it)"
+    )
+}
+
+fn state(what: &str, (b, c): (Option<f64>, Option<f64>)) -> Option<String> {
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    (b.is_some() || c.is_some()).then(|| format!("{what} {} → {}", show(b), show(c)))
+}
+
+/// Computes the projection from the live profile's measured parts and each
+/// lever's best measured experiment.
+pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
+    let residual = match (&parts.live, &parts.trunk, &parts.expert) {
+        (Some(l), Some(t), Some(e)) => Some(Sourced {
+            value: l.value - t.value - e.value,
+            source: format!(
+                "derived: L {:.4} − T {:.4} − E {:.4}; the time no part covers (draft passes, picking tokens), held unchanged",
+                l.value, t.value, e.value
+            ),
+        }),
+        _ => None,
+    };
     let shown = vec![
         part(
             "live seconds per token (L)",
             &parts.live,
-            "not in the ledger: no measured baseline run in the period",
+            "not in the ledger: no measured baseline run in the period".into(),
         ),
-        part("trunk term (T)", &parts.trunk, &observed(TRUNK_METRIC)),
-        part("expert term (E)", &parts.expert, &observed(EXPERT_METRIC)),
+        part(
+            "trunk term (T)",
+            &parts.trunk,
+            not_in_runs(Figure::Trunk.field()),
+        ),
+        part(
+            "expert term (E)",
+            &parts.expert,
+            not_in_runs(Figure::Expert.field()),
+        ),
+        part(
+            "rest of a token (R = L − T − E)",
+            &residual,
+            "not derived: needs L, T and E".into(),
+        ),
         part(
             "far-tier hit share (h)",
             &parts.far_share,
-            &observed(FAR_SHARE_METRIC),
+            not_in_runs("far_hit_share"),
         ),
         part(
-            "speculation acceptance",
+            "speculation acceptance (a)",
             &parts.acceptance,
-            &format!(
-                "not in the ledger: no observation in the period carries `{DRAFT_ACCEPTED_METRIC}` and a non-zero `{DRAFT_PROPOSED_METRIC}`"
+            format!(
+                "{}, or speculation is off in the live profile",
+                not_in_runs("draft_acceptance")
             ),
         ),
     ];
-    let mut levers: Vec<Lever> = MenuId::ALL
+    let terms = parts.trunk.as_ref().zip(parts.expert.as_ref());
+    let missing_terms: Vec<&str> = [(parts.trunk.is_none(), "T"), (parts.expert.is_none(), "E")]
         .iter()
-        .filter_map(|&m| {
-            Term::of(m).map(|term| Lever {
-                menu: m,
-                term,
-                best: best.iter().find(|(b, _)| *b == m).map(|(_, s)| s.clone()),
-                saving: None,
-                capped: None,
-            })
-        })
+        .filter(|(m, _)| *m)
+        .map(|(_, n)| *n)
+        .collect();
+    let levers: Vec<Lever> = MenuId::ALL
+        .iter()
+        .filter_map(|&m| Term::of(m).map(|t| (m, t)))
+        .map(|(menu, term)| lever(menu, term, evidence, terms.is_some(), &missing_terms))
         .collect();
     let Some(live) = &parts.live else {
         return Projection {
@@ -168,69 +372,113 @@ pub fn project(parts: &Parts, best: &[(MenuId, Sourced)]) -> Projection {
             arithmetic: None,
         };
     };
-    let l = live.value;
-    let e = parts.expert.as_ref().map(|s| s.value);
-    let t = parts.trunk.as_ref().map(|s| s.value);
-    let h = parts.far_share.as_ref().map(|s| s.value);
-    let mut spec = 1.0;
-    for lever in &mut levers {
-        let Some(b) = &lever.best else { continue };
-        if lever.term == Term::Whole {
-            spec = b.value.exp();
-            lever.saving = Some(spec);
-            continue;
+    let chain = |f: Figure| -> (f64, String) {
+        let mut product = 1.0;
+        let mut text = String::new();
+        for l in &levers {
+            for x in l.factors.iter().filter(|x| x.figure == f) {
+                product *= x.value;
+                text.push_str(&format!(" × {:.4} [{}]", x.value, l.menu));
+            }
         }
-        let mut s = l * (1.0 - b.value.exp());
-        if lever.menu == MenuId::DeepenWarmSet
-            && let (Some(e), Some(h)) = (e, h)
-            && s > h * e
-        {
-            s = h * e;
-            lever.capped = Some(format!("capped at h × E = {:.4} s", h * e));
-        }
-        lever.saving = Some(s);
-    }
-    let sum = |term: Term| -> f64 {
-        levers
-            .iter()
-            .filter(|lv| lv.term == term)
-            .filter_map(|lv| lv.saving)
-            // `+ 0.0` turns the empty sum's -0.0 into 0.0 for display.
-            .sum::<f64>()
-            + 0.0
+        (product, text)
     };
-    let (mut s_expert, mut s_trunk) = (sum(Term::Expert), sum(Term::Trunk));
-    let mut notes = Vec::new();
-    if let Some(e) = e
-        && s_expert > e
-    {
-        notes.push(format!("expert savings capped at E = {e:.4} s"));
-        s_expert = e;
-    }
-    if let Some(t) = t
-        && s_trunk > t
-    {
-        notes.push(format!("trunk savings capped at T = {t:.4} s"));
-        s_trunk = t;
-    }
-    let projected = ((l - s_expert - s_trunk) * spec).max(0.0);
-    let mut arithmetic = format!(
-        "(L {l:.4} − expert savings {s_expert:.4} − trunk savings {s_trunk:.4}) × speculation factor {spec:.4} = {projected:.4} s/token"
-    );
-    if !notes.is_empty() {
-        arithmetic.push_str(&format!(" ({})", notes.join("; ")));
-    }
+    let (fw, whole_text) = chain(Figure::Whole);
+    let (projected, arithmetic) = match (terms, &residual) {
+        (Some((t, e)), Some(r)) => {
+            let (ft, t_text) = chain(Figure::Trunk);
+            let (fe, e_text) = chain(Figure::Expert);
+            let p = (t.value * ft + e.value * fe + r.value) * fw;
+            (
+                p,
+                format!(
+                    "(T {:.4}{t_text} + E {:.4}{e_text} + R {:.4}){whole_text}",
+                    t.value, e.value, r.value
+                ),
+            )
+        }
+        _ => (
+            live.value * fw,
+            format!(
+                "L {:.4}{whole_text} (only whole-token levers: {} not measured)",
+                live.value,
+                missing_terms.join(" and ")
+            ),
+        ),
+    };
+    let projected = projected.max(0.0);
     Projection {
         parts: shown,
         levers,
         projected: Some(projected),
-        arithmetic: Some(arithmetic),
+        arithmetic: Some(format!("{arithmetic} = {projected:.4} s/token")),
     }
+}
+
+fn lever(
+    menu: MenuId,
+    term: Term,
+    evidence: &[LeverEvidence],
+    terms_known: bool,
+    missing_terms: &[&str],
+) -> Lever {
+    let mut out = Lever {
+        menu,
+        term,
+        best: None,
+        factors: Vec::new(),
+        state: Vec::new(),
+        not_applied: None,
+    };
+    let Some(ev) = evidence.iter().find(|e| e.menu == menu) else {
+        out.not_applied = Some(
+            "no measured win on the live profile in this period (wins a person refused excluded)"
+                .into(),
+        );
+        return out;
+    };
+    out.best = Some(ev.best.clone());
+    out.state.extend(state("far-tier hit share", ev.far_share));
+    out.state.extend(state("draft acceptance", ev.acceptance));
+    if term != Term::Whole && !terms_known {
+        out.not_applied = Some(format!(
+            "the live profile's {} not measured, so a term lever cannot be placed",
+            missing_terms.join(" and ")
+        ));
+        return out;
+    }
+    for &f in term.figures() {
+        match ev.ratio(f) {
+            Some(r) => out.factors.push(Factor {
+                figure: f,
+                value: r.value,
+                source: format!(
+                    "experiment #{}: median of {} paired ratios candidate/baseline of the {} ({:.4} / {:.4} s)",
+                    ev.experiment,
+                    r.pairs,
+                    f.name(),
+                    r.candidate,
+                    r.baseline
+                ),
+            }),
+            None => {
+                out.factors.clear();
+                out.not_applied = Some(format!(
+                    "experiment #{}'s runs carry no `{}` in both arms of a pair",
+                    ev.experiment,
+                    f.field()
+                ));
+                return out;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::TokenParts;
 
     fn s(v: f64) -> Option<Sourced> {
         Some(Sourced {
@@ -239,72 +487,171 @@ mod tests {
         })
     }
 
+    fn run(arm: Arm, pair: u32, spt: f64, trunk: f64, expert: f64) -> LeverRun {
+        LeverRun {
+            arm,
+            pair_index: pair,
+            seconds_per_token: spt,
+            parts: TokenParts {
+                trunk_seconds_per_token: Some(trunk),
+                expert_seconds_per_token: Some(expert),
+                far_hit_share: Some(0.1),
+                draft_acceptance: None,
+            },
+        }
+    }
+
+    fn evidence(menu: MenuId, runs: &[LeverRun]) -> LeverEvidence {
+        LeverEvidence::from_runs(
+            menu,
+            Sourced {
+                value: -0.1,
+                source: "win".into(),
+            },
+            ExperimentId(7),
+            runs,
+        )
+    }
+
     #[test]
     fn no_live_speed_no_number() {
         let p = project(&Parts::default(), &[]);
         assert_eq!(p.projected, None);
-        assert!(
-            p.parts[1]
-                .measured
-                .as_ref()
-                .unwrap_err()
-                .contains(TRUNK_METRIC)
+        let why = p.parts[1].measured.as_ref().unwrap_err();
+        assert!(why.contains("trunk_seconds_per_token"), "{why}");
+    }
+
+    #[test]
+    fn ratios_are_paired_medians() {
+        let runs = [
+            run(Arm::Baseline, 0, 2.0, 0.5, 1.0),
+            run(Arm::Candidate, 0, 1.8, 0.5, 0.8),
+            run(Arm::Candidate, 1, 1.6, 0.5, 0.6),
+            run(Arm::Baseline, 1, 2.0, 0.5, 1.0),
+            // A pair with one arm only does not count.
+            run(Arm::Baseline, 2, 9.0, 9.0, 9.0),
+        ];
+        let r = Ratio::paired(&runs, |r| r.parts.expert_seconds_per_token).unwrap();
+        assert_eq!(r.pairs, 2);
+        assert!((r.value - 0.7).abs() < 1e-12, "{r:?}");
+        assert_eq!((r.baseline, r.candidate), (1.0, 0.7));
+        assert_eq!(
+            Ratio::paired(&runs[4..], |r| Some(r.seconds_per_token)),
+            None
         );
     }
 
     #[test]
-    fn savings_add_within_their_terms_and_speculation_multiplies() {
+    fn levers_multiply_their_terms_and_speculation_the_whole() {
         let parts = Parts {
             live: s(2.0),
             trunk: s(0.5),
-            expert: s(1.5),
-            far_share: s(0.1),
-            acceptance: None,
+            expert: s(1.4),
+            ..Parts::default()
         };
-        let best = [
-            (
-                MenuId::RerankPins,
-                Sourced {
-                    value: (0.9f64).ln(),
-                    source: "a".into(),
-                },
-            ),
-            (
-                MenuId::DeepenWarmSet,
-                Sourced {
-                    value: (0.8f64).ln(),
-                    source: "b".into(),
-                },
-            ),
-            (
-                MenuId::StageSpeculative,
-                Sourced {
-                    value: (0.5f64).ln(),
-                    source: "c".into(),
-                },
-            ),
-        ];
-        let p = project(&parts, &best);
-        // pins save 0.2; warm would save 0.4 but is capped at h·E = 0.15.
+        let pins = evidence(
+            MenuId::RerankPins,
+            &[
+                run(Arm::Baseline, 0, 2.0, 0.5, 1.0),
+                run(Arm::Candidate, 0, 1.5, 0.5, 0.5),
+            ],
+        );
+        let rebalance = evidence(
+            MenuId::RebalanceTrunkCache,
+            &[
+                run(Arm::Baseline, 0, 2.0, 0.5, 1.0),
+                run(Arm::Candidate, 0, 1.9, 0.25, 1.2),
+            ],
+        );
+        let spec = evidence(
+            MenuId::StageSpeculative,
+            &[
+                run(Arm::Baseline, 0, 2.0, 0.5, 1.0),
+                run(Arm::Candidate, 0, 1.6, 0.5, 1.0),
+            ],
+        );
+        let p = project(&parts, &[pins, rebalance, spec]);
+        // R = 2.0 − 0.5 − 1.4 = 0.1; T × 0.5; E × 0.5 × 1.2; whole × 0.8.
+        let want = (0.5 * 0.5 + 1.4 * 0.5 * 1.2 + 0.1) * 0.8;
         let got = p.projected.unwrap();
-        assert!((got - (2.0 - 0.2 - 0.15) * 0.5).abs() < 1e-9, "{got}");
-        assert!(p.levers.iter().any(|l| l.capped.is_some()));
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        let a = p.arithmetic.unwrap();
+        assert!(
+            a.contains("[rerank_pins]") && a.contains("[stage_speculative]"),
+            "{a}"
+        );
+        let warm = p
+            .levers
+            .iter()
+            .find(|l| l.menu == MenuId::DeepenWarmSet)
+            .unwrap();
+        assert!(warm.factors.is_empty() && warm.not_applied.is_some());
+        let pins = p
+            .levers
+            .iter()
+            .find(|l| l.menu == MenuId::RerankPins)
+            .unwrap();
+        assert!(pins.factors[0].source.contains("experiment #7"), "{pins:?}");
+        assert!(pins.state[0].contains("far-tier hit share"), "{pins:?}");
     }
 
     #[test]
-    fn expert_savings_never_exceed_the_expert_term() {
+    fn without_terms_only_whole_token_levers_apply_and_the_gap_is_named() {
         let parts = Parts {
-            live: s(1.0),
-            expert: s(0.1),
+            live: s(2.0),
             ..Parts::default()
         };
-        let best = [(
+        let bare = |arm, pair, spt| LeverRun {
+            arm,
+            pair_index: pair,
+            seconds_per_token: spt,
+            parts: TokenParts::default(),
+        };
+        let pins = evidence(
             MenuId::RerankPins,
-            Sourced {
-                value: (0.5f64).ln(),
-                source: "a".into(),
-            },
-        )];
-        assert!((project(&parts, &best).projected.unwrap() - 0.9).abs() < 1e-9);
+            &[bare(Arm::Baseline, 0, 2.0), bare(Arm::Candidate, 0, 1.0)],
+        );
+        let spec = evidence(
+            MenuId::StageSpeculative,
+            &[bare(Arm::Baseline, 0, 2.0), bare(Arm::Candidate, 0, 1.5)],
+        );
+        let p = project(&parts, &[pins, spec]);
+        assert!((p.projected.unwrap() - 1.5).abs() < 1e-9);
+        let pins = &p.levers[0];
+        assert!(
+            pins.not_applied
+                .as_deref()
+                .unwrap()
+                .contains("T and E not measured"),
+            "{pins:?}"
+        );
+        assert!(p.arithmetic.unwrap().contains("T and E not measured"));
+    }
+
+    #[test]
+    fn a_lever_whose_runs_lack_its_term_is_left_out_by_name() {
+        let parts = Parts {
+            live: s(2.0),
+            trunk: s(0.5),
+            expert: s(1.4),
+            ..Parts::default()
+        };
+        let bare = |arm| LeverRun {
+            arm,
+            pair_index: 0,
+            seconds_per_token: 1.0,
+            parts: TokenParts::default(),
+        };
+        let warm = evidence(
+            MenuId::DeepenWarmSet,
+            &[bare(Arm::Baseline), bare(Arm::Candidate)],
+        );
+        let p = project(&parts, &[warm]);
+        assert!((p.projected.unwrap() - 2.0).abs() < 1e-9);
+        let why = p.levers[1].not_applied.as_deref().unwrap();
+        assert!(
+            why.contains("#7") && why.contains("expert_seconds_per_token"),
+            "{why}"
+        );
     }
 }

@@ -5,8 +5,8 @@
 //! staged win, an approved stage from the week before, a rejected stage,
 //! refusals (within noise, a hash mismatch), failures (an unreachable model
 //! whose error quotes a bearer token, a corrupt bench run, a SIGTERM), model
-//! and bandit proposals with retries and a duplicate, observed projection
-//! parts, and a noise floor and a baseline that both shift mid-week.
+//! and bandit proposals with retries and a duplicate, measured parts of a
+//! token on every valid run (for the projection), and a noise floor and a baseline that both shift mid-week.
 
 // `allow`, not `expect`: whether anything is dead depends on which test
 // binary includes the fixture.
@@ -21,7 +21,7 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use orchestrator::ledger::{
     CycleId, CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewNoiseFloor,
     NewObservation, NewProposal, NewRun, NewVerdict, ProposalId, ProposalRejection, StageDecision,
-    TimingSource, WriteTx,
+    TimingSource, TokenParts, WriteTx,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
@@ -99,6 +99,9 @@ impl Exp {
 struct Fill<'a> {
     tx: &'a mut WriteTx,
     seq: u32,
+    /// Whether runs carry measured parts (tinyk3 does; kimi-k3-in-c and
+    /// llama-server do not).
+    parts: bool,
 }
 
 impl Fill<'_> {
@@ -112,11 +115,7 @@ impl Fill<'_> {
                 observed_at: at,
                 metrics: json!({
                     "seconds_per_token": level(at),
-                    "trunk_seconds_per_token": 0.40 + s / 1000.0,
-                    "expert_seconds_per_token": 0.80 - s / 1000.0,
                     "far_hit_share": 0.10 + s / 200.0,
-                    "draft_accepted": 300 + self.seq,
-                    "draft_proposed": 500,
                 }),
                 heat: None,
                 live_profile_digest: live(),
@@ -182,6 +181,8 @@ impl Fill<'_> {
         let measured = e.kind != VerdictKind::Failed;
         let pairs = if measured { 4 } else { 0 };
         let mut order = 0;
+        let effect = e.effect.unwrap_or(0.0);
+        let with_parts = self.parts;
         let mut run = |arm: Arm, pair: Option<u32>, spt: Option<f64>, refused: bool| {
             let r = NewRun {
                 experiment_id: id,
@@ -205,6 +206,9 @@ impl Fill<'_> {
                 stderr_tail: String::new(),
                 refused,
                 error: (!measured).then(|| "exit code 4: an expert failed to load".to_string()),
+                parts: spt
+                    .filter(|_| with_parts && !refused)
+                    .map_or_else(TokenParts::default, |s| parts(e.menu, arm, s, effect)),
             };
             order += 1;
             r
@@ -330,6 +334,15 @@ impl Fill<'_> {
 
 /// Writes the fixture week (and the weeks of noise floors before it).
 pub async fn fill(ledger: &Ledger) {
+    fill_with(ledger, true).await;
+}
+
+/// The same week from a stack whose bench reports no parts of a token.
+pub async fn fill_without_parts(ledger: &Ledger) {
+    fill_with(ledger, false).await;
+}
+
+async fn fill_with(ledger: &Ledger, parts: bool) {
     use MenuId::*;
     use ProposerKind::{Bandit, Model};
     use VerdictKind::*;
@@ -337,6 +350,7 @@ pub async fn fill(ledger: &Ledger) {
     let mut f = Fill {
         tx: &mut tx,
         seq: 0,
+        parts,
     };
 
     // Noise floors: steady near 1% for eight weeks, then 3% from Thursday.
@@ -564,6 +578,36 @@ pub async fn fill(ledger: &Ledger) {
     .unwrap();
     let _ = open;
     tx.commit().await.unwrap();
+}
+
+/// The measured parts of a valid run, as tinyk3's bench reports them: the
+/// live profile spends 30% of a token in the trunk, 62% in experts, 8% in
+/// the rest; each lever's candidate moves the parts it acts on.
+fn parts(menu: MenuId, arm: Arm, spt: f64, effect: f64) -> TokenParts {
+    let base = if arm == Arm::Candidate {
+        spt / effect.exp()
+    } else {
+        spt
+    };
+    let (trunk, expert, rest) = (0.30 * base, 0.62 * base, 0.08 * base);
+    let saved = base - spt;
+    let (trunk, expert, far, accept) = match (arm, menu) {
+        (Arm::Candidate, MenuId::RerankPins) => (trunk, expert - saved, 0.20, None),
+        (Arm::Candidate, MenuId::DeepenWarmSet) => (trunk, expert - saved, 0.34, None),
+        (Arm::Candidate, MenuId::RebalanceTrunkCache) => {
+            (0.8 * trunk, spt - 0.8 * trunk - rest, 0.20, None)
+        }
+        (Arm::Candidate, MenuId::StageSpeculative) => {
+            (trunk * spt / base, expert * spt / base, 0.20, Some(0.72))
+        }
+        _ => (trunk, expert, 0.20, None),
+    };
+    TokenParts {
+        trunk_seconds_per_token: Some(trunk),
+        expert_seconds_per_token: Some(expert),
+        far_hit_share: Some(far),
+        draft_acceptance: accept,
+    }
 }
 
 fn refusal(kind: VerdictKind, at: DateTime<Utc>, reason: &str) -> NewVerdict {

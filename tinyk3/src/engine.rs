@@ -13,6 +13,7 @@ use crate::manifest::{Manifest, Shape};
 use crate::math::argmax;
 use crate::model::{self, KvCache};
 use crate::moe::{MoeCtx, moe_layer};
+use crate::phases::{PhaseSeconds, timed};
 use crate::pins::PinList;
 use crate::profile::{GB, Settings};
 use crate::tiers::{ExpertId, ExpertStore, TierHits};
@@ -49,6 +50,8 @@ pub struct Counters {
     pub draft: DraftCounts,
     pub residency: Residency,
     pub cold_read_mode: &'static str,
+    /// Seconds spent in each part of the forward pass (see [`PhaseSeconds`]).
+    pub phases: PhaseSeconds,
 }
 
 /// How `generate` decodes.
@@ -69,6 +72,10 @@ pub struct Generation {
     pub decode_seconds: f64,
     /// FNV-1a 64 of the bits of every logit vector a token was chosen from.
     pub logits_digest: u64,
+    /// Seconds of the decode steps spent in each part of the forward pass.
+    pub decode_phases: PhaseSeconds,
+    /// Expert lookups of the decode steps, by the tier that served them.
+    pub decode_hits: TierHits,
 }
 
 /// FNV-1a 64 over bytes, continuing from `h`.
@@ -92,6 +99,7 @@ pub struct Engine {
     heat: Heat,
     hits: TierHits,
     draft: DraftCounts,
+    phases: PhaseSeconds,
     kv: KvCache,
     /// The tokens whose keys and values `kv` holds, in order: what a later
     /// prompt may share as a prefix.
@@ -182,6 +190,7 @@ impl Engine {
             far,
             hits: TierHits::default(),
             draft: DraftCounts::default(),
+            phases: PhaseSeconds::default(),
             threads: settings.threads.max(1),
             cache_capacity,
         })
@@ -295,6 +304,7 @@ impl Engine {
                 trunk_total_bytes: self.trunk.total_bytes(),
             },
             cold_read_mode: self.store.cold_mode().name(),
+            phases: self.phases,
         }
     }
 
@@ -314,27 +324,33 @@ impl Engine {
     fn forward_layers(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
         let shape = self.manifest.shape.clone();
         let mut xs = Vec::with_capacity(tokens.len());
-        for &t in tokens {
-            xs.push(self.trunk.embed_row(t as usize)?);
-        }
+        let trunk = &mut self.trunk;
+        timed(&mut self.phases.trunk, || -> Result<()> {
+            for &t in tokens {
+                xs.push(trunk.embed_row(t as usize)?);
+            }
+            Ok(())
+        })?;
         self.seq.extend_from_slice(tokens);
         for l in 0..shape.n_layers {
-            model::attention(
-                &mut self.trunk,
-                &shape,
-                l,
-                &mut xs,
-                &mut self.kv,
-                self.threads,
-            )?;
-            let (ms, routes) =
-                model::dense_and_route(&mut self.trunk, &shape, l, &mut xs, self.threads)?;
+            let (ms, routes) = timed(&mut self.phases.trunk, || {
+                model::attention(
+                    &mut self.trunk,
+                    &shape,
+                    l,
+                    &mut xs,
+                    &mut self.kv,
+                    self.threads,
+                )?;
+                model::dense_and_route(&mut self.trunk, &shape, l, &mut xs, self.threads)
+            })?;
             let mut ctx = MoeCtx {
                 shape: &shape,
                 store: &mut self.store,
                 far: self.far.as_mut(),
                 heat: &mut self.heat,
                 hits: &mut self.hits,
+                phases: &mut self.phases,
                 threads: self.threads,
             };
             let ys = moe_layer(&mut ctx, l, &ms, &routes)?;
@@ -346,7 +362,9 @@ impl Engine {
             return Ok(Vec::new());
         }
         let last: Vec<&[f32]> = xs[xs.len() - want..].iter().map(|x| x.as_slice()).collect();
-        model::head(&mut self.trunk, &shape, &last, self.threads)
+        timed(&mut self.phases.trunk, || {
+            model::head(&mut self.trunk, &shape, &last, self.threads)
+        })
     }
 
     /// Feeds a prompt (one batched pass); returns the logits after its last token.
@@ -376,11 +394,13 @@ impl Engine {
 
     /// The draft: embedding, the bottom `draft_layers` attention blocks, the head.
     fn draft_forward(&mut self, tokens: &[u32], want: usize) -> Result<Vec<Vec<f32>>> {
+        let t = Instant::now();
         let start = self.draft_kv.len();
         let out = self.draft_layers(tokens, want);
         if out.is_err() {
             self.truncate_draft_kv(start);
         }
+        self.phases.draft += t.elapsed().as_secs_f64();
         out
     }
 
@@ -433,6 +453,7 @@ impl Engine {
             }
         }
         let prefill_seconds = t0.elapsed().as_secs_f64();
+        let (phases0, hits0) = (self.phases, self.hits);
         let t1 = Instant::now();
         let mut ids = Vec::with_capacity(n);
         let mut digest = FNV_OFFSET;
@@ -466,11 +487,20 @@ impl Engine {
                 )?;
             }
         }
+        let decode_seconds = t1.elapsed().as_secs_f64();
+        let h = self.hits;
         Ok(Generation {
             ids,
             prefill_seconds,
-            decode_seconds: t1.elapsed().as_secs_f64(),
+            decode_seconds,
             logits_digest: digest,
+            decode_phases: self.phases - phases0,
+            decode_hits: TierHits {
+                pinned: h.pinned - hits0.pinned,
+                cache: h.cache - hits0.cache,
+                far: h.far - hits0.far,
+                cold: h.cold - hits0.cold,
+            },
         })
     }
 

@@ -10,6 +10,7 @@
 //! - [`model`], [`moe`]: the forward pass (attention, dense, router) and the routed experts;
 //! - [`engine`]: open a model under [`profile::Settings`], prefill, step, generate, counters;
 //! - [`heat`]: the expert histogram and request trace;
+//! - [`phases`]: wall-clock seconds per part of the forward pass (trunk, experts by tier, draft);
 //! - [`profile`]: engine settings and the orchestrator's profile TOML;
 //! - [`serve`]: `tinyk3 serve`, the OpenAI-compatible server with constrained decoding and metrics;
 //! - [`cli`], [`cmd`]: the command line and one handler per subcommand;
@@ -28,6 +29,7 @@ pub mod manifest;
 pub mod math;
 pub mod model;
 pub mod moe;
+pub mod phases;
 pub mod pins;
 pub mod profile;
 pub mod rng;

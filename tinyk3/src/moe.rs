@@ -18,6 +18,7 @@ use crate::heat::Heat;
 use crate::manifest::Shape;
 use crate::math::gated_mlp;
 use crate::model::Route;
+use crate::phases::{PhaseSeconds, timed};
 use crate::tiers::{ExpertStore, TierHits};
 
 /// The mutable state the MoE step uses.
@@ -27,6 +28,8 @@ pub struct MoeCtx<'a> {
     pub far: Option<&'a mut FarClient>,
     pub heat: &'a mut Heat,
     pub hits: &'a mut TierHits,
+    /// Where the step's wall time is added (`expert` and its tiers).
+    pub phases: &'a mut PhaseSeconds,
     pub threads: usize,
 }
 
@@ -155,6 +158,18 @@ pub fn moe_layer(
     ms: &[Vec<f32>],
     routes: &[Route],
 ) -> Result<Vec<Vec<f32>>> {
+    let t0 = std::time::Instant::now();
+    let out = moe_step(ctx, l, ms, routes);
+    ctx.phases.expert += t0.elapsed().as_secs_f64();
+    out
+}
+
+fn moe_step(
+    ctx: &mut MoeCtx,
+    l: usize,
+    ms: &[Vec<f32>],
+    routes: &[Route],
+) -> Result<Vec<Vec<f32>>> {
     let shape = ctx.shape;
     let d = shape.d_model;
     let mut users: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -186,17 +201,23 @@ pub fn moe_layer(
     let sent = match ctx.far.as_deref_mut() {
         Some(far) if !remote.is_empty() && far.available() => {
             let vecs: Vec<&[f32]> = ms.iter().map(|m| m.as_slice()).collect();
-            far.send(l, &vecs, &items)
+            timed(&mut ctx.phases.expert_far, || far.send(l, &vecs, &items))
         }
         _ => false,
     };
-    let mut outs: HashMap<usize, Vec<Vec<f32>>> = run_many(shape, &local, ms, &users, ctx.threads)
-        .into_iter()
-        .collect();
+    let threads = ctx.threads;
+    let mut outs: HashMap<usize, Vec<Vec<f32>>> = timed(&mut ctx.phases.expert_local, || {
+        run_many(shape, &local, ms, &users, threads)
+    })
+    .into_iter()
+    .collect();
     let mut cold = remote.clone();
     if sent {
         let far = ctx.far.take().expect("sent implies a far tier");
-        let (answers, raced) = race_far(ctx, far, l, &remote, items.len(), ms, &users)?;
+        let t = std::time::Instant::now();
+        let raced = race_far(ctx, far, l, &remote, items.len(), ms, &users);
+        ctx.phases.expert_far += t.elapsed().as_secs_f64();
+        let (answers, raced) = raced?;
         let far = ctx.far.as_deref_mut().expect("returned by race_far");
         ctx.hits.cold += raced.len() as u64;
         cold.clear();
@@ -226,7 +247,10 @@ pub fn moe_layer(
         }
     }
     ctx.hits.cold += cold.len() as u64;
-    outs.extend(run_cold(ctx, l, &cold, ms, &users)?);
+    let t = std::time::Instant::now();
+    let cold_outs = run_cold(ctx, l, &cold, ms, &users);
+    ctx.phases.expert_cold += t.elapsed().as_secs_f64();
+    outs.extend(cold_outs?);
     // Canonical combine: per position, ascending expert id, gate-weighted.
     let mut cursor: HashMap<usize, usize> = HashMap::new();
     let mut ys = vec![vec![0f32; d]; routes.len()];

@@ -88,6 +88,12 @@ pub(super) fn run(experiment_id: ExperimentId, arm: Arm, order: u32, pair: Optio
         stderr_tail: "done\n".to_string(),
         refused: false,
         error: None,
+        parts: TokenParts {
+            trunk_seconds_per_token: Some(0.4),
+            expert_seconds_per_token: Some(1.0),
+            far_hit_share: Some(0.2),
+            draft_acceptance: None,
+        },
     }
 }
 

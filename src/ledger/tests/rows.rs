@@ -247,6 +247,7 @@ async fn run_round_trip_and_run_rules() {
         output_hash: None,
         exit_code: Some(4),
         error: Some("exit 4: an expert failed to load".into()),
+        parts: TokenParts::default(),
         stderr_tail: "expert 3,17: short read\n".into(),
         ..run(exp, Arm::Warmup, 0, None)
     };
@@ -255,6 +256,7 @@ async fn run_round_trip_and_run_rules() {
         refused: true,
         output_hash: Some("0000000000000bad".into()),
         timing_source: Some(TimingSource::Client),
+        parts: TokenParts::default(),
         ..run(exp, Arm::Candidate, 1, Some(0))
     };
     let good = run(exp, Arm::Baseline, 2, Some(0));
@@ -283,9 +285,29 @@ async fn run_round_trip_and_run_rules() {
                 stderr_tail: new.stderr_tail.clone(),
                 refused: new.refused,
                 error: new.error.clone(),
+                parts: new.parts,
             }
         );
     }
+    assert!(got[2].parts.any(), "a valid run keeps its measured parts");
+
+    // Measured parts belong to valid runs only, and stay in range.
+    let parts_without_metric = NewRun {
+        seconds_per_token: None,
+        ..run(exp, Arm::Candidate, 6, Some(2))
+    };
+    assert_constraint(
+        ledger.insert_run(&parts_without_metric).await,
+        "parts without a metric",
+    );
+    let share_above_one = NewRun {
+        parts: TokenParts {
+            far_hit_share: Some(1.5),
+            ..TokenParts::default()
+        },
+        ..run(exp, Arm::Candidate, 7, Some(3))
+    };
+    assert_constraint(ledger.insert_run(&share_above_one).await, "share above 1");
 
     // A refused run never carries a metric.
     let refused_with_metric = NewRun {

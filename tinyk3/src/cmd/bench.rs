@@ -5,8 +5,9 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::cli::BenchArgs;
-use crate::engine::{DecodeMode, Engine};
+use crate::engine::{DecodeMode, Engine, Generation};
 use crate::error::{Error, Result};
+use crate::phases::PhaseSeconds;
 use crate::pins::PinList;
 use crate::profile::{GB, Settings, check_gb, check_threads};
 
@@ -81,6 +82,31 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The measured parts of one decode token, for the bench JSON.
+struct DecodeParts {
+    /// Seconds per decode token in each part of the forward pass.
+    per_token: PhaseSeconds,
+    /// `seconds_per_token` minus trunk, expert and draft: the time no timer
+    /// covers (picking tokens, KV bookkeeping). Reported, never hidden.
+    residual: f64,
+    /// Share of the decode steps' expert lookups the far tier served; `None`
+    /// when decoding made no lookup.
+    far_hit_share: Option<f64>,
+}
+
+impl DecodeParts {
+    fn of(g: &Generation, seconds_per_token: f64) -> DecodeParts {
+        let per_token = g.decode_phases.per(g.ids.len());
+        let h = g.decode_hits;
+        let lookups = h.pinned + h.cache + h.far + h.cold;
+        DecodeParts {
+            residual: seconds_per_token - per_token.trunk - per_token.expert - per_token.draft,
+            far_hit_share: (lookups > 0).then(|| h.far as f64 / lookups as f64),
+            per_token,
+        }
+    }
+}
+
 /// Runs the bench; prints the JSON report and writes it to `--out`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     let s = settings(args)?;
@@ -117,9 +143,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         + r.pinned_bytes;
     let budget_bytes = s.budget_gb.map_or(held, |b| (b * GB) as u64);
     let accept = (c.draft.proposed > 0).then(|| c.draft.accepted as f64 / c.draft.proposed as f64);
+    let seconds_per_token = g.decode_seconds / g.ids.len() as f64;
+    let parts = DecodeParts::of(&g, seconds_per_token);
     let report = json!({
         "generated_ids": g.ids,
-        "seconds_per_token": g.decode_seconds / g.ids.len() as f64,
+        "seconds_per_token": seconds_per_token,
+        "trunk_seconds_per_token": parts.per_token.trunk,
+        "expert_seconds_per_token": parts.per_token.expert,
+        "residual_seconds_per_token": parts.residual,
+        "far_hit_share": parts.far_hit_share,
+        "draft_acceptance": accept,
+        "phases": {
+            "trunk": parts.per_token.trunk,
+            "expert": parts.per_token.expert,
+            "expert_local": parts.per_token.expert_local,
+            "expert_far": parts.per_token.expert_far,
+            "expert_cold": parts.per_token.expert_cold,
+            "draft": parts.per_token.draft,
+            "residual": parts.residual,
+        },
+        "decode_hits": g.decode_hits,
         "tokens": g.ids.len(),
         "prompt_tokens": ids.len(),
         "hits": c.hits,

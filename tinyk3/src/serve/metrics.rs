@@ -187,6 +187,21 @@ pub fn render(live: &Live) -> String {
         "Draft tokens the full model accepted.",
         &[("", draft.accepted as f64)],
     );
+    let ph = c.as_ref().map(|c| c.phases).unwrap_or_default();
+    metric(
+        &mut out,
+        "tinyk3_phase_seconds_total",
+        "counter",
+        "Seconds of the forward pass by part since start (prefill and decode): trunk, experts (and by tier), draft.",
+        &[
+            ("phase=\"trunk\"", ph.trunk),
+            ("phase=\"expert\"", ph.expert),
+            ("phase=\"expert_local\"", ph.expert_local),
+            ("phase=\"expert_far\"", ph.expert_far),
+            ("phase=\"expert_cold\"", ph.expert_cold),
+            ("phase=\"draft\"", ph.draft),
+        ],
+    );
     metric(
         &mut out,
         "tinyk3_tokens_predicted_total",

@@ -6,3 +6,4 @@ mod exit_codes;
 mod far_protocol;
 mod heat;
 mod identical;
+mod parts;

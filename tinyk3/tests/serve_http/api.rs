@@ -165,12 +165,23 @@ fn metrics_parse_and_move_with_requests() {
     assert!(before["tinyk3_seconds_per_token"].is_nan());
     assert_eq!(before["tinyk3_tokens_predicted_total"], 0.0);
     assert_eq!(before["tinyk3_far_available"], 0.0);
+    let t0 = std::time::Instant::now();
     let v = s.chat(&chat_body("count me", 16)).json();
+    let wall = t0.elapsed().as_secs_f64();
     let after = parse_prometheus(&s.get("/metrics").text());
     assert_eq!(after["tinyk3_tokens_predicted_total"], 16.0);
     let secs = v["timings"]["predicted_ms"].as_f64().unwrap() / 1e3;
     assert!((after["tinyk3_tokens_predicted_seconds_total"] - secs).abs() < 1e-9);
     assert!((after["tinyk3_seconds_per_token"] - secs / 16.0).abs() < 1e-9);
+    // The timed parts of the forward pass move with the work, and never
+    // exceed the wall time they are part of (prefill included).
+    let phase = |m: &std::collections::BTreeMap<String, f64>, p: &str| {
+        m[&format!("tinyk3_phase_seconds_total{{phase=\"{p}\"}}")]
+    };
+    assert_eq!(phase(&before, "trunk"), 0.0);
+    let (trunk, expert) = (phase(&after, "trunk"), phase(&after, "expert"));
+    assert!(trunk > 0.0 && expert > 0.0, "{trunk} {expert}");
+    assert!(trunk + expert <= wall, "{trunk} + {expert} > {wall}");
     let cov = after["tinyk3_heat_coverage"];
     assert!((0.0..=1.0).contains(&cov), "{cov}");
     let hits: f64 = ["pinned", "cache", "far", "cold"]
