@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use orchestrator::ledger::{
     CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewRun, NewVerdict, StageId,
-    TimingSource,
+    TimingSource, TokenParts,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::profile::Profile;
@@ -77,6 +77,7 @@ fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -
                     stderr_tail: String::new(),
                     refused: false,
                     error: None,
+                    parts: TokenParts::default(),
                 })
                 .await
                 .unwrap();
