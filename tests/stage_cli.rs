@@ -5,15 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
 
 use assert_cmd::Command;
-use chrono::{Duration, Utc};
-use orchestrator::ledger::{
-    CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewRun, NewVerdict, StageId,
-    TimingSource, TokenParts,
-};
-use orchestrator::menu::MenuId;
+use orchestrator::ledger::StageId;
 use orchestrator::profile::Profile;
-use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
-use serde_json::json;
+
+mod staged;
 
 const BASE: &str = "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.25\ncache_gb = 0.5\n";
 
@@ -56,96 +51,12 @@ impl Fixture {
 
     /// Stages a confirmed win that raises the cache to `cache_gb`.
     fn stage_win(&self, cache_gb: f64) -> StageId {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let ledger = Ledger::open(self.path("ledger/orchestrator.db"))
-                .await
-                .unwrap();
-            let base = self.base();
-            let mut candidate = base.clone();
-            candidate.memory.cache_gb = cache_gb;
-            candidate.memory.trunk_gb = 0.25;
-            let now = Utc::now() - Duration::minutes(5);
-            let mut tx = ledger.begin_write().await.unwrap();
-            let cycle = tx.open_cycle(now, ProposerKind::Bandit).await.unwrap();
-            let mut ids: Vec<ExperimentId> = vec![];
-            for _ in 0..2 {
-                // The second experiment is the independent confirmation of the first.
-                let confirmation_of = ids.first().copied();
-                let e = tx
-                    .insert_experiment(&NewExperiment {
-                        cycle_id: cycle,
-                        proposal_id: None,
-                        confirmation_of,
-                        created_at: now,
-                        menu_id: MenuId::RebalanceTrunkCache,
-                        parameters: json!({"trunk_fraction": 0.5}),
-                        method: Method::Bench,
-                        base_profile: base.canonical(),
-                        base_digest: base.digest(),
-                        candidate_profile: candidate.canonical(),
-                        candidate_digest: candidate.digest(),
-                        planner_notes: None,
-                    })
-                    .await
-                    .unwrap();
-                for (order, (arm, pair, spt)) in [
-                    (Arm::Baseline, 0, 0.050),
-                    (Arm::Candidate, 0, 0.040),
-                    (Arm::Candidate, 1, 0.041),
-                    (Arm::Baseline, 1, 0.051),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    tx.insert_run(&NewRun {
-                        experiment_id: e,
-                        arm,
-                        order_index: order as u32,
-                        pair_index: Some(pair),
-                        started_at: now,
-                        seconds_per_token: Some(spt),
-                        timing_source: Some(TimingSource::Engine),
-                        tokens: Some(24),
-                        output_hash: Some("00000000deadbeef".into()),
-                        exit_code: Some(0),
-                        duration_s: 1.0,
-                        stderr_tail: String::new(),
-                        refused: false,
-                        error: None,
-                        parts: TokenParts::default(),
-                    })
-                    .await
-                    .unwrap();
-                }
-                tx.insert_verdict(
-                    e,
-                    &NewVerdict {
-                        kind: VerdictKind::Win,
-                        decided_at: now,
-                        effect: Some(-0.2),
-                        interval: Some(Interval {
-                            low: -0.25,
-                            high: -0.15,
-                        }),
-                        noise_floor: Some(0.02),
-                        pairs: 2,
-                        method: Some("test fixture".into()),
-                        reason: None,
-                    },
-                )
-                .await
-                .unwrap();
-                ids.push(e);
-            }
-            let stage = tx.insert_stage(ids[0], ids[1], now).await.unwrap();
-            tx.close_cycle(cycle, &CycleOutcome::Completed, now)
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-            ledger.close().await;
-            stage
-        })
+        let base = self.base();
+        staged::stage_win(
+            &self.path("ledger/orchestrator.db"),
+            &base,
+            &staged::variant(&base, cache_gb),
+        )
     }
 
     fn live(&self) -> Profile {
