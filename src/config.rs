@@ -262,6 +262,8 @@ pub struct Model {
     pub max_attempts: u32,
     /// `max_tokens` of each request: bounds a rambling rationale.
     pub max_tokens: u32,
+    /// The rationale's `maxLength` in the schema and the validator.
+    pub rationale_max_chars: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -626,6 +628,12 @@ struct RawModel {
     max_attempts: u32,
     #[serde(default = "default_model_max_tokens")]
     max_tokens: u32,
+    #[serde(default = "default_rationale_max_chars")]
+    rationale_max_chars: usize,
+}
+
+fn default_rationale_max_chars() -> usize {
+    crate::menu::RATIONALE_MAX_CHARS
 }
 
 fn default_model_max_tokens() -> u32 {
@@ -684,6 +692,7 @@ const KNOWN_KEYS: &[&str] = &[
     "request_timeout_s",
     "max_attempts",
     "max_tokens",
+    "rationale_max_chars",
     "cycle",
     "interval_s",
     "proposer",
@@ -870,6 +879,13 @@ impl Config {
                 if m.max_attempts == 0 {
                     return Err(semantic("[model] max_attempts must be at least 1".into()));
                 }
+                if m.rationale_max_chars > crate::menu::RATIONALE_MAX_CHARS_LIMIT {
+                    return Err(semantic(format!(
+                        "[model] rationale_max_chars = {} is more than {}; use a smaller bound (0 asks for an empty rationale)",
+                        m.rationale_max_chars,
+                        crate::menu::RATIONALE_MAX_CHARS_LIMIT
+                    )));
+                }
                 Model {
                     base_url: url(&m.base_url, "model", "base_url").map_err(semantic)?,
                     name: m.name,
@@ -878,6 +894,7 @@ impl Config {
                     request_timeout: m.request_timeout_s,
                     max_attempts: m.max_attempts,
                     max_tokens: m.max_tokens,
+                    rationale_max_chars: m.rationale_max_chars,
                 }
             }
             None if raw.cycle.proposer == ProposerChoice::Model => {
@@ -895,6 +912,7 @@ impl Config {
                 request_timeout: default_request_timeout(),
                 max_attempts: default_attempts(),
                 max_tokens: default_model_max_tokens(),
+                rationale_max_chars: default_rationale_max_chars(),
             },
         };
         let m = &raw.measure;

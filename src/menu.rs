@@ -18,9 +18,13 @@ use toml::Spanned;
 use crate::profile::Knob;
 use crate::vocab::Method;
 
-/// The longest rationale the model may write; it is shown to nobody but kept
-/// in the raw answer, so the bound only stops runaway generations.
+/// The longest rationale the model may write unless `[model]
+/// rationale_max_chars` says otherwise. It is shown to nobody but kept in the
+/// raw answer, so the bound only stops runaway generations.
 pub const RATIONALE_MAX_CHARS: usize = 400;
+
+/// The most `[model] rationale_max_chars` may allow.
+pub const RATIONALE_MAX_CHARS_LIMIT: usize = 4000;
 
 /// One of the five experiments the orchestrator knows how to plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -141,6 +145,9 @@ pub struct Menu {
     /// called off-menu (see [`crate::support`]).
     unsupported: Vec<MenuId>,
     stack: Option<String>,
+    /// The rationale's bound, in characters: the schema's `maxLength` and
+    /// the validator's limit, from the one value so they cannot disagree.
+    rationale_max_chars: usize,
 }
 
 /// Why the menu could not be loaded. Each names the file (and line).
@@ -236,6 +243,8 @@ pub enum Rejection {
         field: &'static str,
         expected: &'static str,
     },
+    #[error("field `{field}` must be a string of at most {max} characters")]
+    TooLong { field: &'static str, max: usize },
     #[error("the experiment id is not on the menu; choose one of: {valid}")]
     OffMenu { valid: String },
     #[error(
@@ -278,6 +287,7 @@ impl Rejection {
             Rejection::MissingField { .. } => "missing_field",
             Rejection::ExtraField => "extra_field",
             Rejection::FieldType { .. } => "field_type",
+            Rejection::TooLong { .. } => "too_long",
             Rejection::OffMenu { .. } => "off_menu",
             Rejection::Unsupported { .. } => "unsupported",
             Rejection::MissingParam { .. } => "missing_param",
@@ -337,6 +347,7 @@ impl Menu {
             entries,
             unsupported: Vec::new(),
             stack: None,
+            rationale_max_chars: RATIONALE_MAX_CHARS,
         })
     }
 
@@ -353,7 +364,22 @@ impl Menu {
                 .collect(),
             unsupported: unsupported.to_vec(),
             stack: Some(stack.to_string()),
+            rationale_max_chars: self.rationale_max_chars,
         }
+    }
+
+    /// The same menu with the rationale bounded to `max` characters. The
+    /// rationale comes after the choice in every answer, so it explains the
+    /// choice and never informs it; a small model that writes noise there
+    /// spends a decode step per character, which a small bound saves.
+    pub fn with_rationale_max_chars(mut self, max: usize) -> Menu {
+        self.rationale_max_chars = max;
+        self
+    }
+
+    /// The longest rationale an answer may carry, in characters.
+    pub fn rationale_max_chars(&self) -> usize {
+        self.rationale_max_chars
     }
 
     /// The entries this stack supports, in [`MenuId::ALL`] order.
@@ -388,7 +414,11 @@ impl Menu {
     /// required keys, string enums, integer/number bounds, string maxLength,
     /// and `anyOf` at the root.
     pub fn json_schema(&self) -> Value {
-        let alternatives: Vec<Value> = self.entries.iter().map(entry_schema).collect();
+        let alternatives: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|e| entry_schema(e, self.rationale_max_chars))
+            .collect();
         json!({ "anyOf": alternatives })
     }
 
@@ -448,10 +478,10 @@ impl Menu {
                 field: "rationale",
                 expected: "a string",
             })?;
-        if rationale.chars().count() > RATIONALE_MAX_CHARS {
-            return Err(Rejection::FieldType {
+        if rationale.chars().count() > self.rationale_max_chars {
+            return Err(Rejection::TooLong {
                 field: "rationale",
-                expected: "a string of at most 400 characters",
+                max: self.rationale_max_chars,
             });
         }
         let entry = self.entry(id);
@@ -536,7 +566,7 @@ fn check_param(param: &Param, v: &Value) -> Result<ParamValue, Rejection> {
     }
 }
 
-fn entry_schema(entry: &MenuEntry) -> Value {
+fn entry_schema(entry: &MenuEntry, rationale_max_chars: usize) -> Value {
     let mut props = serde_json::Map::new();
     for p in &entry.params {
         let s = match &p.kind {
@@ -561,7 +591,7 @@ fn entry_schema(entry: &MenuEntry) -> Value {
                 "required": required,
                 "additionalProperties": false
             },
-            "rationale": {"type": "string", "maxLength": RATIONALE_MAX_CHARS}
+            "rationale": {"type": "string", "maxLength": rationale_max_chars}
         },
         "required": ["experiment", "params", "rationale"],
         "additionalProperties": false

@@ -45,7 +45,8 @@ pub enum SupportError {
 }
 
 /// The menu this stack offers: `menu` without `[stack] unsupported`, after
-/// checking that every entry left on it reaches the stack.
+/// checking that every entry left on it reaches the stack, with the
+/// rationale bounded as `[model] rationale_max_chars` says.
 pub fn stack_menu(config: &Config, menu: &Menu) -> Result<Menu, SupportError> {
     let unsupported = &config.stack.unsupported;
     for entry in menu.entries() {
@@ -73,7 +74,9 @@ pub fn stack_menu(config: &Config, menu: &Menu) -> Result<Menu, SupportError> {
             });
         }
     }
-    Ok(menu.without(unsupported, &config.stack.name))
+    Ok(menu
+        .without(unsupported, &config.stack.name)
+        .with_rationale_max_chars(config.model.rationale_max_chars))
 }
 
 /// The command a candidate of `method` runs, as the cycle chooses it

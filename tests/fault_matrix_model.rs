@@ -46,13 +46,9 @@ fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
     });
     let demo = Demo::new("model", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
-    let serve = demo.serve;
+    use_model_double(&demo, model.port);
     edit_config(&demo, |t| {
-        t.replace(
-            &format!("base_url = \"http://127.0.0.1:{serve}/v1\""),
-            &format!("base_url = \"http://127.0.0.1:{}/v1\"", model.port),
-        )
-        .replace("request_timeout_s = 300", "request_timeout_s = 2")
+        t.replace("request_timeout_s = 300", "request_timeout_s = 2")
     });
     let off_menu = r#"{"experiment":"format_disk","params":{},"rationale":"x"}"#;
     let out_of_bounds =

@@ -106,13 +106,9 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     });
     let demo = Demo::new("model", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
-    let serve = demo.serve;
+    use_model_double(&demo, model.port);
     edit_config(&demo, |t| {
         t.replace(
-            &format!("base_url = \"http://127.0.0.1:{serve}/v1\""),
-            &format!("base_url = \"http://127.0.0.1:{}/v1\"", model.port),
-        )
-        .replace(
             "# api_key_env = \"ORCHESTRATOR_API_KEY\"",
             &format!("api_key_env = {KEY_VAR:?}"),
         )

@@ -195,6 +195,7 @@ pub(crate) fn model_config(
         request_timeout: config::Seconds::try_from(request_timeout_s).unwrap(),
         max_attempts,
         max_tokens: super::client::MAX_TOKENS,
+        rationale_max_chars: crate::menu::RATIONALE_MAX_CHARS,
     }
 }
 

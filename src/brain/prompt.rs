@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::Situation;
 use super::client::{Message, Role};
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{MenuEntry, ParamKind, RATIONALE_MAX_CHARS, Rejection};
+use crate::menu::{MenuEntry, ParamKind, Rejection};
 
 /// The live metrics scraped at the start of a cycle; `None` when the stack
 /// does not export a series or it could not be read.
@@ -62,14 +62,19 @@ impl NoiseFloorState {
     }
 }
 
-/// The fixed instructions: the role and the answer's shape.
-pub fn system_text() -> String {
+/// The fixed instructions: the role and the answer's shape, with the
+/// rationale's bound of the menu in use.
+pub fn system_text(rationale_max_chars: usize) -> String {
+    let rationale = match rationale_max_chars {
+        0 => "\"\" (empty)".to_string(),
+        n => format!("<at most {n} characters>"),
+    };
     format!(
         "You choose the next experiment for tuning a tiered mixture-of-experts \
          serving stack toward its seconds-per-token objective.\n\
          Answer with exactly one JSON object and nothing else: \
          {{\"experiment\": <a menu id>, \"params\": {{<that entry's parameters>}}, \
-         \"rationale\": <at most {RATIONALE_MAX_CHARS} characters>}}.\n\
+         \"rationale\": {rationale}}}.\n\
          Choose only from the menu, with every parameter inside its bounds. \
          The answer is checked in code; anything else is refused. \
          An experiment already decided on the current profile with the same \
@@ -108,7 +113,7 @@ pub fn followup_text(refusals: &[Rejection]) -> String {
 /// earlier answers were refused.
 pub fn messages(s: &Situation<'_>, refusals: &[Rejection]) -> Vec<Message> {
     let mut m = vec![
-        Message::new(Role::System, system_text()),
+        Message::new(Role::System, system_text(s.menu.rationale_max_chars())),
         Message::new(Role::User, situation_text(s)),
     ];
     if !refusals.is_empty() {

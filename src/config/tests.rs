@@ -136,3 +136,17 @@ fn edit_distance_is_levenshtein() {
     assert_eq!(nearest("min_pair"), Some("min_pairs"));
     assert_eq!(nearest("zzzzzzzzzzzz"), None);
 }
+
+#[test]
+fn the_rationale_bound_defaults_to_400_and_is_capped() {
+    let demo = parse(&default_text()).unwrap();
+    assert_eq!(demo.model.rationale_max_chars, 0);
+    let text = default_text().replace("rationale_max_chars = 0\n", "");
+    assert_eq!(
+        parse(&text).unwrap().model.rationale_max_chars,
+        crate::menu::RATIONALE_MAX_CHARS
+    );
+    let msg = err(&default_text().replace("rationale_max_chars = 0", "rationale_max_chars = 9000"));
+    assert!(msg.contains("[model] rationale_max_chars = 9000"), "{msg}");
+    assert!(msg.contains("4000"), "{msg}");
+}

@@ -213,7 +213,26 @@ fn rejections_never_echo_the_models_strings() {
 fn a_long_rationale_is_refused() {
     let long = "a".repeat(RATIONALE_MAX_CHARS + 1);
     let raw = format!(r#"{{"experiment":"remeasure","params":{{}},"rationale":"{long}"}}"#);
-    assert_eq!(menu().validate(&raw).unwrap_err().kind(), "field_type");
+    assert_eq!(menu().validate(&raw).unwrap_err().kind(), "too_long");
+}
+
+#[test]
+fn a_configured_rationale_bound_reaches_schema_validator_and_message() {
+    let m = menu().with_rationale_max_chars(3);
+    let schema = m.json_schema();
+    for alt in schema["anyOf"].as_array().unwrap() {
+        assert_eq!(alt["properties"]["rationale"]["maxLength"], json!(3));
+    }
+    let answer =
+        |r: &str| format!(r#"{{"experiment":"remeasure","params":{{}},"rationale":"{r}"}}"#);
+    assert!(m.validate(&answer("abc")).is_ok());
+    let err = m.validate(&answer("abcd")).unwrap_err();
+    assert_eq!(err.kind(), "too_long");
+    assert!(err.to_string().contains("at most 3 characters"), "{err}");
+    // Zero asks for an empty rationale, which still has to be there.
+    let none = menu().with_rationale_max_chars(0);
+    assert!(none.validate(&answer("")).is_ok());
+    assert_eq!(none.validate(&answer("a")).unwrap_err().kind(), "too_long");
 }
 
 // ---- schema and validator agree ---------------------------------------------
@@ -294,7 +313,10 @@ fn violate(schema: &Value, answer: &Value, how: u64) -> Value {
             out["params"]["unexpected"] = json!(1);
         }
         _ => {
-            out["rationale"] = json!("y".repeat(RATIONALE_MAX_CHARS + 1));
+            let max = alt["properties"]["rationale"]["maxLength"]
+                .as_u64()
+                .unwrap();
+            out["rationale"] = json!("y".repeat(max as usize + 1));
         }
     }
     out
@@ -302,8 +324,8 @@ fn violate(schema: &Value, answer: &Value, how: u64) -> Value {
 
 proptest! {
     #[test]
-    fn every_answer_the_schema_admits_validates(seed in any::<u64>()) {
-        let m = menu();
+    fn every_answer_the_schema_admits_validates(seed in any::<u64>(), bound in 0usize..500) {
+        let m = menu().with_rationale_max_chars(bound);
         let schema = m.json_schema();
         let mut state = seed | 1;
         let mut pick = |n: u64| {
@@ -316,8 +338,12 @@ proptest! {
     }
 
     #[test]
-    fn every_answer_outside_the_schema_is_rejected(seed in any::<u64>(), how in 0u64..4) {
-        let m = menu();
+    fn every_answer_outside_the_schema_is_rejected(
+        seed in any::<u64>(),
+        how in 0u64..4,
+        bound in 0usize..500,
+    ) {
+        let m = menu().with_rationale_max_chars(bound);
         let schema = m.json_schema();
         let mut state = seed | 1;
         let mut pick = |n: u64| {

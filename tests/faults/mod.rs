@@ -65,6 +65,20 @@ pub fn edit_config(demo: &Demo, edit: impl FnOnce(String) -> String) {
     std::fs::write(&path, new).unwrap();
 }
 
+/// Points the demo's `[model]` at a scripted model double on `port`. The
+/// demo asks tinyk3's random weights for an empty rationale; a scripted
+/// model writes real ones, so the default bound of 400 characters is back.
+pub fn use_model_double(demo: &Demo, port: u16) {
+    let serve = demo.serve;
+    edit_config(demo, |t| {
+        t.replace(
+            &format!("base_url = \"http://127.0.0.1:{serve}/v1\""),
+            &format!("base_url = \"http://127.0.0.1:{port}/v1\""),
+        )
+        .replace("rationale_max_chars = 0", "rationale_max_chars = 400")
+    });
+}
+
 /// Puts the fault wrapper in front of the bench command, fed from the queue
 /// file `faults.queue` and logging every invocation to `faults.log`.
 pub fn wrap_bench(demo: &Demo) {
