@@ -35,8 +35,8 @@ fn main() {
     if grid {
         // Tuning grid, for the record of how the default policy was chosen.
         let mut protocols = Vec::new();
-        for confidence in [0.70, 0.80, 0.90] {
-            for (min_pairs, max_pairs) in [(4, 40), (6, 40), (6, 50), (8, 50)] {
+        for confidence in [0.30, 0.40, 0.50] {
+            for (min_pairs, max_pairs) in [(2, 8), (2, 10), (2, 12), (2, 16), (4, 12)] {
                 let policy = Policy::new(
                     confidence.try_into().expect("valid confidence"),
                     min_pairs,
@@ -167,8 +167,8 @@ fn main() {
     if let Some(f) = report.cheapest_fixed() {
         let fr = report.summary(f).mean_runs;
         println!(
-            "**Cost target**: ours {:.1} runs per decision; cheapest fixed-sample protocol \
-             meeting the targets: {} at {:.1}; ratio {:.2}; target ≤ 0.50: {}.\n",
+            "**Cost target**: ours {:.2} runs per decision; cheapest fixed-sample protocol \
+             meeting the targets: {} at {:.2}; ratio {:.3}; target ≤ 0.50: {}.\n",
             ours.mean_runs,
             config.protocols[f].label(),
             fr,

@@ -420,11 +420,11 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
         .measure_noise_floor(exp, &live, &mut gate, 3, min)
         .await
         .unwrap();
-    let NoiseOutcome::Measured { floor, log_ratios } = &report.outcome else {
+    let NoiseOutcome::Measured { floor, pairs } = &report.outcome else {
         panic!("{:?}", report.outcome);
     };
     assert_eq!(floor.n, orchestrator::judge::noise::MIN_PAIRS);
-    assert_eq!(log_ratios.len(), floor.n);
+    assert_eq!(pairs.len(), floor.n);
     assert!(floor.measured > 0.0 && floor.value.get() >= min.get());
     assert_eq!(report.runs.len(), 2 * floor.n);
     let row = report

@@ -23,7 +23,7 @@ fn the_default_config_loads() {
         c.stack.live_profile,
         Path::new("/etc/orch/ledger/profiles/live.toml")
     );
-    assert_eq!(c.measure.confidence.get(), 0.80);
+    assert_eq!(c.measure.confidence.get(), 0.30);
     assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
     assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
 }
@@ -36,7 +36,7 @@ fn safe_defaults_fill_missing_keys() {
     )
     .unwrap();
     assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
-    assert_eq!(c.measure.min_pairs, 6);
+    assert_eq!(c.measure.min_pairs, 2);
     assert_eq!(c.cycle.history, 8);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
 }
@@ -52,7 +52,7 @@ fn an_unknown_key_gets_the_nearest_suggested_with_its_line() {
 
 #[test]
 fn a_bad_value_names_the_key_and_the_range() {
-    let msg = err(&default_text().replace("confidence = 0.80", "confidence = 1.5"));
+    let msg = err(&default_text().replace("confidence = 0.30", "confidence = 1.5"));
     assert!(msg.contains("[measure] confidence"), "{msg}");
     assert!(msg.contains("strictly between 0 and 1"), "{msg}");
 }
@@ -88,9 +88,9 @@ fn a_pasted_api_key_is_refused_without_echoing_it() {
 
 #[test]
 fn min_pairs_above_max_pairs_is_refused() {
-    let msg = err(&default_text().replace("min_pairs = 6", "min_pairs = 60"));
+    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 60"));
     assert!(msg.contains("min_pairs (60)"), "{msg}");
-    let msg = err(&default_text().replace("min_pairs = 6", "min_pairs = 5"));
+    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 5"));
     assert!(msg.contains("even"), "{msg}");
 }
 

@@ -605,8 +605,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
-        let (floor, log_ratios) = match report.outcome {
-            NoiseOutcome::Measured { floor, log_ratios } => (floor, log_ratios),
+        let (floor, pairs) = match report.outcome {
+            NoiseOutcome::Measured { floor, pairs } => (floor, pairs),
             NoiseOutcome::Failed { reason } => {
                 let v = refusal(VerdictKind::Failed, &reason, self.clock.now());
                 self.ledger.insert_verdict(experiment_id, &v).await?;
@@ -630,7 +630,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.floor = Some(floor.value.get());
         // The A/A's own verdict: what the sequential test says of identical
         // profiles under the new floor (normally within_noise).
-        let verdict = match judge::decide(&log_ratios, floor.value, &self.policy) {
+        let verdict = match judge::decide(&pairs, floor.value, &self.policy) {
             Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
             Ok(Step::Continue { pairs, estimate }) => match estimate {
                 Some(e) => NewVerdict {

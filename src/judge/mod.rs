@@ -4,7 +4,8 @@
 //! - [`policy`]: validated confidence, floor and pair budget (built from config).
 //! - [`noise`]: the noise floor from A/A pairs (robust scale, clamped below).
 //! - [`protocol`]: which arm runs next: warmups, then ABBA-ordered pairs.
-//! - [`interval`]: the anytime-valid interval (winsorised confidence sequence).
+//! - [`interval`]: one robust statistic per ABBA block, and its interval.
+//! - [`pocock`]: the boundary that keeps the interval valid at every look.
 //! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
 //! - [`simulate`]: ground-truth simulation against today's fixed-sample habits.
 //!
@@ -13,6 +14,7 @@
 
 pub mod interval;
 pub mod noise;
+pub mod pocock;
 pub mod policy;
 pub mod protocol;
 pub mod sequential;
@@ -31,8 +33,6 @@ use crate::vocab::{Arm, VerdictKind};
 pub enum JudgeError {
     #[error("a {arm} run reported {value} s/token; a valid run reports a finite value > 0")]
     InvalidTime { arm: Arm, value: f64 },
-    #[error("log ratio of pair #{index} is {value}, not a finite number")]
-    NonFinite { index: usize, value: f64 },
     #[error(
         "this A/B already decided `{kind}` after {pairs} pairs; start a new test \
          (an independent replication) to measure again"

@@ -139,7 +139,7 @@ impl Protocol {
             Protocol::Sequential {
                 policy, confirm, ..
             } => format!(
-                "**ours**: sequential, {:.0}% CS, {}-{} pairs{}",
+                "**ours**: sequential, {:.0}% RCI, {}-{} pairs{}",
                 100.0 * policy.confidence.get(),
                 policy.min_pairs,
                 policy.max_pairs,
@@ -252,15 +252,21 @@ impl Protocol {
     }
 }
 
-/// One ABBA pair's log ratio.
-fn pair(e: &mut Engine, theta: f64, k: usize) -> f64 {
-    let (b, c) = if pair_order(k)[0] == Arm::Baseline {
+/// One ABBA pair's `(baseline, candidate)` seconds per token, run in
+/// the pair's order.
+fn pair_times(e: &mut Engine, theta: f64, k: usize) -> (f64, f64) {
+    if pair_order(k)[0] == Arm::Baseline {
         let b = e.run(0.0);
         (b, e.run(theta))
     } else {
         let c = e.run(theta);
         (e.run(0.0), c)
-    };
+    }
+}
+
+/// One ABBA pair's log ratio.
+fn pair(e: &mut Engine, theta: f64, k: usize) -> f64 {
+    let (b, c) = pair_times(e, theta, k);
     (c / b).ln()
 }
 
@@ -277,8 +283,8 @@ fn sequential(
     }
     let mut test = SequentialTest::new(*policy, floor);
     for k in 0.. {
-        let x = pair(e, theta, k);
-        if let Step::Decided(d) = test.push_log_ratio(x).expect("simulated runs are finite") {
+        let (b, c) = pair_times(e, theta, k);
+        if let Step::Decided(d) = test.push(b, c).expect("simulated runs are finite") {
             return d.kind;
         }
     }

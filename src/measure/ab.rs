@@ -127,8 +127,9 @@ pub struct AbReport {
 pub enum NoiseOutcome {
     Measured {
         floor: NoiseFloor,
-        /// `ln(candidate-slot / baseline-slot)` per pair.
-        log_ratios: Vec<f64>,
+        /// `(baseline-slot, candidate-slot)` seconds per token per pair,
+        /// in run order (both slots ran the live profile).
+        pairs: Vec<(f64, f64)>,
     },
     /// A run failed, or the runs could not give a floor (with why).
     Failed { reason: String },
@@ -272,7 +273,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let digest = live.profile.digest();
         let mut runs = Vec::new();
         let mut pair = [0.0f64; 2];
-        let mut log_ratios = Vec::with_capacity(pairs);
+        let mut times = Vec::with_capacity(pairs);
         for run in 0..2 * self.warmups_per_arm + 2 * pairs {
             let slot = judge::slot(self.warmups_per_arm, run);
             // Both arms are the live profile: any output change is the
@@ -306,11 +307,16 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             }
             pair[usize::from(slot.profile == Arm::Candidate)] = spt;
             if (run - 2 * self.warmups_per_arm) % 2 == 1 {
-                log_ratios.push(judge::log_ratio(pair[0], pair[1])?);
+                judge::log_ratio(pair[0], pair[1])?;
+                times.push((pair[0], pair[1]));
             }
         }
+        let log_ratios: Vec<f64> = times.iter().map(|(b, c)| (c / b).ln()).collect();
         let outcome = match judge::noise::estimate(&log_ratios, min_floor) {
-            Ok(floor) => NoiseOutcome::Measured { floor, log_ratios },
+            Ok(floor) => NoiseOutcome::Measured {
+                floor,
+                pairs: times,
+            },
             Err(e) => NoiseOutcome::Failed {
                 reason: e.to_string(),
             },
