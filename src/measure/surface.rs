@@ -69,9 +69,16 @@ pub fn chat_url(base: &reqwest::Url) -> reqwest::Url {
 impl SurfaceScorer {
     /// `model` is sent as the request's `model` (llama.cpp ignores it).
     pub fn new(surface: &Surface, model: &str, timeout: Duration) -> SurfaceScorer {
+        // A fresh connection per run. A server closes an idle keep-alive
+        // connection on its own clock (cpp-httplib, under llama-server, after
+        // 5 s); when that lands just as the next run reuses it, the request
+        // dies as "error sending request" and a good run fails for nothing
+        // (seen once in a CI run, on the 19th run of an A/A). A loopback
+        // connect costs microseconds against seconds per token.
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(timeout)
+            .pool_max_idle_per_host(0)
             .build()
             .expect("a client with timeouts only always builds");
         SurfaceScorer {

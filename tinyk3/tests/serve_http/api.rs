@@ -381,6 +381,21 @@ fn past_the_queue_requests_get_429() {
             .contains("--queue 0")
     );
     assert_eq!(long.join().unwrap().status, 200);
-    // Once the slot is free the server serves again.
+    // Once the slot is free the server serves again. The client has the
+    // whole response a moment before the engine thread lets go of the slot
+    // (its ticket: counted in flight, then queued, until dropped), so wait
+    // for the server to say it has.
+    let t0 = Instant::now();
+    loop {
+        let m = parse_prometheus(&s.get("/metrics").text());
+        if m["tinyk3_requests_in_flight"] + m["tinyk3_requests_queued"] == 0.0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the slot was never released"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(s.chat(&chat_body("again", 4)).status, 200);
 }
