@@ -277,6 +277,10 @@ pub enum Rejection {
         "the same experiment with the same parameters was already decided on this profile (experiment {previous})"
     )]
     Duplicate { previous: i64 },
+    #[error(
+        "the planner already refused the same experiment with the same parameters on this profile (cycle {cycle}); choose another"
+    )]
+    RefusedByPlanner { cycle: i64 },
 }
 
 impl Rejection {
@@ -294,7 +298,8 @@ impl Rejection {
             Rejection::ExtraParam { .. } => "extra_param",
             Rejection::WrongType { .. } => "wrong_type",
             Rejection::OutOfBounds { .. } => "out_of_bounds",
-            Rejection::Duplicate { .. } => "duplicate",
+            // Counted with the duplicates: decided on this profile already.
+            Rejection::Duplicate { .. } | Rejection::RefusedByPlanner { .. } => "duplicate",
         }
     }
 }

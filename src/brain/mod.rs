@@ -70,6 +70,17 @@ pub trait DuplicateCheck {
         &self,
         proposal: &Proposal,
     ) -> impl Future<Output = Result<Option<ExperimentId>, LedgerError>> + Send;
+
+    /// The cycle in which the planner refused this very proposal on the same
+    /// base profile, if it did: decided without a measurement, so proposing
+    /// it again would only waste a cycle. Checks that keep no such record
+    /// (the test doubles) find none.
+    fn refused_by_planner(
+        &self,
+        _proposal: &Proposal,
+    ) -> impl Future<Output = Result<Option<CycleId>, LedgerError>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// [`DuplicateCheck`] over [`Ledger::already_decided`] for one base profile.
@@ -91,6 +102,15 @@ impl DuplicateCheck for LedgerDuplicates<'_> {
             .await?;
         Ok(prior.map(|p| p.experiment_id))
     }
+
+    async fn refused_by_planner(
+        &self,
+        proposal: &Proposal,
+    ) -> Result<Option<CycleId>, LedgerError> {
+        self.ledger
+            .planner_refused(&proposal_value(proposal), self.base_digest)
+            .await
+    }
 }
 
 /// The duplicate rule both proposers apply: `remeasure` repeats on purpose
@@ -103,10 +123,13 @@ pub(crate) async fn duplicate_of(
     if proposal.experiment == MenuId::Remeasure {
         return Ok(None);
     }
+    if let Some(prev) = check.previous(proposal).await? {
+        return Ok(Some(Rejection::Duplicate { previous: prev.0 }));
+    }
     Ok(check
-        .previous(proposal)
+        .refused_by_planner(proposal)
         .await?
-        .map(|prev| Rejection::Duplicate { previous: prev.0 }))
+        .map(|cycle| Rejection::RefusedByPlanner { cycle: cycle.0 }))
 }
 
 /// A proposer: the served model or the bandit.
@@ -213,6 +236,151 @@ mod tests {
     use super::*;
     use crate::ledger::{Interval, NewExperiment, NewVerdict};
     use crate::vocab::{Method, VerdictKind};
+
+    /// A proposal the planner refused on the live profile is a duplicate on
+    /// that profile (both proposers skip it), and only on that profile.
+    #[tokio::test]
+    async fn a_planner_refusal_on_the_same_live_profile_is_a_duplicate() {
+        use crate::ledger::NewObservation;
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
+        let menu = repo_menu();
+        let pins = menu
+            .validate(r#"{"experiment":"rerank_pins","params":{"pin_count":64},"rationale":""}"#)
+            .unwrap();
+        let live = Digest::of(b"live");
+        let check = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &live,
+        };
+        // One cycle per case: (observed live profile, proposal, how it ended).
+        let record = |digest: Digest, refusal: Option<Rejection>, verdict: VerdictKind| {
+            let (ledger, pins) = (&ledger, pins.clone());
+            async move {
+                let cycle = ledger.open_cycle(at, ProposerKind::Bandit).await.unwrap();
+                ledger
+                    .insert_observation(&NewObservation {
+                        cycle_id: cycle,
+                        observed_at: at,
+                        metrics: serde_json::json!({}),
+                        heat: None,
+                        live_profile_digest: digest,
+                    })
+                    .await
+                    .unwrap();
+                let attempt = Attempt {
+                    number: 1,
+                    prompt: None,
+                    raw_answer: None,
+                    parsed: Some(proposal_value(&pins)),
+                    rejection: refusal,
+                };
+                let outcome = Outcome {
+                    proposer: ProposerKind::Bandit,
+                    attempts: vec![attempt],
+                    decision: Decision::Chosen(pins.clone()),
+                };
+                for row in outcome.new_proposals(cycle, at) {
+                    ledger.insert_proposal(&row).await.unwrap();
+                }
+                let v = NewVerdict {
+                    kind: verdict,
+                    decided_at: at,
+                    effect: None,
+                    interval: None,
+                    noise_floor: None,
+                    pairs: 0,
+                    method: None,
+                    reason: Some("not measured: the pins would not fit".into()),
+                };
+                ledger.insert_cycle_verdict(cycle, &v).await.unwrap();
+                cycle
+            }
+        };
+        // Refused on another profile, refused as a duplicate (not by the
+        // planner), failed for another reason: none of these counts.
+        record(Digest::of(b"old live"), None, VerdictKind::Rejected).await;
+        record(
+            live.clone(),
+            Some(Rejection::Duplicate { previous: 1 }),
+            VerdictKind::Rejected,
+        )
+        .await;
+        record(live.clone(), None, VerdictKind::Failed).await;
+        assert_eq!(check.refused_by_planner(&pins).await.unwrap(), None);
+        assert_eq!(duplicate_of(&check, &pins).await.unwrap(), None);
+        // Refused by the planner on this live profile.
+        let refused = record(live.clone(), None, VerdictKind::Rejected).await;
+        assert_eq!(
+            check.refused_by_planner(&pins).await.unwrap(),
+            Some(refused)
+        );
+        let rejection = duplicate_of(&check, &pins).await.unwrap().unwrap();
+        assert_eq!(rejection, Rejection::RefusedByPlanner { cycle: refused.0 });
+        assert_eq!(rejection.kind(), "duplicate");
+        assert!(
+            rejection.to_string().contains("planner already refused"),
+            "{rejection}"
+        );
+        // Other parameters are another arm.
+        let other = menu
+            .validate(r#"{"experiment":"rerank_pins","params":{"pin_count":32},"rationale":""}"#)
+            .unwrap();
+        assert_eq!(duplicate_of(&check, &other).await.unwrap(), None);
+        // The bandit moves on to an arm the planner has not refused. Every
+        // arm but these two counts as decided, so it has exactly two to
+        // choose from, and it must take the other one every time.
+        struct OnlyTwo<'a> {
+            ledger: LedgerDuplicates<'a>,
+            open: [Proposal; 2],
+        }
+        impl DuplicateCheck for OnlyTwo<'_> {
+            async fn previous(&self, p: &Proposal) -> Result<Option<ExperimentId>, LedgerError> {
+                Ok((!self.open.contains(p)).then_some(ExperimentId(1)))
+            }
+            async fn refused_by_planner(
+                &self,
+                p: &Proposal,
+            ) -> Result<Option<CycleId>, LedgerError> {
+                self.ledger.refused_by_planner(p).await
+            }
+        }
+        let arms = bandit::arms(&menu);
+        assert!(
+            arms.contains(&pins) && arms.contains(&other),
+            "both are bandit arms"
+        );
+        let only = OnlyTwo {
+            ledger: check,
+            open: [pins.clone(), other.clone()],
+        };
+        let history = ledger.recent_experiments(10).await.unwrap();
+        let floor = NoiseFloorState::Current {
+            value: 0.02,
+            pairs: 20,
+            age: std::time::Duration::from_secs(1),
+            stale: false,
+        };
+        let metrics = LiveMetrics::default();
+        let situation = Situation {
+            menu: &menu,
+            target_seconds_per_token: 1.0,
+            metrics: &metrics,
+            noise_floor: &floor,
+            history: &history,
+        };
+        let mut bandit = bandit::BanditProposer::new(
+            bandit::BanditAlgorithm::Ucb1,
+            <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1),
+        );
+        for _ in 0..10 {
+            let out = bandit.propose(&situation, &only).await;
+            match out.decision {
+                Decision::Chosen(p) => assert_eq!(p, other),
+                d => panic!("the bandit chose nothing: {d:?}"),
+            }
+        }
+    }
 
     /// The rows an outcome produces satisfy the ledger's schema, and the
     /// ledger-backed duplicate check finds what was decided on the same base.

@@ -29,8 +29,8 @@ use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
 use crate::config::Config;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{
-    CycleId, CycleOutcome, ExperimentId, Interval, Ledger, LedgerError, NewExperiment,
-    NewNoiseFloor, NewObservation, NewVerdict, ProposalId,
+    CycleId, CycleOutcome, ExperimentId, ExperimentOutcome, Interval, Ledger, LedgerError,
+    NewExperiment, NewNoiseFloor, NewObservation, NewVerdict, ProposalId,
 };
 use crate::measure::ab::{AbError, AbRunner, AbVerdict, Clock, NoiseOutcome, RecordedRun};
 use crate::measure::cancel::Cancel;
@@ -40,7 +40,7 @@ use crate::menu::{Menu, MenuId, Proposal};
 use crate::observe::{self, Observation};
 use crate::plan::{self, PinList, PlanContext};
 use crate::profile::Profile;
-use crate::vocab::{Arm, Method, VerdictKind};
+use crate::vocab::{Arm, Digest, Method, VerdictKind};
 
 /// Everything a cycle uses; built once by the daemon.
 pub struct Cycle<'a, P, C> {
@@ -299,14 +299,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         let Some(last) = self.ledger.recent_experiments(1).await?.into_iter().next() else {
             return Ok(None);
         };
-        let first = match last.confirmation_of {
-            None if last.verdict == Some(VerdictKind::Win) => last.experiment_id,
-            Some(first) if last.verdict == Some(VerdictKind::Failed) => first,
-            _ => return Ok(None),
-        };
-        if last.base_digest != live.profile.digest() {
+        let Some(first) = win_to_confirm(&last, &live.profile.digest()) else {
             return Ok(None);
-        }
+        };
         let confirmations = self.ledger.confirmations(first).await?;
         if confirmations.len() >= MAX_INTERRUPTED_CONFIRMATIONS {
             return Ok(None);
@@ -733,4 +728,76 @@ pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
         .filter(|r| r.run.arm == arm && !r.run.refused)
         .filter_map(|r| r.run.seconds_per_token)
         .collect()
+}
+
+/// The win the last experiment asks to confirm, if any: its own win, or the
+/// win its interrupted (`failed`) confirmation was judging, on the profile
+/// that is still live. A remeasure never asks: it is an A/A of the live
+/// profile, so its "win" is noise that crossed the floor, with no candidate
+/// to confirm or stage.
+fn win_to_confirm(last: &ExperimentOutcome, live: &Digest) -> Option<ExperimentId> {
+    if last.menu_id == MenuId::Remeasure || &last.base_digest != live {
+        return None;
+    }
+    match last.confirmation_of {
+        None if last.verdict == Some(VerdictKind::Win) => Some(last.experiment_id),
+        Some(first) if last.verdict == Some(VerdictKind::Failed) => Some(first),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn last(
+        menu_id: MenuId,
+        verdict: VerdictKind,
+        confirmation_of: Option<i64>,
+    ) -> ExperimentOutcome {
+        ExperimentOutcome {
+            experiment_id: ExperimentId(7),
+            cycle_id: CycleId(7),
+            created_at: Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap(),
+            menu_id,
+            parameters: serde_json::json!({}),
+            base_digest: Digest::of(b"live"),
+            proposer: None,
+            confirmation_of: confirmation_of.map(ExperimentId),
+            verdict: Some(verdict),
+            effect: None,
+            interval: None,
+            noise_floor: None,
+            pairs: None,
+        }
+    }
+
+    #[test]
+    fn a_win_is_confirmed_but_never_a_remeasure_s() {
+        let live = Digest::of(b"live");
+        use VerdictKind::*;
+        let split = MenuId::RebalanceTrunkCache;
+        assert_eq!(
+            win_to_confirm(&last(split, Win, None), &live),
+            Some(ExperimentId(7))
+        );
+        // An interrupted confirmation asks again for the win it judged.
+        assert_eq!(
+            win_to_confirm(&last(split, Failed, Some(3)), &live),
+            Some(ExperimentId(3))
+        );
+        assert_eq!(win_to_confirm(&last(split, Win, Some(3)), &live), None);
+        assert_eq!(win_to_confirm(&last(split, Loss, None), &live), None);
+        // Another live profile: the win is out of date.
+        assert_eq!(
+            win_to_confirm(&last(split, Win, None), &Digest::of(b"other")),
+            None
+        );
+        // An A/A that crossed the floor by chance has nothing to confirm.
+        assert_eq!(
+            win_to_confirm(&last(MenuId::Remeasure, Win, None), &live),
+            None
+        );
+    }
 }

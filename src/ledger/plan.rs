@@ -5,7 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Ledger, Result, cycles, experiments, noise, references, report, runs, stages, verdicts,
+    Ledger, Result, cycles, experiments, noise, proposals, references, report, runs, stages,
+    verdicts,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -16,6 +17,7 @@ pub enum NamedQuery {
     CycleVerdicts,
     RecentExperiments,
     DuplicateDecided,
+    PlannerRefused,
     Confirmations,
     ExperimentRuns,
     ExperimentVerdict,
@@ -39,6 +41,7 @@ impl NamedQuery {
         NamedQuery::CycleVerdicts,
         NamedQuery::RecentExperiments,
         NamedQuery::DuplicateDecided,
+        NamedQuery::PlannerRefused,
         NamedQuery::Confirmations,
         NamedQuery::ExperimentRuns,
         NamedQuery::ExperimentVerdict,
@@ -63,6 +66,7 @@ impl NamedQuery {
             NamedQuery::CycleVerdicts => cycles::SQL_CYCLE_VERDICTS,
             NamedQuery::RecentExperiments => experiments::SQL_RECENT_EXPERIMENTS,
             NamedQuery::DuplicateDecided => experiments::SQL_DUPLICATE_DECIDED,
+            NamedQuery::PlannerRefused => proposals::SQL_PLANNER_REFUSED,
             NamedQuery::Confirmations => experiments::SQL_CONFIRMATIONS,
             NamedQuery::ExperimentRuns => runs::SQL_EXPERIMENT_RUNS,
             NamedQuery::ExperimentVerdict => verdicts::SQL_EXPERIMENT_VERDICT,

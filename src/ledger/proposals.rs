@@ -101,6 +101,23 @@ async fn of_cycle(c: &mut SqliteConnection, cx: &Ctx, cycle_id: CycleId) -> Resu
         .map_err(cx.err("read a cycle's proposals"))
 }
 
+/// The latest cycle whose valid proposal was exactly `parsed` and which the
+/// planner refused before any experiment existed (a `rejected` verdict with
+/// no experiment, on a proposal nobody refused), while the live profile was
+/// `live_digest`.
+///
+/// The proposal comes first (`CROSS JOIN` fixes the order) through its
+/// partial index, newest first: left to itself SQLite starts from every
+/// experiment-less verdict, which grows with every refusal and failure.
+pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
+     FROM proposals p INDEXED BY proposals_valid_by_parsed \
+     CROSS JOIN verdicts v ON v.cycle_id = p.cycle_id \
+     CROSS JOIN observations o ON o.cycle_id = p.cycle_id \
+     WHERE p.parsed = ?1 AND p.rejection IS NULL \
+       AND v.experiment_id IS NULL AND v.kind = 'rejected' \
+       AND o.live_profile_digest = ?2 \
+     ORDER BY p.id DESC LIMIT 1";
+
 impl WriteTx {
     pub async fn insert_proposal(&mut self, p: &NewProposal) -> Result<ProposalId> {
         let (c, cx) = self.parts();
@@ -113,6 +130,25 @@ impl Ledger {
     pub async fn insert_proposal(&self, p: &NewProposal) -> Result<ProposalId> {
         let mut c = self.conn("record a proposal").await?;
         insert(&mut c, &self.ctx, p).await
+    }
+
+    /// The duplicate check's second half: the latest cycle in which the
+    /// planner refused exactly this proposal (`parsed`, as stored) while the
+    /// live profile was `live_digest`. Such a proposal was decided without a
+    /// measurement ("not predicted to help", "does not fit"), and proposing
+    /// it again on the same profile only wastes a cycle.
+    pub async fn planner_refused(
+        &self,
+        parsed: &Value,
+        live_digest: &crate::vocab::Digest,
+    ) -> Result<Option<CycleId>> {
+        let mut c = self.conn("look for an identical refused proposal").await?;
+        sqlx::query_scalar(SQL_PLANNER_REFUSED)
+            .bind(canonical_json(parsed))
+            .bind(live_digest)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(self.ctx.err("look for an identical refused proposal"))
     }
 
     /// Every attempt of a cycle, in order.

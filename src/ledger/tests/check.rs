@@ -295,6 +295,28 @@ async fn a_staged_stage_already_live_is_an_interrupted_approval() {
 }
 
 #[tokio::test]
+async fn a_second_win_for_a_profile_already_approved_is_no_interrupted_approval() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    // Two wins reach the same candidate (digest(200)) from two bases; the
+    // first is approved, so its candidate is live.
+    let (approved, _, _) = staged_win(&ledger, 1).await;
+    let (second, _, _) = staged_win(&ledger, 2).await;
+    ledger
+        .decide_stage(approved, StageDecision::Approved, "alice", None, t(400))
+        .await
+        .unwrap();
+    let ctx = CheckContext {
+        daemon_running: false,
+        live_digest: Some(digest(200)),
+    };
+    let found = ledger.check(&ctx).await.unwrap();
+    assert!(
+        found.is_empty(),
+        "stage {second:?} is only out of date: {found:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_damaged_file_fails_the_integrity_check() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");

@@ -163,6 +163,8 @@ async fn named_queries_use_indexes() {
         .await
         .unwrap();
     assert!(dup.contains("experiments_by_identity"), "{dup}");
+    let refused = ledger.query_plan(NamedQuery::PlannerRefused).await.unwrap();
+    assert!(refused.contains("proposals_valid_by_parsed"), "{refused}");
     let floor = ledger
         .query_plan(NamedQuery::LatestNoiseFloor)
         .await
