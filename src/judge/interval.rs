@@ -17,8 +17,9 @@ use super::policy::Floor;
 /// When an arm's two runs of a block differ in log time by more than this
 /// many floors, the slower is taken as interference and only the faster one
 /// counts. The floor is the σ of a pair's log ratio (two runs), exactly the
-/// σ of this difference, so 3 floors is a 3σ event on clean runs (0.3%)
-/// while a 10-30% slowdown on 2% noise is caught nearly always.
+/// σ of this difference, so 3 floors is a 3σ event on clean runs (0.3%);
+/// with 2% noise (a floor near 3%) a slowdown of 15% or more is caught
+/// nearly always and one of 10% about half the time.
 pub const DISCORDANT_FLOORS: f64 = 3.0;
 
 /// Degrees of freedom of the floor as a prior for the block variance.
@@ -34,10 +35,10 @@ pub const PRIOR_DF: f64 = 2.0;
 /// A point estimate and interval on the log-ratio scale.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
-    /// Mean of the winsorised log ratios.
+    /// Mean of the block statistics.
     pub log_ratio: f64,
-    /// `(lo, hi)`, covering the effect at the policy's confidence uniformly
-    /// over all pairs.
+    /// `(lo, hi)`, covering the effect at the policy's confidence at every
+    /// look at once.
     pub interval: (f64, f64),
 }
 
