@@ -98,3 +98,17 @@ fn a_missing_ledger_is_not_a_quiet_week() {
         "the report must not create a ledger"
     );
 }
+
+#[test]
+fn an_out_file_in_a_missing_directory_is_refused_with_the_fix() {
+    let site = Site::new(false);
+    let out = site.dir.path().join("no-such-dir").join("w47.md");
+    cmd(&site)
+        .args(["--week", "2026-W47", "--out"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no-such-dir does not exist"))
+        .stderr(predicate::str::contains("create it first"));
+    assert!(!out.exists());
+}

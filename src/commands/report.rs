@@ -22,6 +22,9 @@ pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
         Utc::now(),
     )
     .map_err(|e| UsageError(e.to_string()))?;
+    if let Some(out) = &args.out {
+        check_out(out)?;
+    }
     let config = Config::load(config_path)?;
     if !config.ledger_path.exists() {
         // Opening would create an empty ledger; a report of nothing from a
@@ -63,4 +66,22 @@ pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// Refuses an `--out` whose directory is missing or is not a directory
+/// before any work, with the fix: the write itself would only say "No such
+/// file or directory" after building the whole report.
+fn check_out(out: &Path) -> Result<(), UsageError> {
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if dir.is_dir() {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "--out {}: the directory {} does not exist; create it first or choose another path",
+        out.display(),
+        dir.display()
+    )))
 }

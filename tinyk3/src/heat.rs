@@ -66,15 +66,18 @@ impl Heat {
             counts: &counts,
         };
         let path = dir.join("expert_hist.json");
-        std::fs::write(&path, serde_json::to_string(&hist).expect("serialises"))
-            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        write_atomic(
+            &path,
+            serde_json::to_string(&hist).expect("serialises").as_bytes(),
+        )
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         let mut bin = Vec::with_capacity(self.trace.len() * 8);
         for (l, e) in &self.trace {
             bin.extend_from_slice(&(*l as i32).to_le_bytes());
             bin.extend_from_slice(&(*e as i32).to_le_bytes());
         }
         let path = dir.join("expert_trace.bin");
-        std::fs::write(&path, bin)
+        write_atomic(&path, &bin)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
     }
 
@@ -153,4 +156,38 @@ pub fn ranked_from_hist(path: &Path) -> Result<(usize, usize, PinList)> {
         }
     }
     Ok((h.n_layers, h.n_experts, heat.ranked()))
+}
+
+/// Writes through a temporary file and a rename, so a reader (the
+/// orchestrator reading heat while the engine dumps it) never sees half a
+/// file, and a process killed mid-write leaves the old file whole.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dump_replaces_both_files_whole_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut heat = Heat::new(2, 4);
+        heat.record(0, 1);
+        heat.write_dir(dir.path()).unwrap();
+        heat.record(1, 3);
+        heat.write_dir(dir.path()).unwrap();
+        let hist = std::fs::read_to_string(dir.path().join("expert_hist.json")).unwrap();
+        assert_eq!(hist, heat.hist_json());
+        let trace = std::fs::read(dir.path().join("expert_trace.bin")).unwrap();
+        assert_eq!(trace.len(), 2 * 8);
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["expert_hist.json", "expert_trace.bin"]);
+    }
 }

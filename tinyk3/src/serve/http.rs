@@ -2,7 +2,7 @@
 //! metrics and heat. Every refusal is an OpenAI-style error body.
 
 use std::convert::Infallible;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -170,8 +170,8 @@ async fn flush(state: &Arc<State>, query: Option<&str>) -> Result<Value, ApiErro
     let written = dir.clone();
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         std::fs::create_dir_all(&dir)?;
-        write_atomic(&dir.join("expert_hist.json"), hist.as_bytes())?;
-        write_atomic(&dir.join("expert_trace.bin"), &trace)
+        crate::heat::write_atomic(&dir.join("expert_hist.json"), hist.as_bytes())?;
+        crate::heat::write_atomic(&dir.join("expert_trace.bin"), &trace)
     })
     .await
     .expect("the flush task does not panic")
@@ -189,13 +189,6 @@ async fn flush(state: &Arc<State>, query: Option<&str>) -> Result<Value, ApiErro
     Ok(
         json!({"dir": written, "files": ["expert_hist.json", "expert_trace.bin"], "trace_entries": entries, "trace_dropped": dropped}),
     )
-}
-
-/// Writes through a temporary file and a rename, so a reader never sees half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 async fn chat(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
