@@ -283,16 +283,7 @@ mod tests {
                 for row in outcome.new_proposals(cycle, at) {
                     ledger.insert_proposal(&row).await.unwrap();
                 }
-                let v = NewVerdict {
-                    kind: verdict,
-                    decided_at: at,
-                    effect: None,
-                    interval: None,
-                    noise_floor: None,
-                    pairs: 0,
-                    method: None,
-                    reason: Some("not measured: the pins would not fit".into()),
-                };
+                let v = NewVerdict::refusal(verdict, "not measured: the pins would not fit", at);
                 ledger.insert_cycle_verdict(cycle, &v).await.unwrap();
                 cycle
             }

@@ -674,16 +674,7 @@ fn no_scorer(method: Method) -> String {
 }
 
 fn refusal(kind: VerdictKind, why: &str, at: chrono::DateTime<Utc>) -> NewVerdict {
-    NewVerdict {
-        kind,
-        decided_at: at,
-        effect: None,
-        interval: None,
-        noise_floor: None,
-        pairs: 0,
-        method: None,
-        reason: Some(why.to_string()),
-    }
+    NewVerdict::refusal(kind, why, at)
 }
 
 fn ab_stop(e: AbError) -> Stop {

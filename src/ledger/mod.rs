@@ -181,26 +181,43 @@ impl Ledger {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(busy_timeout)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(FILE_POOL_SIZE)
-            .acquire_timeout(busy_timeout + Duration::from_secs(1))
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if let Some(bytes) = max_bytes {
-                        let page: i64 = sqlx::query_scalar("PRAGMA page_size")
-                            .fetch_one(&mut *conn)
-                            .await?;
-                        let pages = (bytes as i64 / page.max(512)).max(1);
-                        sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    Ok(())
+        let connect = || {
+            SqlitePoolOptions::new()
+                .max_connections(FILE_POOL_SIZE)
+                .acquire_timeout(busy_timeout + Duration::from_secs(1))
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        if let Some(bytes) = max_bytes {
+                            let page: i64 = sqlx::query_scalar("PRAGMA page_size")
+                                .fetch_one(&mut *conn)
+                                .await?;
+                            let pages = (bytes as i64 / page.max(512)).max(1);
+                            sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        Ok(())
+                    })
                 })
-            })
-            .connect_with(options)
-            .await
-            .map_err(|source| match ctx.classify("open", source) {
+                .connect_with(options.clone())
+        };
+        // Several processes creating one ledger at once: the first
+        // connection switches the new file to WAL, and SQLite answers a
+        // connection that arrives during that switch with SQLITE_BUSY at
+        // once, without calling the busy handler. So retry the connection
+        // itself, within the same busy timeout (seen 4 times in 40 runs of
+        // `processes_opening_a_fresh_ledger_at_once_migrate_it_once`).
+        let deadline = std::time::Instant::now() + busy_timeout;
+        let pool = loop {
+            let source = match connect().await {
+                Ok(pool) => break pool,
+                Err(source) => source,
+            };
+            return Err(match ctx.classify("open", source) {
+                LedgerError::Locked { .. } if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
                 // SQLite says only "unable to open database file" when it
                 // cannot create the WAL index next to a read-only ledger.
                 LedgerError::Query { path, source, .. } if read_only(&path) => {
@@ -212,7 +229,8 @@ impl Ledger {
                 }
                 LedgerError::Query { path, source, .. } => LedgerError::Open { path, source },
                 other => other,
-            })?;
+            });
+        };
         let ledger = Ledger { pool, ctx };
         ledger.migrate().await?;
         Ok(ledger)

@@ -32,6 +32,23 @@ pub struct NewVerdict {
     pub reason: Option<String>,
 }
 
+impl NewVerdict {
+    /// A verdict that measured nothing (`rejected`, `failed`, or a
+    /// `hash_mismatch`): no effect, no interval, no pairs, only why.
+    pub fn refusal(kind: VerdictKind, reason: &str, at: DateTime<Utc>) -> NewVerdict {
+        NewVerdict {
+            kind,
+            decided_at: at,
+            effect: None,
+            interval: None,
+            noise_floor: None,
+            pairs: 0,
+            method: None,
+            reason: Some(reason.to_string()),
+        }
+    }
+}
+
 /// A stored verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {

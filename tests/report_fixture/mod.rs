@@ -611,16 +611,7 @@ fn parts(menu: MenuId, arm: Arm, spt: f64, effect: f64) -> TokenParts {
 }
 
 fn refusal(kind: VerdictKind, at: DateTime<Utc>, reason: &str) -> NewVerdict {
-    NewVerdict {
-        kind,
-        decided_at: at,
-        effect: None,
-        interval: None,
-        noise_floor: None,
-        pairs: 0,
-        method: None,
-        reason: Some(reason.to_string()),
-    }
+    NewVerdict::refusal(kind, reason, at)
 }
 
 async fn floor(f: &mut Fill<'_>, at: DateTime<Utc>, value: f64) {

@@ -60,16 +60,7 @@ pub(super) fn measured(kind: VerdictKind, effect: f64, low: f64, high: f64) -> N
 }
 
 pub(super) fn refusal(kind: VerdictKind, reason: &str) -> NewVerdict {
-    NewVerdict {
-        kind,
-        decided_at: t(100),
-        effect: None,
-        interval: None,
-        noise_floor: None,
-        pairs: 0,
-        method: None,
-        reason: Some(reason.to_string()),
-    }
+    NewVerdict::refusal(kind, reason, t(100))
 }
 
 pub(super) fn run(experiment_id: ExperimentId, arm: Arm, order: u32, pair: Option<u32>) -> NewRun {
