@@ -18,7 +18,6 @@ mod scorer;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chrono::Utc;
 use serde_json::json;
 
 pub use floor::CurrentFloor;
@@ -120,7 +119,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         if r.verdict.is_some() {
             return Ok(());
         }
-        let v = refusal(VerdictKind::Failed, why, self.clock.now());
+        let v = NewVerdict::refusal(VerdictKind::Failed, why, self.clock.now());
         match r.experiment_id {
             Some(e) => self.ledger.insert_verdict(e, &v).await?,
             None => self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?,
@@ -334,7 +333,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         kind: VerdictKind,
         why: &str,
     ) -> Result<(), LedgerError> {
-        let v = refusal(kind, why, self.clock.now());
+        let v = NewVerdict::refusal(kind, why, self.clock.now());
         self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?;
         r.verdict = Some(kind);
         r.reason = Some(why.to_string());
@@ -603,7 +602,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         let (floor, pairs) = match report.outcome {
             NoiseOutcome::Measured { floor, pairs } => (floor, pairs),
             NoiseOutcome::Failed { reason } => {
-                let v = refusal(VerdictKind::Failed, &reason, self.clock.now());
+                let v = NewVerdict::refusal(VerdictKind::Failed, &reason, self.clock.now());
                 self.ledger.insert_verdict(experiment_id, &v).await?;
                 r.verdict = Some(VerdictKind::Failed);
                 r.reason = Some(reason);
@@ -641,9 +640,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                     method: Some(judge::sequential::METHOD.to_string()),
                     reason: None,
                 },
-                None => refusal(VerdictKind::Failed, "too few A/A pairs to judge", now),
+                None => NewVerdict::refusal(VerdictKind::Failed, "too few A/A pairs to judge", now),
             },
-            Err(e) => refusal(VerdictKind::Failed, &e.to_string(), now),
+            Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
         };
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
         r.verdict = Some(verdict.kind);
@@ -671,10 +670,6 @@ fn no_scorer(method: Method) -> String {
     format!(
         "the config has no way to measure with the {method} protocol: add [stack.bench], or [stack.surface] (and [stack.shadow] for candidates)"
     )
-}
-
-fn refusal(kind: VerdictKind, why: &str, at: chrono::DateTime<Utc>) -> NewVerdict {
-    NewVerdict::refusal(kind, why, at)
 }
 
 fn ab_stop(e: AbError) -> Stop {
@@ -740,7 +735,7 @@ fn win_to_confirm(last: &ExperimentOutcome, live: &Digest) -> Option<ExperimentI
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Utc};
 
     fn last(
         menu_id: MenuId,

@@ -13,6 +13,7 @@ use super::{
     BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
     RefusedDelta, Report, Series, SpeedPoint, StageCounts,
 };
+use crate::judge::noise::median;
 use crate::ledger::{
     Cycle, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStage,
     ReportVerdict, TokenParts,
@@ -57,19 +58,6 @@ impl BuildOptions {
 /// The measured kinds: the proposer's decided experiments.
 fn decided(kind: VerdictKind) -> bool {
     !matches!(kind, VerdictKind::Rejected | VerdictKind::Failed)
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// Reads the period and builds the report.
@@ -207,9 +195,9 @@ impl Speeds {
             .map(|v| v.2.clone());
         let mut points: Vec<SpeedPoint> = per_exp
             .into_iter()
-            .filter_map(|(id, (at, mut v))| {
+            .filter_map(|(id, (at, v))| {
                 let runs = v.len();
-                median(&mut v).map(|m| SpeedPoint {
+                median(&v).map(|m| SpeedPoint {
                     at,
                     experiment: id,
                     seconds_per_token: m,
@@ -238,7 +226,7 @@ impl Speeds {
     }
 
     fn median_of(&self, base: &Digest, since: Option<DateTime<Utc>>) -> Option<f64> {
-        median(&mut self.of(base, since).map(|v| v.3).collect::<Vec<_>>())
+        median(&self.of(base, since).map(|v| v.3).collect::<Vec<_>>())
     }
 
     /// The window the live speed is read from: the live base's runs,
@@ -272,7 +260,7 @@ impl Speeds {
                 ids.insert(row.1);
             }
         }
-        let value = median(&mut v)?;
+        let value = median(&v)?;
         let (first, last) = (ids.first()?, ids.last()?);
         let span = if first == last {
             format!("experiment #{first}")

@@ -39,6 +39,7 @@
 
 use serde::Serialize;
 
+use crate::judge::noise::median;
 use crate::ledger::{ExperimentId, LeverRun};
 use crate::menu::MenuId;
 use crate::vocab::Arm;
@@ -149,19 +150,6 @@ pub struct Ratio {
     pub candidate: f64,
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 impl Ratio {
     /// The paired ratio of the figure `of` picks, over the pairs where both
     /// arms carry it; `None` when no pair does.
@@ -185,9 +173,9 @@ impl Ratio {
         }
         Some(Ratio {
             pairs: ratios.len(),
-            value: median(&mut ratios)?,
-            baseline: median(&mut base)?,
-            candidate: median(&mut cand)?,
+            value: median(&ratios)?,
+            baseline: median(&base)?,
+            candidate: median(&cand)?,
         })
     }
 }
@@ -197,12 +185,12 @@ impl Ratio {
 /// that arm carries it.
 fn arms(runs: &[LeverRun], of: impl Fn(&LeverRun) -> Option<f64>) -> (Option<f64>, Option<f64>) {
     let side = |arm: Arm| {
-        let mut v: Vec<f64> = runs
+        let v: Vec<f64> = runs
             .iter()
             .filter(|r| r.arm == arm)
             .filter_map(&of)
             .collect();
-        median(&mut v)
+        median(&v)
     };
     (side(Arm::Baseline), side(Arm::Candidate))
 }
