@@ -1,8 +1,11 @@
 //! Simulation benchmark of the judgement: prints the Markdown table for the README.
 //!
 //! `cargo bench --bench judge_simulation` (a few minutes on two cores).
-//! `JUDGE_SIM_TRIALS` overrides the trials per effect (default 10000);
-//! `JUDGE_SIM_GRID=1` prints instead the policy grid the default was chosen from.
+//! `JUDGE_SIM_TRIALS` overrides the trials per effect (default 10000) and
+//! `JUDGE_SIM_SEED` the seed (default 20260529);
+//! `JUDGE_SIM_GRID=1` prints instead the policy grid the default was chosen from;
+//! `JUDGE_SIM_GRID_CONFIDENCE` and `JUDGE_SIM_GRID_MAX_PAIRS` (comma-separated)
+//! replace its axes.
 //!
 //! The comparator of the cost target is searched, not picked: for each
 //! fixed-sample family (today's habits scaled up, and our own decision rule
@@ -14,15 +17,34 @@ use std::time::Instant;
 use orchestrator::judge::simulate::{self, Config, NoiseModel, Protocol, Summary};
 use orchestrator::judge::{Floor, Policy};
 
+/// A comma-separated list of numbers from the environment, or `default`.
+fn env_list(name: &str, default: &[f64]) -> Vec<f64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}: {x:?} is not a number"))
+            })
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
 fn main() {
     let trials = std::env::var("JUDGE_SIM_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    let seed = std::env::var("JUDGE_SIM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_260_529);
     let grid = std::env::var_os("JUDGE_SIM_GRID").is_some();
     let policy = Policy::default();
     let base = Config {
-        seed: 20_260_529,
+        seed,
         trials,
         model: NoiseModel::FIGURES,
         aa_pairs: 20,
@@ -33,14 +55,17 @@ fn main() {
     };
     let started = Instant::now();
     if grid {
-        // Tuning grid, for the record of how the default policy was chosen.
+        // Tuning grid, for the record of how the default policy was chosen:
+        // every level against every pair budget, all from the least minimum.
         let mut protocols = Vec::new();
-        for confidence in [0.30, 0.40, 0.50] {
-            for (min_pairs, max_pairs) in [(2, 8), (2, 10), (2, 12), (2, 16), (4, 12)] {
+        let confidences = env_list("JUDGE_SIM_GRID_CONFIDENCE", &[0.10, 0.20, 0.30, 0.40]);
+        let budgets = env_list("JUDGE_SIM_GRID_MAX_PAIRS", &[6.0, 8.0, 10.0, 12.0, 16.0]);
+        for confidence in confidences {
+            for &max_pairs in &budgets {
                 let policy = Policy::new(
                     confidence.try_into().expect("valid confidence"),
-                    min_pairs,
-                    max_pairs,
+                    Policy::LEAST_MIN_PAIRS,
+                    max_pairs as usize,
                     policy.min_floor,
                 )
                 .expect("valid policy");

@@ -351,7 +351,7 @@ fn default_max_pairs() -> u32 {
     10
 }
 fn default_confidence() -> Fraction {
-    Fraction(0.30)
+    Fraction(0.20)
 }
 fn default_min_floor() -> Fraction {
     Fraction(0.01)

@@ -23,7 +23,7 @@ fn the_default_config_loads() {
         c.stack.live_profile,
         Path::new("/etc/orch/ledger/profiles/live.toml")
     );
-    assert_eq!(c.measure.confidence.get(), 0.30);
+    assert_eq!(c.measure.confidence.get(), 0.20);
     assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
     assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
 }
@@ -52,7 +52,7 @@ fn an_unknown_key_gets_the_nearest_suggested_with_its_line() {
 
 #[test]
 fn a_bad_value_names_the_key_and_the_range() {
-    let msg = err(&default_text().replace("confidence = 0.30", "confidence = 1.5"));
+    let msg = err(&default_text().replace("confidence = 0.20", "confidence = 1.5"));
     assert!(msg.contains("[measure] confidence"), "{msg}");
     assert!(msg.contains("strictly between 0 and 1"), "{msg}");
 }

@@ -154,7 +154,7 @@ mod tests {
         let n01 = StatNormal::new(0.0, 1.0).unwrap();
         for nu in [5.0, 7.0, 12.0, 40.0] {
             let t = StudentsT::new(0.0, 1.0, nu).unwrap();
-            for z in [1.0, 2.0, 2.5, 2.8] {
+            for z in [0.3, 0.6, 1.0, 2.0, 2.5, 2.8] {
                 let exact = t.inverse_cdf(n01.cdf(z));
                 let approx = student_quantile(z, nu);
                 assert!(
@@ -238,7 +238,7 @@ mod tests {
     fn covers_at_every_look_at_once_on_normal_runs() {
         // Runs with a 2% log-normal body: a pair's σ, the floor, is 2.83%.
         let n: Normal<f64> = Normal::new(0.0, 0.02).unwrap();
-        for (conf, blocks) in [(0.4, 6), (0.8, 6), (0.4, 12)] {
+        for (conf, blocks) in [(0.2, 5), (0.4, 6), (0.8, 6), (0.4, 12)] {
             let c =
                 simultaneous_coverage(4000, blocks, -0.05, floor(0.0283), conf, |r| n.sample(r));
             // 4000 reps: 3 standard errors are at most 2.4 points.
@@ -260,7 +260,7 @@ mod tests {
                 x
             }
         };
-        for conf in [0.4, 0.8] {
+        for conf in [0.2, 0.4, 0.8] {
             let p = Policy::new(Confidence::try_from(conf).unwrap(), 2, 12, floor(0.005)).unwrap();
             let mut rng = StdRng::seed_from_u64(7);
             let reps = 4000;

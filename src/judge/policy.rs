@@ -158,7 +158,7 @@ impl Policy {
 }
 
 impl Default for Policy {
-    /// 30% simultaneous confidence, 2 to 10 pairs (one to five ABBA blocks),
+    /// 20% simultaneous confidence, 2 to 10 pairs (one to five ABBA blocks),
     /// a 0.5% minimum floor: tuned with `cargo bench --bench
     /// judge_simulation` (`JUDGE_SIM_GRID=1` prints the grid). A low level
     /// suffices because a wrong verdict needs the interval to miss the truth
@@ -167,7 +167,7 @@ impl Default for Policy {
     /// false-win rate: a few percent per A/B becomes a fraction of a percent.
     /// See the README's judging table for the measured error rates.
     fn default() -> Policy {
-        Policy::new(Confidence(0.30), 2, 10, Floor(0.005)).expect("valid defaults")
+        Policy::new(Confidence(0.20), 2, 10, Floor(0.005)).expect("valid defaults")
     }
 }
 
