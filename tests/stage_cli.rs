@@ -179,6 +179,66 @@ fn approving_a_stage_whose_base_is_no_longer_live_expires_it() {
 }
 
 #[test]
+fn approving_one_win_expires_the_others_measured_against_the_old_profile() {
+    let f = Fixture::new();
+    let first = f.stage_win(0.75);
+    let second = f.stage_win(0.6);
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &first.0.to_string(), "--by", "ada"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "Expired 1 other staged win(s) measured against the old live profile: {second}"
+        )),
+        "{text}"
+    );
+
+    // `stage list` no longer offers it, and the ledger says who and why.
+    let out = f.cmd().args(["stage", "list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!([]), "{v}");
+    let states = staged::stages(&f.path("config.toml"));
+    assert_eq!(
+        states,
+        vec![
+            (first.0, "approved".into(), Some("ada".into())),
+            (second.0, "expired".into(), Some("orchestrator".into())),
+        ]
+    );
+    let out = f
+        .cmd()
+        .args(["stage", "show", &second.0.to_string()])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("stage {first} was approved")),
+        "{text}"
+    );
+
+    // Approving it now is refused, naming the decision; the live profile
+    // keeps the first approval.
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &second.0.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("already expired by orchestrator"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.live().memory.cache_gb, 0.75);
+    let (code, report) = staged::check(&f.path("config.toml"));
+    assert_eq!(code, 0, "{report:#}");
+}
+
+#[test]
 fn two_racing_approvals_exactly_one_wins() {
     for round in 0..3 {
         let f = Fixture::new();

@@ -12,9 +12,9 @@ use super::UsageError;
 use crate::cli::StageCommand;
 use crate::config::Config;
 use crate::display;
-use crate::ledger::{Ledger, LedgerError, Run, StageDecision, StageDetail, StageId};
+use crate::ledger::{Ledger, LedgerError, Run, StageDecision, StageDetail, StageId, WriteTx};
 use crate::profile::Profile;
-use crate::vocab::StageState;
+use crate::vocab::{Digest, StageState};
 
 pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
@@ -273,11 +273,13 @@ async fn approve(
             now,
         )
         .await?;
+        let expired = expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?;
         tx.commit().await?;
         println!(
             "stage {id} approved: {} already holds this profile (an earlier approval was interrupted before it was recorded)",
             live_path.display()
         );
+        print_superseded(&expired);
         return Ok(());
     }
     if live_digest != stage.base_digest {
@@ -311,6 +313,7 @@ async fn approve(
         .with_context(|| format!("writing the live profile {}", live_path.display()))?;
     tx.decide_stage(id, StageDecision::Approved, by, note, now)
         .await?;
+    let expired = expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?;
     tx.commit().await?;
     println!(
         "stage {id} approved by {by}; {} now holds:",
@@ -323,7 +326,38 @@ async fn approve(
         "The serving stack reads its profile at start: restart it for this to take effect. \
          Nothing was restarted or signalled."
     );
+    print_superseded(&expired);
     Ok(())
+}
+
+/// Expires, in the approval's own transaction, every other staged win whose
+/// base is not the profile just approved: their evidence was measured
+/// against the profile that is no longer live. Doing it here rather than at
+/// the daemon's next cycle means `stage list` never offers them, and a
+/// racing `stage approve` of one of them finds it expired by this approval.
+async fn expire_superseded(
+    tx: &mut WriteTx,
+    approved: StageId,
+    live: &Digest,
+    now: chrono::DateTime<Utc>,
+) -> anyhow::Result<Vec<StageId>> {
+    let reason = format!(
+        "stage {approved} was approved: the live profile is now {}, not this stage's base",
+        live.short()
+    );
+    Ok(tx.expire_stale_stages(live, &reason, now).await?)
+}
+
+fn print_superseded(expired: &[StageId]) {
+    if !expired.is_empty() {
+        let ids: Vec<String> = expired.iter().map(ToString::to_string).collect();
+        println!(
+            "Expired {} other staged win(s) measured against the old live profile: {}. \
+             The loop tests their ideas again against the new one.",
+            expired.len(),
+            ids.join(", ")
+        );
+    }
 }
 
 async fn reject(ledger: &Ledger, id: StageId, by: &str, reason: &str) -> anyhow::Result<()> {
