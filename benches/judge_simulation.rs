@@ -136,6 +136,7 @@ fn main() {
         ));
     }
     let mut cheapest: Vec<Protocol> = Vec::new();
+    let mut comparator: Option<(Protocol, f64)> = None;
     for (name, family, sizes) in families {
         let (lo, hi) = (sizes[0], *sizes.last().expect("sizes"));
         let mut tried = 0;
@@ -150,6 +151,9 @@ fn main() {
                     100.0 * s.false_win,
                     100.0 * s.min_power
                 );
+                if comparator.as_ref().is_none_or(|(_, r)| s.mean_runs < *r) {
+                    comparator = Some((p.clone(), s.mean_runs));
+                }
                 cheapest.push(p);
             }
             None => println!("| {name} | {lo}..{hi} | none | | | |"),
@@ -189,13 +193,15 @@ fn main() {
     let report = simulate::run(config.clone());
     println!("{}", report.to_markdown());
     let ours: Summary = report.summary(0);
-    if let Some(f) = report.cheapest_fixed() {
-        let fr = report.summary(f).mean_runs;
+    // The comparator is the search's: the cheapest size that met the
+    // targets there. The table above re-simulates it on another random
+    // stream, where a protocol found on the 1% boundary may land just above.
+    if let Some((p, fr)) = comparator {
         println!(
             "**Cost target**: ours {:.2} runs per decision; cheapest fixed-sample protocol \
-             meeting the targets: {} at {:.2}; ratio {:.3}; target ≤ 0.50: {}.\n",
+             meeting the targets (searched above): {} at {:.2}; ratio {:.3}; target ≤ 0.50: {}.\n",
             ours.mean_runs,
-            config.protocols[f].label(),
+            p.label(),
             fr,
             ours.mean_runs / fr,
             if ours.mean_runs <= 0.5 * fr {

@@ -120,7 +120,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
         panic!("an A/A on a healthy engine is judged: {:?}", report.verdict);
     };
     assert!(d.pairs >= 4 && d.pairs <= 6 && d.pairs % 2 == 0, "{d:?}");
-    // Two warmups, then whole ABBA blocks.
+    // Two warmups, then whole blocks.
     let stored = ledger.runs(exp).await.unwrap();
     assert_eq!(stored.len(), report.runs.len());
     assert_eq!(stored.len(), 2 + 2 * d.pairs);
@@ -132,7 +132,14 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
             Arm::Candidate => 'C',
         })
         .collect();
-    assert_eq!(arms, format!("WW{}", "BCCB".repeat(d.pairs / 2)));
+    // ABBA and BAAB blocks alternate.
+    let blocks: String = ["BCCB", "CBBC"]
+        .iter()
+        .cycle()
+        .take(d.pairs / 2)
+        .copied()
+        .collect();
+    assert_eq!(arms, format!("WW{blocks}"));
     for (i, r) in stored.iter().enumerate() {
         assert_eq!(r.order_index as usize, i);
         assert_eq!(

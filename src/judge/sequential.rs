@@ -13,8 +13,10 @@ use super::interval::{Blocks, Estimate};
 use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
-/// Stable name of the interval method, stored in the ledger with each verdict.
-pub const METHOD: &str = "pocock-rci-abba-blocks-v1";
+/// Stable name of the interval method, stored in the ledger with each
+/// verdict. v2: blocks alternate ABBA and BAAB ([`super::protocol`]); v1
+/// verdicts were measured in ABBA blocks only.
+pub const METHOD: &str = "pocock-rci-abba-baab-blocks-v2";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
