@@ -17,6 +17,11 @@ use std::time::Instant;
 use orchestrator::judge::simulate::{self, Config, NoiseModel, Protocol, Summary};
 use orchestrator::judge::{Floor, Policy};
 
+/// A number from the environment; `None` when unset or not a number.
+fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// A comma-separated list of numbers from the environment, or `default`.
 fn env_list(name: &str, default: &[f64]) -> Vec<f64> {
     match std::env::var(name) {
@@ -33,14 +38,8 @@ fn env_list(name: &str, default: &[f64]) -> Vec<f64> {
 }
 
 fn main() {
-    let trials = std::env::var("JUDGE_SIM_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let seed = std::env::var("JUDGE_SIM_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_260_529);
+    let trials = env_number("JUDGE_SIM_TRIALS").unwrap_or(10_000);
+    let seed = env_number("JUDGE_SIM_SEED").unwrap_or(20_260_529);
     let grid = std::env::var_os("JUDGE_SIM_GRID").is_some();
     let policy = Policy::default();
     let base = Config {

@@ -84,27 +84,23 @@ pub fn slot(warmups_per_arm: usize, run: usize) -> Slot {
 mod tests {
     use super::*;
 
+    /// The arms of the first `n` runs without warmups, `B` or `C` each.
+    fn arms(n: usize) -> String {
+        (0..n)
+            .map(|r| match slot(0, r).profile {
+                Arm::Baseline => 'B',
+                _ => 'C',
+            })
+            .collect()
+    }
+
     #[test]
     fn pairs_alternate_in_abba_blocks() {
-        let seq: String = (0..8)
-            .map(|r| match slot(0, r).profile {
-                Arm::Baseline => 'B',
-                _ => 'C',
-            })
-            .collect();
-        assert_eq!(seq, "BCCBCBBC");
+        assert_eq!(arms(8), "BCCBCBBC");
         assert_eq!(slot(0, 5).pair, Some(2));
         // Each arm is in the middle of every other block.
-        let blocks: Vec<String> = (0..16)
-            .map(|r| match slot(0, r).profile {
-                Arm::Baseline => 'B',
-                _ => 'C',
-            })
-            .collect::<String>()
-            .as_bytes()
-            .chunks(4)
-            .map(|c| String::from_utf8(c.to_vec()).unwrap())
-            .collect();
+        let seq = arms(16);
+        let blocks: Vec<&str> = (0..4).map(|b| &seq[4 * b..4 * b + 4]).collect();
         assert_eq!(blocks, ["BCCB", "CBBC", "BCCB", "CBBC"]);
     }
 
@@ -152,16 +148,15 @@ mod tests {
     fn an_abba_baab_pair_of_blocks_cancels_quadratic_drift() {
         // The arms' run positions in the first two blocks, BCCB CBBC: equal
         // sums of positions and of their squares (Prouhet-Thue-Morse).
-        let (mut b, mut c) = (Vec::new(), Vec::new());
-        for run in 0..8 {
-            match slot(0, run).profile {
-                Arm::Baseline => b.push(run as f64),
-                _ => c.push(run as f64),
-            }
-        }
+        let seq = arms(8);
         for power in [1, 2] {
-            let sum = |v: &[f64]| v.iter().map(|x| x.powi(power)).sum::<f64>();
-            assert_eq!(sum(&b), sum(&c), "power {power}");
+            let sum = |arm: char| -> usize {
+                seq.char_indices()
+                    .filter(|&(_, a)| a == arm)
+                    .map(|(run, _)| run.pow(power))
+                    .sum()
+            };
+            assert_eq!(sum('B'), sum('C'), "power {power}");
         }
     }
 

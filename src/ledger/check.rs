@@ -177,8 +177,9 @@ const SQL_STAGE_EVIDENCE: &str = "SELECT s.id, s.experiment_id, s.confirmation_i
 /// Staged stages whose candidate is already the live profile, unless an
 /// approved stage with that same candidate explains it: two wins can reach
 /// one profile (other parameters, another base), and once one is approved
-/// the other is simply out of date (approving it expires it), not an
-/// approval cut short.
+/// the other is simply out of date, not an approval cut short. (`stage
+/// approve` now expires such a stage in the approval's own transaction;
+/// ledgers written before that can still hold one.)
 const SQL_STAGED_BUT_LIVE: &str = "SELECT id FROM stages WHERE state = 'staged' AND candidate_digest = ?1 \
        AND NOT EXISTS (SELECT 1 FROM stages a WHERE a.state = 'approved' AND a.candidate_digest = ?1) \
      ORDER BY id";

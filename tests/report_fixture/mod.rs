@@ -222,13 +222,8 @@ impl Fill<'_> {
         for p in 0..pairs {
             let b = level(at) * (1.0 + 0.01 * wiggle(self.seq * 10 + p));
             let c = b * e.effect.unwrap_or(0.0).exp();
-            // ABBA order: the arm that runs first alternates per pair.
-            let arms = if p % 2 == 0 {
-                [Arm::Baseline, Arm::Candidate]
-            } else {
-                [Arm::Candidate, Arm::Baseline]
-            };
-            for arm in arms {
+            // The daemon's own run order.
+            for arm in orchestrator::judge::pair_order(p as usize) {
                 let refused = arm == Arm::Candidate && e.refused;
                 let spt = match arm {
                     _ if refused => None,
