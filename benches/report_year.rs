@@ -175,6 +175,7 @@ async fn cycle(
                     draft_acceptance: (menu == MenuId::StageSpeculative && arm == Arm::Candidate)
                         .then_some(0.7),
                 }),
+                pressure: Default::default(),
             })
             .await
             .unwrap();
@@ -238,6 +239,8 @@ async fn generate(path: &std::path::Path) -> Counts {
                 method: "bench fixture".into(),
                 measured_at: week_start + Duration::days(d) + Duration::minutes(1),
                 experiment_id: None,
+                load1: Some(0.5),
+                cpu_pressure: Some(0.02),
             })
             .await
             .unwrap();

@@ -38,6 +38,8 @@ pub enum Command {
     Rebaseline(RebaselineArgs),
     /// A weekly report from the ledger (Markdown or self-contained HTML)
     Report(ReportArgs),
+    /// Run one profile back to back and write each run as a CSV row (an A/A trace for the judge's replay)
+    Trace(TraceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,4 +136,29 @@ pub struct RebaselineArgs {
     /// Who re-pins [default: $USER]
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// How many runs
+    #[arg(long, value_name = "N")]
+    pub runs: u64,
+    /// The CSV file to write (never overwritten)
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Measure through the bench command or the live serving surface
+    #[arg(long, value_enum, default_value_t = TraceProtocol::Bench)]
+    pub protocol: TraceProtocol,
+    /// The profile to run [default: the live profile]
+    #[arg(long, value_name = "PATH")]
+    pub profile: Option<PathBuf>,
+    /// A progress line on stderr every N runs (0: none)
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub progress_every: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceProtocol {
+    Bench,
+    Surface,
 }

@@ -323,20 +323,51 @@ pub struct Measure {
     pub run_timeout_s: Seconds,
     #[serde(default = "default_headroom")]
     pub memory_headroom_gb: f64,
+    #[serde(default = "default_floor_pairs")]
+    pub floor_pairs: u32,
+    #[serde(default = "default_max_floor")]
+    pub max_noise_floor: Fraction,
+    #[serde(default = "default_max_pressure")]
+    pub max_pressure: Fraction,
+    #[serde(default = "default_max_discarded")]
+    pub max_discarded_blocks: u32,
+    #[serde(default = "default_pressure_shift")]
+    pub floor_pressure_shift: f64,
 }
 
 impl Measure {
-    /// The judge's policy: confidence, pair budget and the floor's lower
-    /// clamp, which the config states as a relative change and the judge
-    /// takes as a log ratio.
+    /// The judge's policy: confidence, pair budget, the floor's lower clamp
+    /// and upper limit (the config states both as relative changes, the
+    /// judge takes log ratios), the floor's pairs and the pressure rules.
     pub fn policy(&self) -> Result<Policy, ParamError> {
-        Policy::new(
+        let mut p = Policy::new(
             Confidence::try_from(self.confidence.get())?,
             self.min_pairs as usize,
             self.max_pairs as usize,
             Floor::try_from(self.min_noise_floor.get().ln_1p())?,
-        )
+        )?;
+        p.floor_pairs = self.floor_pairs as usize;
+        p.max_floor = Some(Floor::try_from(self.max_noise_floor.get().ln_1p())?);
+        p.max_pressure = Some(self.max_pressure.get());
+        p.max_discarded_blocks = self.max_discarded_blocks as usize;
+        Ok(p)
     }
+}
+
+fn default_floor_pairs() -> u32 {
+    crate::judge::Policy::DEFAULT_FLOOR_PAIRS as u32
+}
+fn default_max_floor() -> Fraction {
+    Fraction(0.10)
+}
+fn default_max_pressure() -> Fraction {
+    Fraction(0.90)
+}
+fn default_max_discarded() -> u32 {
+    4
+}
+fn default_pressure_shift() -> f64 {
+    0.25
 }
 
 fn default_warmup() -> u32 {
@@ -710,6 +741,11 @@ const KNOWN_KEYS: &[&str] = &[
     "noise_floor_max_age_s",
     "run_timeout_s",
     "memory_headroom_gb",
+    "floor_pairs",
+    "max_noise_floor",
+    "max_pressure",
+    "max_discarded_blocks",
+    "floor_pressure_shift",
     "daemon",
     "metrics_listen",
     "allow_remote",
@@ -926,6 +962,29 @@ impl Config {
         }
         // The judge's own rules (even pair counts, whole ABBA blocks).
         m.policy().map_err(|e| semantic(format!("[measure] {e}")))?;
+        if (m.floor_pairs as usize) < crate::judge::noise::MIN_PAIRS || m.floor_pairs > 200 {
+            return Err(semantic(format!(
+                "[measure] floor_pairs must be between {} and 200 (got {}); each pair is two runs of the live profile",
+                crate::judge::noise::MIN_PAIRS,
+                m.floor_pairs
+            )));
+        }
+        if m.max_noise_floor.get() <= m.min_noise_floor.get() {
+            return Err(semantic(format!(
+                "[measure] max_noise_floor ({}) must be above min_noise_floor ({})",
+                m.max_noise_floor.get(),
+                m.min_noise_floor.get()
+            )));
+        }
+        if !(m.floor_pressure_shift.is_finite()
+            && m.floor_pressure_shift > 0.0
+            && m.floor_pressure_shift <= 1.0)
+        {
+            return Err(semantic(format!(
+                "[measure] floor_pressure_shift must be in (0, 1], a change of the CPU stall share (got {})",
+                m.floor_pressure_shift
+            )));
+        }
         if !(m.memory_headroom_gb.is_finite() && m.memory_headroom_gb >= 0.0) {
             return Err(semantic(format!(
                 "[measure] memory_headroom_gb must be a number >= 0 (got {})",

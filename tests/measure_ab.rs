@@ -422,9 +422,11 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
         warmups_per_arm: 0,
     };
     let min = Floor::try_from(0.001).unwrap();
+    let mut p = Policy::new(Confidence::try_from(0.9).unwrap(), 4, 6, min).unwrap();
     // Fewer than the estimator's minimum are raised to it.
+    p.floor_pairs = 3;
     let report = runner
-        .measure_noise_floor(exp, &live, &mut gate, 3, min)
+        .measure_noise_floor(exp, &live, &mut gate, p)
         .await
         .unwrap();
     let NoiseOutcome::Measured { floor, pairs } = &report.outcome else {
@@ -438,6 +440,11 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
         .to_new_noise_floor(STACK, &live.profile.digest(), Utc::now(), Some(exp))
         .unwrap();
     assert_eq!(row.value, floor.measured);
+    // The conditions it was measured under are kept with it.
+    if orchestrator::measure::pressure::current().available() {
+        assert!(row.cpu_pressure.is_some(), "{row:?}");
+    }
+    assert!(row.load1.is_some(), "{row:?}");
     ledger.insert_noise_floor(&row).await.unwrap();
     let latest = ledger.latest_noise_floor(STACK).await.unwrap().unwrap();
     assert_eq!(latest.n as usize, floor.n);

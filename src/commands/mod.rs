@@ -12,6 +12,7 @@ pub mod rebaseline;
 pub mod report;
 pub mod run;
 pub mod stage;
+pub mod trace;
 
 /// A problem with what the user asked for (exit 2), as opposed to a failure
 /// while doing it (exit 1).
@@ -29,6 +30,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Ledger(args) => ledger::run(&config_path, args),
         Command::Rebaseline(args) => rebaseline::run(&config_path, args),
         Command::Report(args) => report::run(&config_path, args),
+        Command::Trace(args) => trace::run(&config_path, args),
     }
 }
 

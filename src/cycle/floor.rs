@@ -1,13 +1,31 @@
 //! The noise floor a cycle judges with: stored per (stack, protocol), since
 //! a floor is only meaningful for the protocol that measured it; stale when
-//! older than `noise_floor_max_age_s` or measured on another live profile.
+//! older than `noise_floor_max_age_s`, measured on another live profile,
+//! wider than `max_noise_floor`, measured under other machine conditions
+//! than now (`floor_pressure_shift`), or older than a win waiting for its
+//! confirmation (which must not inherit the noise of the A/B it confirms).
 
 use chrono::{DateTime, Utc};
 
 use crate::brain::NoiseFloorState;
 use crate::judge::Floor;
 use crate::ledger::{Ledger, LedgerError, NoiseFloor};
+use crate::measure::pressure::Pressure;
 use crate::vocab::{Digest, Method};
+
+/// When a stored floor no longer describes the machine.
+#[derive(Debug, Clone, Copy)]
+pub struct Freshness {
+    pub max_age: std::time::Duration,
+    pub max_floor: Option<Floor>,
+    /// The machine now (the kernel's 10-second pressure averages).
+    pub now: Pressure,
+    /// How far the CPU pressure share (0..1) may move from the floor's.
+    pub pressure_shift: f64,
+    /// A win decided at this time waits for its confirmation: a floor
+    /// measured before it is not used for that confirmation.
+    pub not_before: Option<DateTime<Utc>>,
+}
 
 /// The ledger key of a floor: the stack and the protocol that measured it.
 pub fn key(stack: &str, method: Method) -> String {
@@ -19,6 +37,8 @@ pub fn key(stack: &str, method: Method) -> String {
 pub struct CurrentFloor {
     pub row: Option<NoiseFloor>,
     pub stale: bool,
+    /// Why it is stale, for the cycle line and the log.
+    pub why: Option<String>,
 }
 
 impl CurrentFloor {
@@ -27,18 +47,19 @@ impl CurrentFloor {
         stack: &str,
         method: Method,
         live: &Digest,
-        max_age: std::time::Duration,
+        rules: &Freshness,
         now: DateTime<Utc>,
     ) -> Result<CurrentFloor, LedgerError> {
         let row = ledger.latest_noise_floor(&key(stack, method)).await?;
-        let stale = match &row {
-            None => true,
-            Some(f) => {
-                let age = (now - f.measured_at).to_std().unwrap_or_default();
-                age > max_age || &f.profile_digest != live
-            }
+        let why = match &row {
+            None => Some("no noise floor measured yet".to_string()),
+            Some(f) => stale_because(f, live, rules, now),
         };
-        Ok(CurrentFloor { row, stale })
+        Ok(CurrentFloor {
+            row,
+            stale: why.is_some(),
+            why,
+        })
     }
 
     /// The floor to judge with: the measurement clamped below by `min`.
@@ -59,5 +80,117 @@ impl CurrentFloor {
             },
             _ => NoiseFloorState::Missing,
         }
+    }
+}
+
+/// Why `f` may not be used now, if it may not.
+fn stale_because(
+    f: &NoiseFloor,
+    live: &Digest,
+    rules: &Freshness,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let age = (now - f.measured_at).to_std().unwrap_or_default();
+    if age > rules.max_age {
+        return Some(format!("the noise floor is {}s old", age.as_secs()));
+    }
+    if &f.profile_digest != live {
+        return Some("the live profile changed since the noise floor was measured".into());
+    }
+    if let Some(max) = rules.max_floor
+        && f.value > max.get()
+    {
+        return Some(format!(
+            "the last noise floor ({:.1}%) was above max_noise_floor ({max})",
+            100.0 * f.value.exp_m1()
+        ));
+    }
+    if let (Some(then), Some(cpu)) = (f.cpu_pressure, rules.now.cpu)
+        && (cpu - then).abs() > rules.pressure_shift
+    {
+        return Some(format!(
+            "CPU pressure moved from {:.0}% to {:.0}% since the noise floor was measured",
+            100.0 * then,
+            100.0 * cpu
+        ));
+    }
+    if let Some(win) = rules.not_before
+        && f.measured_at < win
+    {
+        return Some(
+            "a win waits for its confirmation, which needs a floor measured after it".into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::NoiseFloorId;
+
+    fn floor_row(measured_at: DateTime<Utc>, cpu: Option<f64>) -> NoiseFloor {
+        NoiseFloor {
+            id: NoiseFloorId(1),
+            stack: "s/bench".into(),
+            profile_digest: Digest::of(b"live"),
+            value: 0.03,
+            n: 20,
+            method: "qn-sigma-v1".into(),
+            measured_at,
+            experiment_id: None,
+            load1: Some(0.5),
+            cpu_pressure: cpu,
+        }
+    }
+
+    fn rules(now_cpu: Option<f64>, not_before: Option<DateTime<Utc>>) -> Freshness {
+        Freshness {
+            max_age: std::time::Duration::from_secs(3600),
+            max_floor: Some(Floor::try_from(0.1).unwrap()),
+            now: Pressure {
+                cpu: now_cpu,
+                ..Pressure::default()
+            },
+            pressure_shift: 0.25,
+            not_before,
+        }
+    }
+
+    #[test]
+    fn a_floor_follows_the_machine_not_only_the_clock() {
+        let t0 = Utc::now();
+        let live = Digest::of(b"live");
+        let f = floor_row(t0, Some(0.05));
+        assert_eq!(stale_because(&f, &live, &rules(Some(0.1), None), t0), None);
+        let why = stale_because(&f, &live, &rules(Some(0.9), None), t0).unwrap();
+        assert!(why.contains("CPU pressure moved from 5% to 90%"), "{why}");
+        // No reading on either side: only the other rules apply.
+        assert_eq!(stale_because(&f, &live, &rules(None, None), t0), None);
+        let old = t0 + chrono::Duration::seconds(7200);
+        assert!(stale_because(&f, &live, &rules(None, None), old).unwrap().contains("old"));
+        let other = Digest::of(b"other");
+        assert!(stale_because(&f, &other, &rules(None, None), t0).is_some());
+    }
+
+    #[test]
+    fn a_confirmation_needs_a_floor_measured_after_its_win() {
+        let t0 = Utc::now();
+        let live = Digest::of(b"live");
+        let f = floor_row(t0, None);
+        let later = t0 + chrono::Duration::seconds(5);
+        let why = stale_because(&f, &live, &rules(None, Some(later)), t0).unwrap();
+        assert!(why.contains("confirmation"), "{why}");
+        let earlier = t0 - chrono::Duration::seconds(5);
+        assert_eq!(stale_because(&f, &live, &rules(None, Some(earlier)), t0), None);
+    }
+
+    #[test]
+    fn a_floor_above_the_limit_is_never_used() {
+        let t0 = Utc::now();
+        let mut f = floor_row(t0, None);
+        f.value = 0.13;
+        let why = stale_because(&f, &Digest::of(b"live"), &rules(None, None), t0).unwrap();
+        assert!(why.contains("above max_noise_floor"), "{why}");
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-pub use floor::CurrentFloor;
+pub use floor::{CurrentFloor, Freshness};
 pub use line::CycleReport;
 pub use scorer::{Scorers, StackScorer};
 
@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{
     CycleId, CycleOutcome, ExperimentId, ExperimentOutcome, Interval, Ledger, LedgerError,
-    NewExperiment, NewNoiseFloor, NewObservation, NewVerdict, ProposalId,
+    NewExperiment, NewObservation, NewVerdict, ProposalId,
 };
 use crate::measure::ab::{AbError, AbRunner, AbVerdict, Clock, NoiseOutcome, RecordedRun};
 use crate::measure::cancel::Cancel;
@@ -170,31 +170,43 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             .await?;
         r.live_metric = obs.metrics.seconds_per_token;
 
+        // A win waiting for its confirmation needs a floor measured after
+        // it: the two decisions must not share the noise of one floor.
+        let pending = self.pending_win(&live).await?;
+        let not_before = match pending {
+            Some(first) => self.ledger.verdict(first).await?.map(|v| v.decided_at),
+            None => None,
+        };
+
         // 1. A floor the menu's experiments need is missing or stale.
         let methods = self.candidate_methods();
         for &method in &methods {
-            let current = self.floor(method, &live).await?;
+            let current = self.floor(method, &live, not_before).await?;
             if current.stale {
                 let scorer = self
                     .scorers
                     .for_live(method)
                     .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
                 r.scheduled = Some("noise floor refresh");
+                if let Some(why) = &current.why {
+                    tracing::info!(cycle = %id, "measuring the noise floor: {why}");
+                }
                 return self.remeasure(id, None, &live, &scorer, r).await;
             }
         }
 
         // 2. An unconfirmed win on the live profile is confirmed first.
-        if let Some(first) = self.pending_win(&live).await? {
+        if let Some(first) = pending {
             return self.confirm(id, first, &live, r).await;
         }
 
         // 3. The proposer chooses.
         let bench_floor = match methods.first() {
-            Some(m) => self.floor(*m, &live).await?,
+            Some(m) => self.floor(*m, &live, None).await?,
             None => CurrentFloor {
                 row: None,
                 stale: true,
+                why: None,
             },
         };
         let history = self
@@ -275,13 +287,25 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         methods
     }
 
-    async fn floor(&self, method: Method, live: &ProfileFile) -> Result<CurrentFloor, LedgerError> {
+    async fn floor(
+        &self,
+        method: Method,
+        live: &ProfileFile,
+        not_before: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<CurrentFloor, LedgerError> {
+        let rules = Freshness {
+            max_age: self.config.measure.noise_floor_max_age_s.duration(),
+            max_floor: self.policy.max_floor,
+            now: crate::measure::pressure::current(),
+            pressure_shift: self.config.measure.floor_pressure_shift,
+            not_before,
+        };
         CurrentFloor::load(
             self.ledger,
             &self.config.stack.name,
             method,
             &live.profile.digest(),
-            self.config.measure.noise_floor_max_age_s.duration(),
+            &rules,
             self.clock.now(),
         )
         .await
@@ -295,7 +319,13 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
     /// confirmed again, up to [`MAX_INTERRUPTED_CONFIRMATIONS`] times; else
     /// a daemon stopped at the wrong moment would silently drop a win.
     async fn pending_win(&self, live: &ProfileFile) -> Result<Option<ExperimentId>, LedgerError> {
-        let Some(last) = self.ledger.recent_experiments(1).await?.into_iter().next() else {
+        // The floor refreshes scheduled between a win and its confirmation
+        // (a fresh floor comes first) do not hide the win.
+        let recent = self.ledger.recent_experiments(MAX_REFRESHES_BEFORE_CONFIRMATION).await?;
+        let Some(last) = recent
+            .into_iter()
+            .find(|e| !(e.menu_id == MenuId::Remeasure && e.proposer.is_none()))
+        else {
             return Ok(None);
         };
         let Some(first) = win_to_confirm(&last, &live.profile.digest()) else {
@@ -486,7 +516,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         scorer: &StackScorer,
         r: &mut CycleReport,
     ) -> Result<(), Stop> {
-        let current = self.floor(scorer.method(), live).await?;
+        let current = self.floor(scorer.method(), live, None).await?;
         let floor = current.floor(self.policy.min_floor).ok_or_else(|| {
             Stop::Failed(format!(
                 "no noise floor has been measured for the {} protocol; the next cycle measures it",
@@ -590,37 +620,58 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.experiment_id = Some(experiment_id);
         let (mut gate, runner) = self.measuring(scorer).await?;
         let progress = self.progress_indicator(experiment_id);
-        let pairs = self.policy.min_pairs.max(8);
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
-            .measure_noise_floor(experiment_id, live, &mut gate, pairs, self.policy.min_floor)
+            .measure_noise_floor(experiment_id, live, &mut gate, self.policy)
             .await;
         end_progress(progress);
         tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
+        let now = self.clock.now();
+        let row = report.to_new_noise_floor(
+            &floor::key(&self.config.stack.name, scorer.method()),
+            &digest,
+            now,
+            Some(experiment_id),
+        );
         let (floor, pairs) = match report.outcome {
             NoiseOutcome::Measured { floor, pairs } => (floor, pairs),
             NoiseOutcome::Failed { reason } => {
-                let v = NewVerdict::refusal(VerdictKind::Failed, &reason, self.clock.now());
+                let v = NewVerdict::refusal(VerdictKind::Failed, &reason, now);
                 self.ledger.insert_verdict(experiment_id, &v).await?;
                 r.verdict = Some(VerdictKind::Failed);
                 r.reason = Some(reason);
                 return Ok(());
             }
+            NoiseOutcome::TooNoisy { reason } => {
+                let v = NewVerdict::refusal(VerdictKind::Inconclusive, &reason, now);
+                self.ledger.insert_verdict(experiment_id, &v).await?;
+                r.verdict = Some(VerdictKind::Inconclusive);
+                r.reason = Some(reason);
+                return Ok(());
+            }
         };
-        let now = self.clock.now();
-        self.ledger
-            .insert_noise_floor(&NewNoiseFloor {
-                stack: floor::key(&self.config.stack.name, scorer.method()),
-                profile_digest: digest,
-                value: floor.measured,
-                n: u32::try_from(floor.n).unwrap_or(u32::MAX),
-                method: floor.method.to_string(),
-                measured_at: now,
-                experiment_id: Some(experiment_id),
-            })
-            .await?;
+        if let Some(row) = &row {
+            self.ledger.insert_noise_floor(row).await?;
+        }
+        if let Some(max) = self.policy.max_floor
+            && floor.value > max
+        {
+            // Kept in the ledger (the report shows it), but too wide to
+            // judge anything with: `CurrentFloor` calls it stale, so the
+            // next cycle measures again.
+            let why = format!(
+                "machine too noisy to decide: noise floor {} > [measure] max_noise_floor {}; nothing is measured against it. Stop the competing work, or raise max_noise_floor",
+                floor.value, max
+            );
+            let v = NewVerdict::refusal(VerdictKind::Inconclusive, &why, now);
+            self.ledger.insert_verdict(experiment_id, &v).await?;
+            r.floor = Some(floor.value.get());
+            r.verdict = Some(VerdictKind::Inconclusive);
+            r.reason = Some(why);
+            return Ok(());
+        }
         r.floor = Some(floor.value.get());
         // The A/A's own verdict: what the sequential test says of identical
         // profiles under the new floor (normally within_noise).
@@ -642,6 +693,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 },
                 None => NewVerdict::refusal(VerdictKind::Failed, "too few A/A pairs to judge", now),
             },
+            // `decide` reports where it stands as `Continue`, never this.
+            Ok(Step::Discarded { .. }) => {
+                NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now)
+            }
             Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
         };
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
@@ -652,6 +707,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         Ok(())
     }
 }
+
+/// How many scheduled floor refreshes may stand between a win and its
+/// confirmation before the win is given up on (a machine that stays too
+/// noisy to measure a usable floor).
+const MAX_REFRESHES_BEFORE_CONFIRMATION: u32 = 8;
 
 /// How many confirmations of one win may be cut short (shutdown, crash)
 /// before the win is given up on.

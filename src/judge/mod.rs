@@ -7,6 +7,8 @@
 //! - [`interval`]: one robust statistic per ABBA block, and its interval.
 //! - [`pocock`]: the boundary that keeps the interval valid at every look.
 //! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
+//! - [`schedule`]: the run schedules of an A/B and a floor A/A, as state
+//!   machines the daemon and the replay benchmark both drive.
 //! - [`simulate`]: ground-truth simulation against today's fixed-sample habits.
 //!
 //! Everything here is a pure function of measured numbers; measuring them is
@@ -17,6 +19,7 @@ pub mod noise;
 pub mod pocock;
 pub mod policy;
 pub mod protocol;
+pub mod schedule;
 pub mod sequential;
 pub mod simulate;
 
@@ -24,7 +27,10 @@ pub use interval::Estimate;
 pub use noise::{NoiseError, NoiseFloor};
 pub use policy::{Confidence, Floor, ParamError, Policy};
 pub use protocol::{Slot, pair_order, slot};
-pub use sequential::{Decision, SequentialTest, Step, classify, confirm, decide, log_ratio};
+pub use schedule::{AbSchedule, FloorEnd, FloorNext, FloorSchedule, Next};
+pub use sequential::{
+    Decision, Discards, SequentialTest, Step, Timed, classify, confirm, decide, log_ratio,
+};
 
 use crate::vocab::{Arm, VerdictKind};
 

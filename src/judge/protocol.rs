@@ -166,13 +166,11 @@ mod tests {
     /// and slows its runs by 20%, over a 2% log-normal body.
     fn bursty_aa_mean(order: fn(usize) -> [Arm; 2], blocks: usize) -> f64 {
         use crate::judge::interval::block_statistic;
-        use crate::judge::policy::Floor;
         use rand::rngs::StdRng;
         use rand::{Rng, SeedableRng};
         use rand_distr::{Distribution, Normal};
         let mut rng = StdRng::seed_from_u64(11);
         let body: Normal<f64> = Normal::new(0.0, 0.02).unwrap();
-        let floor = Floor::try_from(0.03).unwrap();
         let mut burst = false;
         let mut sum = 0.0;
         for b in 0..blocks {
@@ -188,7 +186,7 @@ mod tests {
                     }
                 }
             }
-            sum += block_statistic(pairs[0], pairs[1], floor);
+            sum += block_statistic(pairs[0], pairs[1]);
         }
         sum / blocks as f64
     }

@@ -9,24 +9,67 @@
 //! `loss`.
 
 use super::JudgeError;
-use super::interval::{Blocks, Estimate};
+use super::interval::{Blocks, Estimate, block_statistic, discordant};
 use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
 /// Stable name of the interval method, stored in the ledger with each
-/// verdict. v2: blocks alternate ABBA and BAAB ([`super::protocol`]); v1
-/// verdicts were measured in ABBA blocks only.
-pub const METHOD: &str = "pocock-rci-abba-baab-blocks-v2";
+/// verdict. v3: each arm's runs averaged (no per-arm outlier rule), a block
+/// whose arms disagree within themselves or that ran under pressure is
+/// re-run, and the interval's width is the experiment's own Student
+/// interval, widened to the floor's. v2 verdicts kept an arm's faster run
+/// and pooled the floor into the variance; v1 ran ABBA blocks only.
+pub const METHOD: &str = "pocock-rci-own-spread-v3";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Decision {
     pub kind: VerdictKind,
     pub estimate: Estimate,
+    /// Pairs of the blocks the decision used (discarded blocks excluded).
     pub pairs: usize,
     pub floor: Floor,
     /// [`METHOD`].
     pub method: &'static str,
+    /// Set when the A/B ended `inconclusive` because too many of its blocks
+    /// had to be discarded: the machine, not the profiles, decided it.
+    pub too_noisy: Option<Discards>,
+}
+
+/// Why blocks were discarded, counted over one A/B.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Discards {
+    /// Blocks with a run above the policy's pressure limit.
+    pub interfered: usize,
+    /// Blocks whose arms disagreed within themselves beyond the floor.
+    pub discordant: usize,
+    /// The highest pressure share seen on a discarded run.
+    pub worst_pressure: f64,
+}
+
+impl Discards {
+    pub fn total(&self) -> usize {
+        self.interfered + self.discordant
+    }
+}
+
+/// One run as the judge sees it: its time and the machine's pressure
+/// during it (the larger of the CPU and memory stall shares, 0 to 1;
+/// `None` where the kernel does not report it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    pub seconds_per_token: f64,
+    pub pressure: Option<f64>,
+}
+
+impl Timed {
+    /// A run with no pressure reading.
+    pub fn plain(seconds_per_token: f64) -> Timed {
+        Timed {
+            seconds_per_token,
+            pressure: None,
+        }
+    }
 }
 
 /// What to do after a pair.
@@ -36,6 +79,12 @@ pub enum Step {
     Continue {
         pairs: usize,
         estimate: Option<Estimate>,
+    },
+    /// The block this pair completed was discarded: its four runs are not
+    /// used, and the next pair starts a new block.
+    Discarded {
+        pairs: usize,
+        discards: Discards,
     },
     Decided(Decision),
 }
@@ -78,17 +127,17 @@ pub fn classify(interval: (f64, f64), floor: Floor) -> Option<VerdictKind> {
 /// been run). A pure function of the slice.
 pub fn decide(pairs: &[(f64, f64)], floor: Floor, policy: &Policy) -> Result<Step, JudgeError> {
     let mut test = SequentialTest::new(*policy, floor);
-    let mut step = Step::Continue {
-        pairs: 0,
-        estimate: None,
-    };
     for &(b, c) in pairs {
-        step = test.push(b, c)?;
+        let step = test.push(b, c)?;
         if let Step::Decided(_) = step {
-            break;
+            return Ok(step);
         }
     }
-    Ok(step)
+    // Where it stands, even when the last block was discarded.
+    Ok(Step::Continue {
+        pairs: test.pairs(),
+        estimate: test.estimate(),
+    })
 }
 
 /// A sequential A/B in progress: push each pair, stop at `Decided`.
@@ -97,7 +146,11 @@ pub struct SequentialTest {
     policy: Policy,
     floor: Floor,
     blocks: Blocks,
+    /// The first pair of the block in progress.
+    pending: Option<(Timed, Timed)>,
+    /// Pairs of accepted blocks.
     pairs: usize,
+    discards: Discards,
     decided: Option<Decision>,
 }
 
@@ -109,50 +162,124 @@ impl SequentialTest {
             policy,
             floor,
             blocks: Blocks::default(),
+            pending: None,
             pairs: 0,
+            discards: Discards::default(),
             decided: None,
         }
     }
 
-    /// Pairs pushed so far.
+    /// Pairs of the blocks accepted so far.
     pub fn pairs(&self) -> usize {
         self.pairs
     }
 
+    /// The interval over the accepted blocks so far.
+    pub fn estimate(&self) -> Option<Estimate> {
+        self.blocks.estimate(self.floor, self.policy.boundary())
+    }
+
+    /// Blocks discarded so far.
+    pub fn discards(&self) -> Discards {
+        self.discards
+    }
+
     /// Adds one pair's seconds per token and says whether to go on.
     pub fn push(&mut self, baseline_spt: f64, candidate_spt: f64) -> Result<Step, JudgeError> {
+        self.push_timed(Timed::plain(baseline_spt), Timed::plain(candidate_spt))
+    }
+
+    /// Adds one pair with the machine's pressure during each run.
+    pub fn push_timed(&mut self, baseline: Timed, candidate: Timed) -> Result<Step, JudgeError> {
         if let Some(d) = self.decided {
             return Err(JudgeError::AlreadyDecided {
                 kind: d.kind,
                 pairs: d.pairs,
             });
         }
-        log_ratio(baseline_spt, candidate_spt)?;
-        self.pairs += 1;
-        let whole_block = self
-            .blocks
-            .push_pair((baseline_spt, candidate_spt), self.floor);
+        log_ratio(baseline.seconds_per_token, candidate.seconds_per_token)?;
+        let Some(first) = self.pending.take() else {
+            self.pending = Some((baseline, candidate));
+            return Ok(Step::Continue {
+                pairs: self.pairs,
+                estimate: self.blocks.estimate(self.floor, self.policy.boundary()),
+            });
+        };
+        let second = (baseline, candidate);
+        let p = self.policy;
+        if let Some(share) = interfered(&[first.0, first.1, second.0, second.1], &p) {
+            self.discards.interfered += 1;
+            self.discards.worst_pressure = self.discards.worst_pressure.max(share);
+            return self.discarded();
+        }
+        let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
+        let (first, second) = (spt(first), spt(second));
+        if discordant(first, second, self.floor).is_some() {
+            self.discards.discordant += 1;
+            return self.discarded();
+        }
+        self.blocks.push(block_statistic(first, second));
+        self.pairs += 2;
         let pairs = self.pairs;
-        let p = &self.policy;
         let estimate = self.blocks.estimate(self.floor, p.boundary());
         // Decide only on whole ABBA blocks, where drift cancels.
-        if let (true, true, Some(est)) = (whole_block, pairs >= p.min_pairs, estimate) {
+        if let (true, Some(est)) = (pairs >= p.min_pairs, estimate) {
             let kind = classify(est.interval, self.floor)
                 .or((pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive));
             if let Some(kind) = kind {
-                let d = Decision {
-                    kind,
-                    estimate: est,
-                    pairs,
-                    floor: self.floor,
-                    method: METHOD,
-                };
-                self.decided = Some(d);
-                return Ok(Step::Decided(d));
+                return Ok(Step::Decided(self.decide(kind, est, None)));
             }
         }
         Ok(Step::Continue { pairs, estimate })
     }
+
+    fn decide(&mut self, kind: VerdictKind, estimate: Estimate, noisy: Option<Discards>) -> Decision {
+        let d = Decision {
+            kind,
+            estimate,
+            pairs: self.pairs,
+            floor: self.floor,
+            method: METHOD,
+            too_noisy: noisy,
+        };
+        self.decided = Some(d);
+        d
+    }
+
+    /// After a discarded block: go on, or give up when the policy's bound
+    /// on discarded blocks is reached (`inconclusive`, the machine too
+    /// noisy to decide).
+    fn discarded(&mut self) -> Result<Step, JudgeError> {
+        let discards = self.discards;
+        if discards.total() > self.policy.max_discarded_blocks {
+            let estimate = self
+                .blocks
+                .estimate(self.floor, self.policy.boundary())
+                // No accepted block: no effect to report (the ledger
+                // stores none for a too-noisy A/B with zero pairs).
+                .unwrap_or(Estimate {
+                    log_ratio: 0.0,
+                    interval: (0.0, 0.0),
+                });
+            let d = self.decide(VerdictKind::Inconclusive, estimate, Some(discards));
+            return Ok(Step::Decided(d));
+        }
+        Ok(Step::Discarded {
+            pairs: self.pairs,
+            discards,
+        })
+    }
+}
+
+/// The highest pressure share of a block's runs, when one is above the
+/// policy's limit.
+fn interfered(runs: &[Timed], policy: &Policy) -> Option<f64> {
+    let limit = policy.max_pressure?;
+    let worst = runs
+        .iter()
+        .filter_map(|r| r.pressure)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (worst > limit).then_some(worst)
 }
 
 /// Combines a first A/B with its independent replication.

@@ -95,7 +95,7 @@ pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
-pub use runs::{NewRun, Run, TimingSource, TokenParts};
+pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use verdicts::{NewVerdict, Verdict};
 

@@ -29,6 +29,10 @@ pub struct NewNoiseFloor {
     pub measured_at: DateTime<Utc>,
     /// The A/A experiment it came from, when there was one.
     pub experiment_id: Option<ExperimentId>,
+    /// The median 1-minute load average over its runs.
+    pub load1: Option<f64>,
+    /// The median CPU stall share (0..1) over its runs.
+    pub cpu_pressure: Option<f64>,
 }
 
 /// A stored noise floor.
@@ -42,6 +46,8 @@ pub struct NoiseFloor {
     pub method: String,
     pub measured_at: DateTime<Utc>,
     pub experiment_id: Option<ExperimentId>,
+    pub load1: Option<f64>,
+    pub cpu_pressure: Option<f64>,
 }
 
 pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = ?1 \
@@ -49,8 +55,8 @@ pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHER
 
 async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
     sqlx::query_scalar(
-        "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, experiment_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+        "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
+         experiment_id, load1, cpu_pressure) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
     )
     .bind(&f.stack)
     .bind(&f.profile_digest)
@@ -59,6 +65,8 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result
     .bind(&f.method)
     .bind(ts(&f.measured_at))
     .bind(f.experiment_id)
+    .bind(f.load1)
+    .bind(f.cpu_pressure)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a noise floor"))

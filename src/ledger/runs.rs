@@ -47,6 +47,17 @@ impl TokenParts {
     }
 }
 
+/// What else the machine was doing during a run (`measure::pressure`): each
+/// resource's stall share of the run's wall time (0..1) and the 1-minute
+/// load average; `None` where the kernel does not report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, FromRow)]
+pub struct RunPressure {
+    pub load1: Option<f64>,
+    pub cpu_pressure: Option<f64>,
+    pub memory_pressure: Option<f64>,
+    pub io_pressure: Option<f64>,
+}
+
 /// One run about to be recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
@@ -71,6 +82,8 @@ pub struct NewRun {
     pub error: Option<String>,
     /// Measured parts of a token; all `None` unless the run is valid.
     pub parts: TokenParts,
+    /// The machine's pressure during the run.
+    pub pressure: RunPressure,
 }
 
 /// A stored run.
@@ -92,6 +105,9 @@ pub struct Run {
     pub refused: bool,
     pub error: Option<String>,
     pub parts: TokenParts,
+    pub pressure: RunPressure,
+    /// Its block was discarded by the judge (pressure or discordance).
+    pub discarded: bool,
 }
 
 impl FromRow<'_, SqliteRow> for Run {
@@ -115,6 +131,8 @@ impl FromRow<'_, SqliteRow> for Run {
             refused: row.try_get("refused")?,
             error: row.try_get("error")?,
             parts: TokenParts::from_row(row)?,
+            pressure: RunPressure::from_row(row)?,
+            discarded: row.try_get("discarded")?,
         })
     }
 }
@@ -129,8 +147,9 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
         "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
          stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
-         far_hit_share, draft_acceptance) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+         far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20, ?21, ?22) \
          RETURNING id",
     )
     .bind(r.experiment_id)
@@ -151,6 +170,10 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
     .bind(r.parts.expert_seconds_per_token)
     .bind(r.parts.far_hit_share)
     .bind(r.parts.draft_acceptance)
+    .bind(r.pressure.load1)
+    .bind(r.pressure.cpu_pressure)
+    .bind(r.pressure.memory_pressure)
+    .bind(r.pressure.io_pressure)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a run"))
@@ -180,6 +203,19 @@ impl Ledger {
     pub async fn insert_run(&self, r: &NewRun) -> Result<RunId> {
         let mut c = self.conn("record a run").await?;
         insert(&mut c, &self.ctx, r).await
+    }
+
+    /// Marks runs whose block the judge discarded (kept as evidence).
+    pub async fn mark_discarded(&self, ids: &[RunId]) -> Result<()> {
+        let mut c = self.conn("mark discarded runs").await?;
+        for id in ids {
+            sqlx::query("UPDATE runs SET discarded = 1 WHERE id = ?1")
+                .bind(*id)
+                .execute(&mut *c)
+                .await
+                .map_err(self.ctx.err("mark discarded runs"))?;
+        }
+        Ok(())
     }
 
     /// Every run of an experiment, in run order.

@@ -12,10 +12,14 @@ use serde_json::{Map, Value};
 use super::cancel::Cancel;
 use super::gate::{GateCheck, GateError, HashGate};
 use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
-use crate::judge::{self, Decision, Floor, JudgeError, NoiseFloor, Policy, SequentialTest, Step};
+use super::pressure::{self, Pressure};
+use crate::judge::{
+    self, AbSchedule, Decision, Discards, Floor, FloorEnd, FloorNext, FloorSchedule, JudgeError,
+    Next, NoiseFloor, Policy, Timed,
+};
 use crate::ledger::{
     ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId,
-    TokenParts,
+    RunPressure, TokenParts,
 };
 use crate::vocab::{Arm, Digest, VerdictKind};
 
@@ -41,6 +45,8 @@ pub struct RecordedRun {
     pub run: NewRun,
     /// The stack's extra report (tier hits, ...) of a valid run.
     pub extras: Option<Map<String, Value>>,
+    /// Its block was discarded by the judge (and marked so in the ledger).
+    pub discarded: bool,
 }
 
 /// How an A/B (or A/A) ended.
@@ -84,19 +90,23 @@ impl AbVerdict {
             reason: Some(reason),
         };
         match self {
-            AbVerdict::Decided(d) => NewVerdict {
-                kind: d.kind,
-                decided_at,
-                effect: Some(d.estimate.log_ratio),
-                interval: Some(Interval {
-                    low: d.estimate.interval.0,
-                    high: d.estimate.interval.1,
-                }),
-                noise_floor: Some(d.floor.get()),
-                pairs: u32::try_from(d.pairs).unwrap_or(u32::MAX),
-                method: Some(d.method.to_string()),
-                reason: None,
-            },
+            AbVerdict::Decided(d) => {
+                // A too-noisy A/B with no accepted block has no effect.
+                let measured = d.pairs > 0;
+                NewVerdict {
+                    kind: d.kind,
+                    decided_at,
+                    effect: measured.then_some(d.estimate.log_ratio),
+                    interval: measured.then_some(Interval {
+                        low: d.estimate.interval.0,
+                        high: d.estimate.interval.1,
+                    }),
+                    noise_floor: Some(d.floor.get()),
+                    pairs: u32::try_from(d.pairs).unwrap_or(u32::MAX),
+                    method: Some(d.method.to_string()),
+                    reason: d.too_noisy.map(|n| too_noisy_reason(&n)),
+                }
+            }
             AbVerdict::HashMismatch {
                 order_index,
                 expected,
@@ -113,6 +123,29 @@ impl AbVerdict {
             )),
         }
     }
+}
+
+/// Why an A/B or a floor ended without a decision on the profiles: the
+/// machine's own noise. Names what was seen and what to do.
+pub fn too_noisy_reason(n: &Discards) -> String {
+    let mut seen = Vec::new();
+    if n.interfered > 0 {
+        seen.push(format!(
+            "{} block(s) ran under pressure (up to {:.0}% of a run's time stalled on CPU or memory)",
+            n.interfered,
+            100.0 * n.worst_pressure
+        ));
+    }
+    if n.discordant > 0 {
+        seen.push(format!(
+            "{} block(s) had runs of one arm far apart",
+            n.discordant
+        ));
+    }
+    format!(
+        "machine too noisy to decide: {}; nothing is staged from it. Stop the competing work, or raise [measure] max_pressure / max_discarded_blocks",
+        seen.join(", ")
+    )
 }
 
 /// An A/B's verdict and its runs, in run order.
@@ -133,6 +166,8 @@ pub enum NoiseOutcome {
     },
     /// A run failed, or the runs could not give a floor (with why).
     Failed { reason: String },
+    /// Too many blocks ran under pressure: no floor (with why).
+    TooNoisy { reason: String },
 }
 
 /// An A/A measurement and its runs.
@@ -154,6 +189,15 @@ impl NoiseReport {
         let NoiseOutcome::Measured { floor, .. } = &self.outcome else {
             return None;
         };
+        let used: Vec<&RecordedRun> = self
+            .runs
+            .iter()
+            .filter(|r| r.run.pair_index.is_some() && !r.discarded)
+            .collect();
+        let median_of = |f: fn(&RunPressure) -> Option<f64>| {
+            let v: Vec<f64> = used.iter().filter_map(|r| f(&r.run.pressure)).collect();
+            judge::noise::median(&v)
+        };
         Some(NewNoiseFloor {
             stack: stack.to_string(),
             profile_digest: profile_digest.clone(),
@@ -162,6 +206,8 @@ impl NoiseReport {
             method: floor.method.to_string(),
             measured_at,
             experiment_id,
+            load1: median_of(|p| p.load1),
+            cpu_pressure: median_of(|p| p.cpu_pressure),
         })
     }
 }
@@ -198,13 +244,14 @@ pub struct AbRunner<'a, S, C> {
 
 /// What one run contributed.
 enum Ran {
-    Valid(f64),
+    Valid(Timed),
     Ended(AbVerdict),
 }
 
 impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
     /// Paired A/B of `candidate` against `baseline` (the live profile)
-    /// until the judge decides (at the latest at `policy.max_pairs`).
+    /// until the judge decides (at the latest at `policy.max_pairs`, plus
+    /// the bounded re-runs of discarded blocks).
     pub async fn run_ab(
         &self,
         experiment_id: ExperimentId,
@@ -214,13 +261,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         policy: Policy,
         floor: Floor,
     ) -> Result<AbReport, AbError> {
-        let mut test = SequentialTest::new(policy, floor);
+        let mut schedule = AbSchedule::new(policy, floor, self.warmups_per_arm);
         let mut runs = Vec::new();
-        let mut pair = [0.0f64; 2];
-        let last = 2 * self.warmups_per_arm + 2 * policy.max_pairs;
         let base_digest = baseline.profile.digest();
-        for run in 0..last {
-            let slot = judge::slot(self.warmups_per_arm, run);
+        // Bounded by the policy; the guard only turns a bug into an error.
+        let most = 2 * self.warmups_per_arm + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
+        while runs.len() < most {
+            let slot = schedule.slot();
             let profile = match slot.profile {
                 Arm::Baseline => baseline,
                 _ => candidate,
@@ -228,7 +275,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             let ran = self
                 .one(
                     experiment_id,
-                    run,
+                    runs.len(),
+                    slot,
                     profile,
                     slot.profile,
                     &base_digest,
@@ -236,16 +284,17 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                     &mut runs,
                 )
                 .await?;
-            let spt = match ran {
-                Ran::Valid(spt) => spt,
+            let timed = match ran {
+                Ran::Valid(t) => t,
                 Ran::Ended(verdict) => return Ok(AbReport { verdict, runs }),
             };
-            if slot.warmup {
-                continue;
-            }
-            pair[usize::from(slot.profile == Arm::Candidate)] = spt;
-            if (run - 2 * self.warmups_per_arm) % 2 == 1 {
-                if let Step::Decided(d) = test.push(pair[0], pair[1])? {
+            match schedule.record(timed)? {
+                Next::Run => {}
+                Next::Discarded(_) => self.discard_last_block(&mut runs).await?,
+                Next::Decided(d) => {
+                    if d.too_noisy.is_some() {
+                        self.discard_last_block(&mut runs).await?;
+                    }
                     return Ok(AbReport {
                         verdict: AbVerdict::Decided(d),
                         runs,
@@ -253,35 +302,33 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 }
             }
         }
-        Err(AbError::Undecided {
-            pairs: test.pairs(),
-        })
+        Err(AbError::Undecided { pairs: runs.len() / 2 })
     }
 
     /// A/A pairs of the live profile under the same protocol, giving the
-    /// noise floor ([`judge::noise::estimate`]). `pairs` is raised to the
-    /// estimator's minimum and to an even number (whole ABBA blocks).
+    /// noise floor ([`judge::noise::estimate`]): `policy.floor_pairs`
+    /// pairs, raised to the estimator's minimum and to whole blocks.
     pub async fn measure_noise_floor(
         &self,
         experiment_id: ExperimentId,
         live: &ProfileFile,
         gate: &mut HashGate,
-        pairs: usize,
-        min_floor: Floor,
+        policy: Policy,
     ) -> Result<NoiseReport, AbError> {
-        let pairs = pairs.max(judge::noise::MIN_PAIRS).next_multiple_of(2);
+        let mut schedule = FloorSchedule::new(policy, self.warmups_per_arm);
         let digest = live.profile.digest();
         let mut runs = Vec::new();
-        let mut pair = [0.0f64; 2];
-        let mut times = Vec::with_capacity(pairs);
-        for run in 0..2 * self.warmups_per_arm + 2 * pairs {
-            let slot = judge::slot(self.warmups_per_arm, run);
+        let most = 2 * self.warmups_per_arm
+            + 2 * (schedule.pairs_wanted() + 2 * policy.max_discarded_blocks + 2);
+        while runs.len() < most {
+            let slot = schedule.slot();
             // Both arms are the live profile: any output change is the
             // baseline's, which fails the cycle loudly.
             let ran = self
                 .one(
                     experiment_id,
-                    run,
+                    runs.len(),
+                    slot,
                     live,
                     Arm::Baseline,
                     &digest,
@@ -289,8 +336,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                     &mut runs,
                 )
                 .await?;
-            let spt = match ran {
-                Ran::Valid(spt) => spt,
+            let timed = match ran {
+                Ran::Valid(t) => t,
                 Ran::Ended(v) => {
                     let reason = v
                         .to_new_verdict(self.clock.now())
@@ -302,26 +349,41 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                     });
                 }
             };
-            if slot.warmup {
-                continue;
-            }
-            pair[usize::from(slot.profile == Arm::Candidate)] = spt;
-            if (run - 2 * self.warmups_per_arm) % 2 == 1 {
-                judge::log_ratio(pair[0], pair[1])?;
-                times.push((pair[0], pair[1]));
-            }
+            let end = match schedule.record(timed)? {
+                FloorNext::Run => continue,
+                FloorNext::Discarded(_) => {
+                    self.discard_last_block(&mut runs).await?;
+                    continue;
+                }
+                FloorNext::Done(end) => end,
+            };
+            let outcome = match end {
+                FloorEnd::Measured { floor, pairs } => NoiseOutcome::Measured { floor, pairs },
+                FloorEnd::TooNoisy { discards } => {
+                    self.discard_last_block(&mut runs).await?;
+                    NoiseOutcome::TooNoisy {
+                        reason: too_noisy_reason(&discards),
+                    }
+                }
+                FloorEnd::Unusable(e) => NoiseOutcome::Failed {
+                    reason: e.to_string(),
+                },
+            };
+            return Ok(NoiseReport { outcome, runs });
         }
-        let log_ratios: Vec<f64> = times.iter().map(|(b, c)| (c / b).ln()).collect();
-        let outcome = match judge::noise::estimate(&log_ratios, min_floor) {
-            Ok(floor) => NoiseOutcome::Measured {
-                floor,
-                pairs: times,
-            },
-            Err(e) => NoiseOutcome::Failed {
-                reason: e.to_string(),
-            },
-        };
-        Ok(NoiseReport { outcome, runs })
+        Err(AbError::Undecided { pairs: runs.len() / 2 })
+    }
+
+    /// Marks the last block's four runs as discarded, here and in the ledger.
+    async fn discard_last_block(&self, runs: &mut [RecordedRun]) -> Result<(), AbError> {
+        let n = runs.len();
+        let block = &mut runs[n.saturating_sub(4)..];
+        let ids: Vec<RunId> = block.iter().map(|r| r.id).collect();
+        self.ledger.mark_discarded(&ids).await?;
+        for r in block {
+            r.discarded = true;
+        }
+        Ok(())
     }
 
     /// Runs, gates and records run number `run`; `gate_arm` is the arm the
@@ -331,13 +393,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         &self,
         experiment_id: ExperimentId,
         run: usize,
+        slot: judge::Slot,
         profile: &ProfileFile,
         gate_arm: Arm,
         baseline_digest: &Digest,
         gate: &mut HashGate,
         runs: &mut Vec<RecordedRun>,
     ) -> Result<Ran, AbError> {
-        let slot = judge::slot(self.warmups_per_arm, run);
         let order_index = u32::try_from(run).unwrap_or(u32::MAX);
         if self.cancel.is_cancelled() {
             return Err(AbError::Cancelled { runs: runs.len() });
@@ -359,8 +421,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             refused: false,
             error: None,
             parts: TokenParts::default(),
+            pressure: RunPressure::default(),
         };
-        let outcome: RunOutcome = match self.scorer.score(profile, &self.cancel).await {
+        let sample = pressure::Sample::now();
+        let scored = self.scorer.score(profile, &self.cancel).await;
+        let machine = sample.until_now();
+        row.pressure = run_pressure(&machine);
+        let outcome: RunOutcome = match scored {
             Ok(o) => o,
             Err(RunFailure {
                 error,
@@ -404,7 +471,10 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 // Only a valid run's parts are figures (the hash gate passed).
                 row.parts = outcome.parts;
                 self.record(row, Some(outcome.extras), runs).await?;
-                Ok(Ran::Valid(outcome.seconds_per_token))
+                Ok(Ran::Valid(Timed {
+                    seconds_per_token: outcome.seconds_per_token,
+                    pressure: judged_pressure(&machine),
+                }))
             }
             Ok(GateCheck::Mismatch { expected, got }) => {
                 row.refused = true;
@@ -435,7 +505,33 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         runs: &mut Vec<RecordedRun>,
     ) -> Result<(), AbError> {
         let id = self.ledger.insert_run(&run).await?;
-        runs.push(RecordedRun { id, run, extras });
+        runs.push(RecordedRun {
+            id,
+            run,
+            extras,
+            discarded: false,
+        });
         Ok(())
+    }
+}
+
+/// The ledger's columns of a run's pressure.
+fn run_pressure(p: &Pressure) -> RunPressure {
+    RunPressure {
+        load1: p.load1,
+        cpu_pressure: p.cpu,
+        memory_pressure: p.memory,
+        io_pressure: p.io,
+    }
+}
+
+/// The pressure the judge weighs: CPU or memory stalls, the competition a
+/// run suffers from other work. I/O stalls are left out: a stack that reads
+/// its experts from disk stalls on I/O by itself (a quarter of tinyk3's
+/// bench runs with a cold cache), so they say nothing about interference.
+fn judged_pressure(p: &Pressure) -> Option<f64> {
+    match (p.cpu, p.memory) {
+        (None, None) => None,
+        (c, m) => Some(c.unwrap_or(0.0).max(m.unwrap_or(0.0))),
     }
 }

@@ -4,6 +4,7 @@
 //! - [`cancel`]: the shutdown signal every measurement listens to.
 //! - [`process`]: children in their own process group, timeout, group kill, stderr tail.
 //! - [`preflight`]: refuse a run when available memory is below budget plus headroom.
+//! - [`pressure`]: Linux pressure stall information and load average over a run.
 //! - [`cgroup`]: a cgroup v2 memory limit per run where the machine allows one.
 //! - [`output`]: the bench JSON checked, and the FNV-1a 64 output hash.
 //! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`, `ProfileFile`.
@@ -20,6 +21,7 @@ pub mod cgroup;
 pub mod gate;
 pub mod output;
 pub mod preflight;
+pub mod pressure;
 pub mod process;
 pub mod scorer;
 pub mod shadow;

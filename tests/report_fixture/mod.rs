@@ -209,6 +209,7 @@ impl Fill<'_> {
                 parts: spt
                     .filter(|_| with_parts && !refused)
                     .map_or_else(TokenParts::default, |s| parts(e.menu, arm, s, effect)),
+                pressure: Default::default(),
             };
             order += 1;
             r
@@ -618,6 +619,8 @@ async fn floor(f: &mut Fill<'_>, at: DateTime<Utc>, value: f64) {
         method: "A/A paired log ratios, 95% quantile (fixture)".into(),
         measured_at: at,
         experiment_id: None,
+        load1: None,
+        cpu_pressure: None,
     })
     .await
     .unwrap();

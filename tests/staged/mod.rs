@@ -78,6 +78,7 @@ fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -
                     refused: false,
                     error: None,
                     parts: TokenParts::default(),
+                    pressure: Default::default(),
                 })
                 .await
                 .unwrap();

@@ -85,6 +85,12 @@ pub(super) fn run(experiment_id: ExperimentId, arm: Arm, order: u32, pair: Optio
             far_hit_share: Some(0.2),
             draft_acceptance: None,
         },
+        pressure: RunPressure {
+            load1: Some(0.5),
+            cpu_pressure: Some(0.02),
+            memory_pressure: Some(0.0),
+            io_pressure: None,
+        },
     }
 }
 

@@ -286,6 +286,8 @@ async fn run_round_trip_and_run_rules() {
                 refused: new.refused,
                 error: new.error.clone(),
                 parts: new.parts,
+                pressure: new.pressure,
+                discarded: false,
             }
         );
     }
@@ -378,6 +380,8 @@ async fn noise_floor_latest_per_stack() {
         method: "A/A log-ratio quantile".into(),
         measured_at: t(0),
         experiment_id: None,
+        load1: Some(0.7),
+        cpu_pressure: Some(0.05),
     };
     let newer = NewNoiseFloor {
         value: 0.024,

@@ -1,0 +1,290 @@
+//! One replayed decision: a stream of runs drawn from a trace by a circular
+//! block bootstrap, fed through the daemon's judging path (or a fixed
+//! protocol), with a true effect injected into the candidate's runs.
+
+use orchestrator::judge::{
+    self, AbSchedule, FloorEnd, FloorNext, FloorSchedule, Next, Policy, Timed,
+};
+use orchestrator::judge::{Floor, confirm};
+use orchestrator::vocab::{Arm, VerdictKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::trace::{Run, Trace};
+
+/// Runs of one bootstrap block. Bursts on this machine last a few runs and
+/// consecutive runs correlate at 0.4-0.7 under load, dying out within about
+/// ten: blocks of 32 keep that dependence (and any slower load change
+/// inside a block) while giving many distinct streams.
+pub const BLOCK: usize = 32;
+
+/// An endless stream of runs: blocks of [`BLOCK`] consecutive runs from
+/// random starts, wrapping at the trace's end (Politis & Romano 1992, "A
+/// circular block-resampling procedure for stationary data"). Time only
+/// moves forward: every run the protocol asks for is the next one.
+pub struct Stream<'a> {
+    runs: &'a [Run],
+    rng: StdRng,
+    at: usize,
+    left: usize,
+    /// Runs taken so far: the cost of a decision.
+    pub taken: usize,
+}
+
+impl<'a> Stream<'a> {
+    pub fn new(trace: &'a Trace, seed: u64) -> Stream<'a> {
+        Stream {
+            runs: &trace.runs,
+            rng: StdRng::seed_from_u64(seed),
+            at: 0,
+            left: 0,
+            taken: 0,
+        }
+    }
+
+    pub fn next_run(&mut self) -> Run {
+        if self.left == 0 {
+            self.at = self.rng.random_range(0..self.runs.len());
+            self.left = BLOCK;
+        }
+        let r = self.runs[self.at % self.runs.len()];
+        self.at += 1;
+        self.left -= 1;
+        self.taken += 1;
+        r
+    }
+
+    /// The next run as the given arm of an A/B whose candidate is
+    /// `exp(theta)` times the trace (an A/A when `theta` is 0).
+    fn timed(&mut self, arm: Arm, theta: f64) -> Timed {
+        let r = self.next_run();
+        let shift = if arm == Arm::Candidate { theta.exp() } else { 1.0 };
+        Timed {
+            seconds_per_token: r.seconds_per_token * shift,
+            pressure: r.pressure,
+        }
+    }
+}
+
+/// The noise the trace really has: `Qn` of the log ratios of consecutive
+/// pairs of runs over the whole trace. Effects are injected in units of it.
+pub fn true_floor(trace: &Trace) -> f64 {
+    let ratios: Vec<f64> = trace
+        .runs
+        .chunks_exact(2)
+        .map(|p| (p[1].seconds_per_token / p[0].seconds_per_token).ln())
+        .collect();
+    judge::noise::estimate(&ratios, Floor::try_from(1e-6).expect("valid"))
+        .map(|f| f.measured)
+        .unwrap_or(0.0)
+}
+
+/// How an A/B decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Judge {
+    /// The daemon's sequential test, as configured.
+    Ours(Policy),
+    /// `pairs` pairs in our order, a t-interval at `1 - alpha` on the block
+    /// statistics that must lie wholly beyond or inside the floor.
+    FixedPaired { pairs: usize, alpha: f64 },
+    /// The autotune habit: `runs` of the baseline, then `runs` of the
+    /// candidate, medians compared against the floor.
+    MedianOf { runs: usize },
+}
+
+impl Judge {
+    pub fn label(&self) -> String {
+        match self {
+            Judge::Ours(p) => format!(
+                "**ours**: sequential, {:.0}% RCI, {}-{} pairs, floor of {} pairs",
+                100.0 * p.confidence.get(),
+                p.min_pairs,
+                p.max_pairs,
+                p.floor_pairs
+            ),
+            Judge::FixedPaired { pairs, alpha } => format!(
+                "fixed {pairs} ABBA pairs, t-interval {:.0}% vs floor",
+                100.0 * (1.0 - alpha)
+            ),
+            Judge::MedianOf { runs } => format!("median of {runs} per arm vs floor"),
+        }
+    }
+}
+
+/// How floors are shared between A/Bs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FloorUse {
+    /// A fresh floor before every A/B.
+    Each,
+    /// One floor serves this many A/Bs in a row, as `noise_floor_max_age_s
+    /// = 86400` allows; a confirmation still measures its own first.
+    Shared(usize),
+}
+
+/// One replayed decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    pub single: VerdictKind,
+    pub confirmed: VerdictKind,
+    /// The A/B said inconclusive because the machine was too noisy (or the
+    /// floor was above the limit).
+    pub noisy: bool,
+    /// Runs this decision cost, its share of shared floors included.
+    pub runs: f64,
+}
+
+/// The replay of `decisions` consecutive A/Bs of a candidate `theta` on one
+/// stream, floors as `floors` says.
+pub fn replay(
+    stream: &mut Stream,
+    judge: Judge,
+    policy: Policy,
+    warmups: usize,
+    theta: f64,
+    floors: FloorUse,
+) -> Vec<Outcome> {
+    let decisions = match floors {
+        FloorUse::Each => 1,
+        FloorUse::Shared(k) => k,
+    };
+    let start = stream.taken;
+    let mut floor = measure_floor(stream, policy, warmups);
+    let mut out = Vec::with_capacity(decisions);
+    for _ in 0..decisions {
+        let Some(f) = floor else {
+            // No usable floor: the cycle ends inconclusive, nothing staged.
+            out.push(Outcome {
+                single: VerdictKind::Inconclusive,
+                confirmed: VerdictKind::Inconclusive,
+                noisy: true,
+                runs: 0.0,
+            });
+            floor = measure_floor(stream, policy, warmups);
+            continue;
+        };
+        let (single, noisy) = ab(stream, judge, policy, warmups, f, theta);
+        let confirmed = if single == VerdictKind::Win {
+            // The confirmation must not inherit the first A/B's floor.
+            floor = measure_floor(stream, policy, warmups);
+            match floor {
+                Some(f2) => confirm(single, ab(stream, judge, policy, warmups, f2, theta).0),
+                None => VerdictKind::Inconclusive,
+            }
+        } else {
+            single
+        };
+        out.push(Outcome {
+            single,
+            confirmed,
+            noisy,
+            runs: 0.0,
+        });
+    }
+    let per = (stream.taken - start) as f64 / out.len() as f64;
+    for o in &mut out {
+        o.runs = per;
+    }
+    out
+}
+
+/// A floor as the daemon measures one; `None` when the machine was too
+/// noisy (pressure, or a floor above `max_floor`) or the runs gave none.
+fn measure_floor(stream: &mut Stream, policy: Policy, warmups: usize) -> Option<Floor> {
+    let mut s = FloorSchedule::new(policy, warmups);
+    loop {
+        let slot = s.slot();
+        let t = stream.timed(slot.profile, 0.0);
+        match s.record(t).expect("trace times are valid") {
+            FloorNext::Run | FloorNext::Discarded(_) => {}
+            FloorNext::Done(FloorEnd::Measured { floor, .. }) => {
+                return match policy.max_floor {
+                    Some(max) if floor.value > max => None,
+                    _ => Some(floor.value),
+                };
+            }
+            FloorNext::Done(_) => return None,
+        }
+    }
+}
+
+/// One A/B: its verdict, and whether the machine decided it.
+fn ab(
+    stream: &mut Stream,
+    judge: Judge,
+    policy: Policy,
+    warmups: usize,
+    floor: Floor,
+    theta: f64,
+) -> (VerdictKind, bool) {
+    match judge {
+        Judge::Ours(p) => {
+            let mut s = AbSchedule::new(p, floor, warmups);
+            loop {
+                let slot = s.slot();
+                let t = stream.timed(slot.profile, theta);
+                if let Next::Decided(d) = s.record(t).expect("trace times are valid") {
+                    return (d.kind, d.too_noisy.is_some());
+                }
+            }
+        }
+        Judge::FixedPaired { pairs, alpha } => {
+            // Our order and warmups; blocks under pressure are not re-run.
+            let _ = policy;
+            for i in 0..2 * warmups {
+                stream.timed(if i % 2 == 0 { Arm::Baseline } else { Arm::Candidate }, theta);
+            }
+            let mut x = Vec::with_capacity(pairs / 2);
+            let mut block = Vec::with_capacity(2);
+            for k in 0..pairs {
+                let order = judge::pair_order(k);
+                let a = stream.timed(order[0], theta).seconds_per_token;
+                let b = stream.timed(order[1], theta).seconds_per_token;
+                let pair = if order[0] == Arm::Baseline { (a, b) } else { (b, a) };
+                block.push(pair);
+                if block.len() == 2 {
+                    let (p, q) = (block[0], block[1]);
+                    x.push(0.5 * (p.1.ln() + q.1.ln()) - 0.5 * (p.0.ln() + q.0.ln()));
+                    block.clear();
+                }
+            }
+            (t_interval(&x, alpha, floor), false)
+        }
+        Judge::MedianOf { runs } => {
+            let b: Vec<f64> = (0..runs)
+                .map(|_| stream.timed(Arm::Baseline, theta).seconds_per_token)
+                .collect();
+            let c: Vec<f64> = (0..runs)
+                .map(|_| stream.timed(Arm::Candidate, theta).seconds_per_token)
+                .collect();
+            let est = (median(&c) / median(&b)).ln();
+            let f = floor.get();
+            let kind = if est < -f {
+                VerdictKind::Win
+            } else if est > f {
+                VerdictKind::Loss
+            } else {
+                VerdictKind::WithinNoise
+            };
+            (kind, false)
+        }
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    judge::noise::median(v).unwrap_or(f64::NAN)
+}
+
+/// A fixed-sample t-interval on block statistics, widened to the floor as
+/// ours is, classified against the floor.
+fn t_interval(x: &[f64], alpha: f64, floor: Floor) -> VerdictKind {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let m = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / m;
+    let s = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (m - 1.0)).sqrt();
+    let t = StudentsT::new(0.0, 1.0, m - 1.0)
+        .map(|d| d.inverse_cdf(1.0 - alpha / 2.0))
+        .unwrap_or(f64::INFINITY);
+    let z = statrs::distribution::Normal::standard().inverse_cdf(1.0 - alpha / 2.0);
+    let half = (t * s).max(z * floor.get() / std::f64::consts::SQRT_2) / m.sqrt();
+    judge::classify((mean - half, mean + half), floor).unwrap_or(VerdictKind::Inconclusive)
+}

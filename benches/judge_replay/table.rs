@@ -1,0 +1,257 @@
+//! Tallies of replayed decisions, the targets they are held to, and the
+//! Markdown the README quotes.
+
+use orchestrator::vocab::VerdictKind;
+
+use super::replay::{Outcome, true_floor};
+use super::trace::Trace;
+
+/// The decisions of one (trace, effect) cell.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub label: String,
+    pub theta: f64,
+    pub n: usize,
+    single: [usize; 4],
+    confirmed_win: usize,
+    noisy: usize,
+    runs: f64,
+}
+
+/// Index of a statistical verdict in the tallies.
+fn index(kind: VerdictKind) -> usize {
+    match kind {
+        VerdictKind::Win => 0,
+        VerdictKind::Loss => 1,
+        VerdictKind::WithinNoise => 2,
+        _ => 3,
+    }
+}
+
+impl Cell {
+    pub fn new(label: String, theta: f64) -> Cell {
+        Cell {
+            label,
+            theta,
+            n: 0,
+            single: [0; 4],
+            confirmed_win: 0,
+            noisy: 0,
+            runs: 0.0,
+        }
+    }
+
+    pub fn add(&mut self, o: &Outcome) {
+        self.n += 1;
+        self.single[index(o.single)] += 1;
+        self.confirmed_win += usize::from(o.confirmed == VerdictKind::Win);
+        self.noisy += usize::from(o.noisy);
+        self.runs += o.runs;
+    }
+
+    pub fn rate(&self, kind: VerdictKind) -> f64 {
+        self.single[index(kind)] as f64 / self.n as f64
+    }
+
+    pub fn confirmed_win(&self) -> f64 {
+        self.confirmed_win as f64 / self.n as f64
+    }
+
+    pub fn wilson(&self, count: usize) -> (f64, f64) {
+        wilson(count, self.n)
+    }
+
+    pub fn runs_per_decision(&self) -> f64 {
+        self.runs / self.n as f64
+    }
+
+    fn is_aa(&self) -> bool {
+        self.theta == 0.0
+    }
+}
+
+/// The Wilson score interval at 95% (Wilson 1927, "Probable inference, the
+/// law of succession, and statistical inference", JASA 22).
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let z = 1.959_963_984_540_054f64;
+    let (k, n) = (k as f64, n as f64);
+    let p = k / n;
+    let d = 1.0 + z * z / n;
+    let c = (p + z * z / (2.0 * n)) / d;
+    let h = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / d;
+    ((c - h).max(0.0), (c + h).min(1.0))
+}
+
+/// The targets of the judge issue, per trace.
+#[derive(Debug, Clone, Copy)]
+pub struct Targets {
+    pub confirmed_false_win: f64,
+    pub confirmed_false_win_upper: f64,
+    pub single_false_win: f64,
+    pub false_loss: f64,
+    pub power_two_floors: f64,
+}
+
+impl Default for Targets {
+    fn default() -> Targets {
+        Targets {
+            confirmed_false_win: 0.01,
+            confirmed_false_win_upper: 0.02,
+            single_false_win: 0.05,
+            false_loss: 0.05,
+            power_two_floors: 0.90,
+        }
+    }
+}
+
+impl Targets {
+    /// Every target the cells of one trace miss, each naming the trace.
+    pub fn check(&self, trace: &str, cells: &[Cell]) -> Vec<String> {
+        let mut missed = Vec::new();
+        for c in cells {
+            if c.is_aa() {
+                let cw = c.confirmed_win();
+                let (_, up) = c.wilson(c.confirmed_win);
+                if cw > self.confirmed_false_win || up > self.confirmed_false_win_upper {
+                    missed.push(format!(
+                        "{trace}, {}: confirmed false wins {:.2}% (Wilson upper {:.2}%) > {:.0}% ({:.0}%)",
+                        c.label,
+                        100.0 * cw,
+                        100.0 * up,
+                        100.0 * self.confirmed_false_win,
+                        100.0 * self.confirmed_false_win_upper
+                    ));
+                }
+                let fw = c.rate(VerdictKind::Win);
+                if fw > self.single_false_win {
+                    missed.push(format!(
+                        "{trace}, {}: single A/B false wins {:.2}% > {:.0}%",
+                        c.label,
+                        100.0 * fw,
+                        100.0 * self.single_false_win
+                    ));
+                }
+                let fl = c.rate(VerdictKind::Loss);
+                if fl > self.false_loss {
+                    missed.push(format!(
+                        "{trace}, {}: false losses {:.2}% > {:.0}%",
+                        c.label,
+                        100.0 * fl,
+                        100.0 * self.false_loss
+                    ));
+                }
+            }
+        }
+        for (label, kind) in [("−2F", VerdictKind::Win), ("+2F", VerdictKind::Loss)] {
+            if let Some(c) = cells.iter().find(|c| c.label == label) {
+                let p = c.rate(kind);
+                if p < self.power_two_floors {
+                    missed.push(format!(
+                        "{trace}, {label}: power {:.1}% < {:.0}%",
+                        100.0 * p,
+                        100.0 * self.power_two_floors
+                    ));
+                }
+            }
+        }
+        missed
+    }
+}
+
+/// The cost the comparison uses: runs per decision, floor runs included,
+/// averaged over the A/A and ±2-floor cells of every trace.
+pub fn cost(results: &[Vec<Cell>]) -> f64 {
+    let picked: Vec<f64> = results
+        .iter()
+        .flatten()
+        .filter(|c| ["A/A", "−2F", "+2F"].contains(&c.label.as_str()))
+        .map(Cell::runs_per_decision)
+        .collect();
+    picked.iter().sum::<f64>() / picked.len().max(1) as f64
+}
+
+pub fn traces(traces: &[Trace]) {
+    println!("| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 |");
+    println!("|---|---|---|---|---|---|");
+    for t in traces {
+        let pressed = t
+            .runs
+            .iter()
+            .filter(|r| r.pressure.is_some_and(|p| p > 0.5))
+            .count();
+        println!(
+            "| {} | {} | {:.4} | {:.2}% | {:.2} | {} |",
+            t.name,
+            t.runs.len(),
+            t.median(),
+            100.0 * true_floor(t).exp_m1(),
+            t.lag1(),
+            pressed
+        );
+    }
+    println!();
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn pct_ci(c: &Cell, count: usize) -> String {
+    let (lo, hi) = c.wilson(count);
+    format!("{:.1}% [{:.1}, {:.1}]", 100.0 * count as f64 / c.n as f64, 100.0 * lo, 100.0 * hi)
+}
+
+pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
+    println!("### {} ({label})\n", trace.name);
+    println!("| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision |");
+    println!("|---|---|---|---|---|---|---|");
+    for c in cells {
+        println!(
+            "| {} | {} | {} | {} | {} ({}) | {} | {:.1} |",
+            c.label,
+            pct_ci(c, c.single[0]),
+            pct_ci(c, c.single[1]),
+            pct(c.rate(VerdictKind::WithinNoise)),
+            pct(c.rate(VerdictKind::Inconclusive)),
+            pct(c.noisy as f64 / c.n as f64),
+            pct_ci(c, c.confirmed_win),
+            c.runs_per_decision()
+        );
+    }
+    println!();
+}
+
+pub fn grid_row(label: &str, results: &[Vec<Cell>], targets: &Targets, traces: &[Trace]) {
+    let all: Vec<&Cell> = results.iter().flatten().collect();
+    let aa = || all.iter().filter(|c| c.is_aa());
+    let worst = |f: &dyn Fn(&Cell) -> f64, it: &mut dyn Iterator<Item = &&Cell>| {
+        it.map(|c| f(c)).fold(0.0f64, f64::max)
+    };
+    let cw = worst(&|c| c.confirmed_win(), &mut aa());
+    let fw = worst(&|c| c.rate(VerdictKind::Win), &mut aa());
+    let fl = worst(&|c| c.rate(VerdictKind::Loss), &mut aa());
+    let power = all
+        .iter()
+        .filter_map(|c| match c.label.as_str() {
+            "−2F" => Some(c.rate(VerdictKind::Win)),
+            "+2F" => Some(c.rate(VerdictKind::Loss)),
+            _ => None,
+        })
+        .fold(1.0f64, f64::min);
+    let ok = traces
+        .iter()
+        .zip(results)
+        .all(|(t, c)| targets.check(&t.name, c).is_empty());
+    println!(
+        "| {label} | {:.1} | {} | {} | {} | {} | {} |",
+        cost(results),
+        if ok { "yes" } else { "no" },
+        pct(cw),
+        pct(fw),
+        pct(fl),
+        pct(power)
+    );
+}

@@ -1,0 +1,407 @@
+//! The run schedules of an A/B and of a noise-floor A/A, as pure state
+//! machines: which profile runs next, and what each measured run changes.
+//!
+//! The daemon's measurer (`measure::ab`) and the replay benchmark
+//! (`benches/judge_replay`) drive the same machines, so the replay judges a
+//! trace exactly as the daemon would have judged those runs: warmups, the
+//! alternating ABBA/BAAB order ([`super::protocol`]), blocks discarded for
+//! pressure or discordance and re-run, the sequential test, and the floor.
+
+use super::JudgeError;
+use super::noise::{self, NoiseError, NoiseFloor};
+use super::policy::{Floor, Policy};
+use super::protocol::{Slot, pair_order};
+use super::sequential::{Decision, Discards, SequentialTest, Step, Timed};
+use crate::vocab::Arm;
+
+/// What the schedule wants after a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Next {
+    /// Run [`AbSchedule::slot`] next.
+    Run,
+    /// The block just completed was discarded (its runs are evidence, not
+    /// data); run the next slot, which starts a new block.
+    Discarded(Discards),
+    /// The A/B is over.
+    Decided(Decision),
+}
+
+/// A paired A/B of a candidate against the live profile.
+#[derive(Debug, Clone)]
+pub struct AbSchedule {
+    warmups_per_arm: usize,
+    /// Runs recorded so far, warmups included.
+    runs: usize,
+    /// Pairs run so far, discarded ones included: the run order alternates
+    /// in time, whatever happened to the blocks.
+    pairs_run: usize,
+    half: Option<Timed>,
+    test: SequentialTest,
+}
+
+impl AbSchedule {
+    pub fn new(policy: Policy, floor: Floor, warmups_per_arm: usize) -> AbSchedule {
+        AbSchedule {
+            warmups_per_arm,
+            runs: 0,
+            pairs_run: 0,
+            half: None,
+            test: SequentialTest::new(policy, floor),
+        }
+    }
+
+    /// The run to do next.
+    pub fn slot(&self) -> Slot {
+        next_slot(self.warmups_per_arm, self.runs, self.pairs_run)
+    }
+
+    /// Runs recorded so far.
+    pub fn runs(&self) -> usize {
+        self.runs
+    }
+
+    /// Records the run [`Self::slot`] asked for.
+    pub fn record(&mut self, run: Timed) -> Result<Next, JudgeError> {
+        let slot = self.slot();
+        if !slot.warmup {
+            // A refused time is not counted: the caller ends the A/B.
+            super::log_ratio(run.seconds_per_token, run.seconds_per_token)?;
+        }
+        self.runs += 1;
+        if slot.warmup {
+            return Ok(Next::Run);
+        }
+        let Some(first) = self.half.take() else {
+            self.half = Some(run);
+            return Ok(Next::Run);
+        };
+        let (baseline, candidate) = match slot.profile {
+            Arm::Candidate => (first, run),
+            _ => (run, first),
+        };
+        self.pairs_run += 1;
+        Ok(match self.test.push_timed(baseline, candidate)? {
+            Step::Continue { .. } => Next::Run,
+            Step::Discarded { discards, .. } => Next::Discarded(discards),
+            Step::Decided(d) => Next::Decided(d),
+        })
+    }
+}
+
+/// The run at position `runs` of a schedule with `pairs_run` whole pairs.
+fn next_slot(warmups_per_arm: usize, runs: usize, pairs_run: usize) -> Slot {
+    let warm = 2 * warmups_per_arm;
+    if runs < warm {
+        return super::slot(warmups_per_arm, runs);
+    }
+    let within = (runs - warm) % 2;
+    Slot {
+        profile: pair_order(pairs_run)[within],
+        warmup: false,
+        pair: Some(pairs_run),
+    }
+}
+
+/// How a noise-floor measurement ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FloorEnd {
+    /// The floor, and the accepted A/A pairs `(first, second)` in run order.
+    Measured {
+        floor: NoiseFloor,
+        pairs: Vec<(f64, f64)>,
+    },
+    /// Too many blocks ran under pressure; no floor was estimated.
+    TooNoisy { discards: Discards },
+    /// The runs gave no floor (too few, zero spread).
+    Unusable(NoiseError),
+}
+
+/// What the floor schedule wants after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FloorNext {
+    Run,
+    /// The block just completed ran under pressure and is re-run.
+    Discarded(Discards),
+    Done(FloorEnd),
+}
+
+/// A/A pairs of the live profile, in the A/B's own order, for its floor.
+///
+/// A block with a run above the pressure limit is re-run, as in an A/B; a
+/// block that is merely discordant is kept, since the floor must contain
+/// whatever noise the protocol lets through.
+#[derive(Debug, Clone)]
+pub struct FloorSchedule {
+    policy: Policy,
+    warmups_per_arm: usize,
+    pairs_wanted: usize,
+    runs: usize,
+    pairs_run: usize,
+    half: Option<Timed>,
+    block: Vec<(Timed, Timed)>,
+    accepted: Vec<(f64, f64)>,
+    discards: Discards,
+}
+
+impl FloorSchedule {
+    /// `policy.floor_pairs` pairs, raised to the estimator's minimum and to
+    /// whole blocks.
+    pub fn new(policy: Policy, warmups_per_arm: usize) -> FloorSchedule {
+        FloorSchedule {
+            policy,
+            warmups_per_arm,
+            pairs_wanted: policy
+                .floor_pairs
+                .max(noise::MIN_PAIRS)
+                .next_multiple_of(2),
+            runs: 0,
+            pairs_run: 0,
+            half: None,
+            block: Vec::with_capacity(2),
+            accepted: Vec::new(),
+            discards: Discards::default(),
+        }
+    }
+
+    /// The run to do next (both slots run the live profile).
+    pub fn slot(&self) -> Slot {
+        next_slot(self.warmups_per_arm, self.runs, self.pairs_run)
+    }
+
+    /// Pairs the floor is estimated from.
+    pub fn pairs_wanted(&self) -> usize {
+        self.pairs_wanted
+    }
+
+    /// Records the run [`Self::slot`] asked for.
+    pub fn record(&mut self, run: Timed) -> Result<FloorNext, JudgeError> {
+        let slot = self.slot();
+        super::log_ratio(run.seconds_per_token, run.seconds_per_token)?;
+        self.runs += 1;
+        if slot.warmup {
+            return Ok(FloorNext::Run);
+        }
+        let Some(first) = self.half.take() else {
+            self.half = Some(run);
+            return Ok(FloorNext::Run);
+        };
+        // (the baseline slot's run, the candidate slot's run)
+        let pair = match slot.profile {
+            Arm::Candidate => (first, run),
+            _ => (run, first),
+        };
+        self.pairs_run += 1;
+        self.block.push(pair);
+        if self.block.len() < 2 {
+            return Ok(FloorNext::Run);
+        }
+        let block: Vec<(Timed, Timed)> = std::mem::take(&mut self.block);
+        let worst = block
+            .iter()
+            .flat_map(|(a, b)| [a.pressure, b.pressure])
+            .flatten()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if let Some(limit) = self.policy.max_pressure
+            && worst > limit
+        {
+            self.discards.interfered += 1;
+            self.discards.worst_pressure = self.discards.worst_pressure.max(worst);
+            if self.discards.total() > self.policy.max_discarded_blocks {
+                return Ok(FloorNext::Done(FloorEnd::TooNoisy {
+                    discards: self.discards,
+                }));
+            }
+            return Ok(FloorNext::Discarded(self.discards));
+        }
+        self.accepted.extend(
+            block
+                .iter()
+                .map(|(a, b)| (a.seconds_per_token, b.seconds_per_token)),
+        );
+        if self.accepted.len() < self.pairs_wanted {
+            return Ok(FloorNext::Run);
+        }
+        let log_ratios: Vec<f64> = self.accepted.iter().map(|(a, b)| (b / a).ln()).collect();
+        Ok(FloorNext::Done(
+            match noise::estimate(&log_ratios, self.policy.min_floor) {
+                Ok(floor) => FloorEnd::Measured {
+                    floor,
+                    pairs: std::mem::take(&mut self.accepted),
+                },
+                Err(e) => FloorEnd::Unusable(e),
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::policy::Confidence;
+    use crate::vocab::VerdictKind;
+
+    fn policy() -> Policy {
+        let mut p = Policy::new(
+            Confidence::try_from(0.2).unwrap(),
+            4,
+            12,
+            Floor::try_from(0.005).unwrap(),
+        )
+        .unwrap();
+        p.max_pressure = Some(0.5);
+        p.max_discarded_blocks = 2;
+        p
+    }
+
+    fn floor() -> Floor {
+        Floor::try_from(0.03).unwrap()
+    }
+
+    /// Drives an A/B whose candidate is `ratio` times the baseline, with
+    /// the pressure of each run from `pressure(run index)`.
+    fn drive(
+        ratio: f64,
+        pressure: impl Fn(usize) -> Option<f64>,
+        warmups: usize,
+    ) -> (Decision, Vec<Slot>, usize) {
+        let mut s = AbSchedule::new(policy(), floor(), warmups);
+        let mut slots = Vec::new();
+        let mut discarded = 0;
+        loop {
+            let slot = s.slot();
+            slots.push(slot);
+            let i = slots.len() - 1;
+            // A little deterministic wobble so the blocks have a spread.
+            let wobble = 1.0 + 0.004 * ((i * 7919) % 5) as f64 / 5.0;
+            let spt = match slot.profile {
+                Arm::Candidate => 10.0 * ratio * wobble,
+                _ => 10.0 * wobble,
+            };
+            match s
+                .record(Timed {
+                    seconds_per_token: spt,
+                    pressure: pressure(i),
+                })
+                .unwrap()
+            {
+                Next::Run => {}
+                Next::Discarded(_) => discarded += 1,
+                Next::Decided(d) => return (d, slots, discarded),
+            }
+        }
+    }
+
+    #[test]
+    fn warmups_then_alternating_blocks_then_a_decision() {
+        let (d, slots, discarded) = drive(0.8, |_| Some(0.1), 1);
+        assert_eq!(d.kind, VerdictKind::Win);
+        assert_eq!(discarded, 0);
+        assert!(slots[0].warmup && slots[1].warmup);
+        let arms: String = slots[2..]
+            .iter()
+            .map(|s| if s.profile == Arm::Baseline { 'B' } else { 'C' })
+            .collect();
+        assert!(arms.starts_with("BCCBCBBC"), "{arms}");
+        assert_eq!(d.pairs, 4, "two blocks decide a 20% win, never one");
+    }
+
+    #[test]
+    fn a_block_under_pressure_is_rerun_for_both_arms() {
+        // Run 3 (the first block's second run) is interfered with.
+        let (d, slots, discarded) = drive(0.8, |i| Some(if i == 3 { 0.9 } else { 0.1 }), 1);
+        assert_eq!(discarded, 1);
+        assert_eq!(d.kind, VerdictKind::Win);
+        assert_eq!(d.pairs, 4, "the discarded block's pairs are not counted");
+        assert_eq!(slots.len(), 2 + 4 + 8, "one block re-run");
+        // The re-run block continues the alternation in time (BAAB next).
+        let rerun: String = slots[6..10]
+            .iter()
+            .map(|s| if s.profile == Arm::Baseline { 'B' } else { 'C' })
+            .collect();
+        assert_eq!(rerun, "CBBC");
+    }
+
+    #[test]
+    fn a_machine_under_constant_pressure_ends_inconclusive_and_says_why() {
+        let (d, slots, discarded) = drive(0.8, |_| Some(0.97), 0);
+        assert_eq!(d.kind, VerdictKind::Inconclusive);
+        let noisy = d.too_noisy.expect("the machine decided it");
+        assert_eq!(noisy.interfered, 3);
+        assert_eq!(discarded, 2);
+        assert!((noisy.worst_pressure - 0.97).abs() < 1e-12);
+        assert_eq!(slots.len(), 12, "bounded: three blocks, then stop");
+        assert_eq!(d.pairs, 0);
+    }
+
+    #[test]
+    fn without_pressure_readings_nothing_is_discarded_for_pressure() {
+        let (d, _, discarded) = drive(1.0, |_| None, 1);
+        assert_eq!(discarded, 0);
+        assert_eq!(d.kind, VerdictKind::WithinNoise);
+    }
+
+    #[test]
+    fn a_discordant_block_is_discarded_whichever_arm_it_hits() {
+        for arm in [Arm::Baseline, Arm::Candidate] {
+            let mut s = AbSchedule::new(policy(), floor(), 0);
+            let mut discarded = 0;
+            let mut first_block = true;
+            let d = loop {
+                let slot = s.slot();
+                // A 30% burst on the first run of this arm in the first block.
+                let hit = first_block && slot.profile == arm && s.runs() < 2;
+                let spt = if hit { 13.0 } else { 10.0 };
+                match s.record(Timed::plain(spt)).unwrap() {
+                    Next::Run => {}
+                    Next::Discarded(ds) => {
+                        assert_eq!(ds.discordant, 1);
+                        discarded += 1;
+                        first_block = false;
+                    }
+                    Next::Decided(d) => break d,
+                }
+                if s.runs() >= 4 {
+                    first_block = false;
+                }
+            };
+            assert_eq!(discarded, 1, "{arm}");
+            assert_eq!(d.kind, VerdictKind::WithinNoise, "{arm}");
+        }
+    }
+
+    #[test]
+    fn the_floor_schedule_measures_the_configured_pairs_and_reruns_pressure() {
+        let mut p = policy();
+        p.floor_pairs = 12;
+        let mut s = FloorSchedule::new(p, 1);
+        assert_eq!(s.pairs_wanted(), 12);
+        let mut runs = 0usize;
+        let mut discarded = 0;
+        let end = loop {
+            let wobble = 1.0 + 0.01 * ((runs * 7919) % 7) as f64 / 7.0;
+            // The second block runs under pressure.
+            let pressure = if (6..10).contains(&runs) { 0.8 } else { 0.0 };
+            runs += 1;
+            match s
+                .record(Timed {
+                    seconds_per_token: 10.0 * wobble,
+                    pressure: Some(pressure),
+                })
+                .unwrap()
+            {
+                FloorNext::Run => {}
+                FloorNext::Discarded(_) => discarded += 1,
+                FloorNext::Done(end) => break end,
+            }
+        };
+        assert_eq!(discarded, 1);
+        assert_eq!(runs, 2 + 2 * 12 + 4);
+        match end {
+            FloorEnd::Measured { floor, pairs } => {
+                assert_eq!(pairs.len(), 12);
+                assert_eq!(floor.n, 12);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
