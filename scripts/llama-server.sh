@@ -29,7 +29,16 @@ CMAKE_FLAGS=(
   -DLLAMA_OPENSSL=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF
   -DLLAMA_BUILD_UI=OFF
-  -DGGML_NATIVE=ON
+  # Not -march=native: this machine's CPU advertises AMX, but the kernel
+  # under its hypervisor does not enable the tiles, so a native build dies
+  # with SIGILL in ggml's AMX kernels (tinygemm_kernel_amx) on the first
+  # matmul. AVX2/FMA/F16C/BMI2 run on every x86-64 machine these tests see.
+  -DGGML_NATIVE=OFF
+  -DGGML_AVX=ON
+  -DGGML_AVX2=ON
+  -DGGML_FMA=ON
+  -DGGML_F16C=ON
+  -DGGML_BMI2=ON
   -DBUILD_SHARED_LIBS=OFF
   -DLLAMA_BUILD_TESTS=OFF
   -DLLAMA_BUILD_EXAMPLES=OFF

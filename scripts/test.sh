@@ -20,6 +20,19 @@ llama_env="$(bash scripts/llama-server.sh)"
 eval "$llama_env"
 export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF
 
+# The real kimi-k3-in-c tier (tests/kimi_k3_real.rs): the engine built from
+# KIMI_K3_SRC (default: the vendored source beside the checkout, as CI has
+# it) and a tiny checkpoint of our own writer, cached outside the checkout.
+# Without a source tree the tier is skipped and says how to run it.
+KIMI_K3_SRC="${KIMI_K3_SRC:-$PWD/../shared/vendor/kimi-k3-in-c}"
+if [ -f "$KIMI_K3_SRC/Makefile" ]; then
+  k3_env="$(KIMI_K3_SRC="$KIMI_K3_SRC" bash scripts/kimi-k3.sh)"
+  eval "$k3_env"
+  export K3_BIN K3_MODEL K3_TRUNK K3_EXPERT_BYTES
+else
+  echo "no kimi-k3-in-c source at $KIMI_K3_SRC: the real-engine tier is skipped (set KIMI_K3_SRC)" >&2
+fi
+
 # Tests drive the real binaries (orchestrator, tinyk3); cargo builds both.
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast

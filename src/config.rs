@@ -358,13 +358,13 @@ fn default_floor_pairs() -> u32 {
     crate::judge::Policy::DEFAULT_FLOOR_PAIRS as u32
 }
 fn default_max_floor() -> Fraction {
-    Fraction(0.10)
+    Fraction(0.50)
 }
 fn default_max_pressure() -> Fraction {
-    Fraction(0.90)
+    Fraction(0.97)
 }
 fn default_max_discarded() -> u32 {
-    4
+    8
 }
 fn default_pressure_shift() -> f64 {
     0.25
@@ -376,13 +376,13 @@ fn default_warmup() -> u32 {
 // The judge's defaults ([`crate::judge::Policy::default`]), whose error
 // rates the simulation benchmark reports.
 fn default_min_pairs() -> u32 {
-    2
+    4
 }
 fn default_max_pairs() -> u32 {
-    10
+    16
 }
 fn default_confidence() -> Fraction {
-    Fraction(0.20)
+    Fraction(0.10)
 }
 fn default_min_floor() -> Fraction {
     Fraction(0.01)

@@ -52,8 +52,7 @@ fn example_text(root: &Path, engine: &[&str], model: &Path) -> String {
             &repo.join("experiments").display().to_string(),
         )
         .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
-        .replace("min_pairs = 2", "min_pairs = 4")
-        .replace("max_pairs = 10", "max_pairs = 8")
+        .replace("max_pairs = 16", "max_pairs = 8\nfloor_pairs = 10")
         .replace("run_timeout_s = 1800", "run_timeout_s = 60")
         .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1")
         .replace("interval_s = 60", "interval_s = 0.01");

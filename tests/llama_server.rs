@@ -174,8 +174,7 @@ fn example(dir: &Path, server: &Server, edit: impl Fn(String) -> String) -> Conf
         .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
         .replace("max_tokens = 32", "max_tokens = 12")
         .replace("interval_s = 60", "interval_s = 0.01")
-        .replace("min_pairs = 2", "min_pairs = 4")
-        .replace("max_pairs = 10", "max_pairs = 4")
+        .replace("max_pairs = 16", "max_pairs = 4\nfloor_pairs = 10")
         .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1");
     assert!(
         !text.contains("/models/"),

@@ -357,7 +357,7 @@ fn a_bad_config_exits_2_naming_the_key() {
     let f = Fixture::new();
     let text = std::fs::read_to_string(f.path("config.toml"))
         .unwrap()
-        .replace("max_pairs = 10", "max_pair = 10");
+        .replace("max_pairs = 16", "max_pair = 16");
     std::fs::write(f.path("config.toml"), text).unwrap();
     let out = f.cmd().arg("check").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

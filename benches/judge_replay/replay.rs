@@ -131,6 +131,8 @@ pub struct Outcome {
     pub noisy: bool,
     /// Runs this decision cost, its share of shared floors included.
     pub runs: f64,
+    /// The runs of its A/Bs alone (first and confirmation), floors left out.
+    pub ab_runs: f64,
 }
 
 /// The replay of `decisions` consecutive A/Bs of a candidate `theta` on one
@@ -158,16 +160,24 @@ pub fn replay(
                 confirmed: VerdictKind::Inconclusive,
                 noisy: true,
                 runs: 0.0,
+                ab_runs: 0.0,
             });
             floor = measure_floor(stream, policy, warmups);
             continue;
         };
+        let before = stream.taken;
         let (single, noisy) = ab(stream, judge, policy, warmups, f, theta);
+        let mut ab_runs = stream.taken - before;
         let confirmed = if single == VerdictKind::Win {
             // The confirmation must not inherit the first A/B's floor.
             floor = measure_floor(stream, policy, warmups);
             match floor {
-                Some(f2) => confirm(single, ab(stream, judge, policy, warmups, f2, theta).0),
+                Some(f2) => {
+                    let before = stream.taken;
+                    let second = ab(stream, judge, policy, warmups, f2, theta).0;
+                    ab_runs += stream.taken - before;
+                    confirm(single, second)
+                }
                 None => VerdictKind::Inconclusive,
             }
         } else {
@@ -178,6 +188,7 @@ pub fn replay(
             confirmed,
             noisy,
             runs: 0.0,
+            ab_runs: ab_runs as f64,
         });
     }
     let per = (stream.taken - start) as f64 / out.len() as f64;

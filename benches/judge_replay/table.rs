@@ -1,6 +1,7 @@
 //! Tallies of replayed decisions, the targets they are held to, and the
 //! Markdown the README quotes.
 
+use orchestrator::judge::Policy;
 use orchestrator::vocab::VerdictKind;
 
 use super::replay::{Outcome, true_floor};
@@ -16,6 +17,7 @@ pub struct Cell {
     confirmed_win: usize,
     noisy: usize,
     runs: f64,
+    ab_runs: f64,
 }
 
 /// Index of a statistical verdict in the tallies.
@@ -38,6 +40,7 @@ impl Cell {
             confirmed_win: 0,
             noisy: 0,
             runs: 0.0,
+            ab_runs: 0.0,
         }
     }
 
@@ -47,6 +50,7 @@ impl Cell {
         self.confirmed_win += usize::from(o.confirmed == VerdictKind::Win);
         self.noisy += usize::from(o.noisy);
         self.runs += o.runs;
+        self.ab_runs += o.ab_runs;
     }
 
     pub fn rate(&self, kind: VerdictKind) -> f64 {
@@ -63,6 +67,10 @@ impl Cell {
 
     pub fn runs_per_decision(&self) -> f64 {
         self.runs / self.n as f64
+    }
+
+    pub fn ab_runs_per_decision(&self) -> f64 {
+        self.ab_runs / self.n as f64
     }
 
     fn is_aa(&self) -> bool {
@@ -109,8 +117,20 @@ impl Default for Targets {
 
 impl Targets {
     /// Every target the cells of one trace miss, each naming the trace.
-    pub fn check(&self, trace: &str, cells: &[Cell]) -> Vec<String> {
+    ///
+    /// On a trace noisier than `max_noise_floor` the daemon must not decide
+    /// at all: there the power target is replaced by "at least 90% of A/As
+    /// end inconclusive, the machine too noisy", and the false-win targets
+    /// stand.
+    pub fn check(&self, t: &Trace, policy: Policy, cells: &[Cell]) -> Vec<String> {
+        let trace = t.name.as_str();
         let mut missed = Vec::new();
+        let too_noisy = policy
+            .max_floor
+            .is_some_and(|max| true_floor(t) > max.get())
+            || policy
+                .max_pressure
+                .is_some_and(|limit| pressured_block_share(t, limit) > 0.5);
         for c in cells {
             if c.is_aa() {
                 let cw = c.confirmed_win();
@@ -145,6 +165,19 @@ impl Targets {
                 }
             }
         }
+        if too_noisy {
+            if let Some(c) = cells.iter().find(|c| c.label == "A/A") {
+                let share = c.noisy as f64 / c.n as f64;
+                if share < self.power_two_floors {
+                    missed.push(format!(
+                        "{trace}: the machine is too noisy to judge (its noise above max_noise_floor, or most of its blocks above max_pressure), but only {:.1}% of A/As ended `inconclusive` for a noisy machine (< {:.0}%)",
+                        100.0 * share,
+                        100.0 * self.power_two_floors
+                    ));
+                }
+            }
+            return missed;
+        }
         for (label, kind) in [("−2F", VerdictKind::Win), ("+2F", VerdictKind::Loss)] {
             if let Some(c) = cells.iter().find(|c| c.label == label) {
                 let p = c.rate(kind);
@@ -161,21 +194,43 @@ impl Targets {
     }
 }
 
-/// The cost the comparison uses: runs per decision, floor runs included,
-/// averaged over the A/A and ±2-floor cells of every trace.
-pub fn cost(results: &[Vec<Cell>]) -> f64 {
-    let picked: Vec<f64> = results
+/// The share of four-run windows (a block) of the trace with a run above
+/// the pressure limit: where most blocks would be re-run, the machine is
+/// too busy for the daemon to judge, whatever the judge.
+pub fn pressured_block_share(t: &Trace, limit: f64) -> f64 {
+    let w: Vec<bool> = t
+        .runs
+        .windows(4)
+        .map(|w| w.iter().any(|r| r.pressure.is_some_and(|p| p > limit)))
+        .collect();
+    w.iter().filter(|&&b| b).count() as f64 / w.len().max(1) as f64
+}
+
+/// What a decision costs, averaged over the A/A and ±2-floor cells of every
+/// trace: all runs with the floors' (a floor per A/B), and the A/B runs
+/// alone (first A/B and confirmation), which is where protocols differ.
+#[derive(Debug, Clone, Copy)]
+pub struct Cost {
+    pub all: f64,
+    pub ab: f64,
+}
+
+pub fn cost(results: &[Vec<Cell>]) -> Cost {
+    let picked: Vec<&Cell> = results
         .iter()
         .flatten()
         .filter(|c| ["A/A", "−2F", "+2F"].contains(&c.label.as_str()))
-        .map(Cell::runs_per_decision)
         .collect();
-    picked.iter().sum::<f64>() / picked.len().max(1) as f64
+    let n = picked.len().max(1) as f64;
+    Cost {
+        all: picked.iter().map(|c| c.runs_per_decision()).sum::<f64>() / n,
+        ab: picked.iter().map(|c| c.ab_runs_per_decision()).sum::<f64>() / n,
+    }
 }
 
-pub fn traces(traces: &[Trace]) {
-    println!("| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 |");
-    println!("|---|---|---|---|---|---|");
+pub fn traces(traces: &[Trace], limit: f64) {
+    println!("| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 | blocks with a run above max_pressure |");
+    println!("|---|---|---|---|---|---|---|");
     for t in traces {
         let pressed = t
             .runs
@@ -183,13 +238,14 @@ pub fn traces(traces: &[Trace]) {
             .filter(|r| r.pressure.is_some_and(|p| p > 0.5))
             .count();
         println!(
-            "| {} | {} | {:.4} | {:.2}% | {:.2} | {} |",
+            "| {} | {} | {:.4} | {:.2}% | {:.2} | {} | {:.0}% |",
             t.name,
             t.runs.len(),
             t.median(),
             100.0 * true_floor(t).exp_m1(),
             t.lag1(),
-            pressed
+            pressed,
+            100.0 * pressured_block_share(t, limit)
         );
     }
     println!();
@@ -206,11 +262,11 @@ fn pct_ci(c: &Cell, count: usize) -> String {
 
 pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
     println!("### {} ({label})\n", trace.name);
-    println!("| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision |");
+    println!("| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision (A/B runs) |");
     println!("|---|---|---|---|---|---|---|");
     for c in cells {
         println!(
-            "| {} | {} | {} | {} | {} ({}) | {} | {:.1} |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {:.1} ({:.1}) |",
             c.label,
             pct_ci(c, c.single[0]),
             pct_ci(c, c.single[1]),
@@ -218,13 +274,20 @@ pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
             pct(c.rate(VerdictKind::Inconclusive)),
             pct(c.noisy as f64 / c.n as f64),
             pct_ci(c, c.confirmed_win),
-            c.runs_per_decision()
+            c.runs_per_decision(),
+            c.ab_runs_per_decision()
         );
     }
     println!();
 }
 
-pub fn grid_row(label: &str, results: &[Vec<Cell>], targets: &Targets, traces: &[Trace]) {
+pub fn grid_row(
+    label: &str,
+    results: &[Vec<Cell>],
+    targets: &Targets,
+    traces: &[Trace],
+    policy: Policy,
+) {
     let all: Vec<&Cell> = results.iter().flatten().collect();
     let aa = || all.iter().filter(|c| c.is_aa());
     let worst = |f: &dyn Fn(&Cell) -> f64, it: &mut dyn Iterator<Item = &&Cell>| {
@@ -244,10 +307,12 @@ pub fn grid_row(label: &str, results: &[Vec<Cell>], targets: &Targets, traces: &
     let ok = traces
         .iter()
         .zip(results)
-        .all(|(t, c)| targets.check(&t.name, c).is_empty());
+        .all(|(t, c)| targets.check(t, policy, c).is_empty());
+    let c = cost(results);
     println!(
-        "| {label} | {:.1} | {} | {} | {} | {} | {} |",
-        cost(results),
+        "| {label} | {:.1} ({:.1}) | {} | {} | {} | {} | {} |",
+        c.all,
+        c.ab,
         if ok { "yes" } else { "no" },
         pct(cw),
         pct(fw),

@@ -185,8 +185,8 @@ fn write_config(dir: &Path, args: &Args) -> PathBuf {
         ("max_tokens = 24", "max_tokens = 8".into()),
         ("interval_s = 30", "interval_s = 0.001".into()),
         ("proposer = \"model\"", "proposer = \"bandit\"".into()),
-        ("min_pairs = 2", "min_pairs = 4".into()),
-        ("max_pairs = 10", "max_pairs = 8".into()),
+        ("max_pairs = 16", "max_pairs = 8".into()),
+        ("floor_pairs = 20", "floor_pairs = 10".into()),
         // A hang fault costs this much; a healthy tiny run takes < 1 s.
         ("run_timeout_s = 120", "run_timeout_s = 10".into()),
         (

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::measure::pressure::{self, Pressure};
 use crate::menu::Menu;
 use crate::profile::Profile;
 
@@ -73,7 +74,41 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         let program = shadow.argv.args[0].to_string();
         println!("shadow   {}", describe_program(&program, &config.base_dir));
     }
+    println!("machine  {}", describe_machine(&pressure::current(), &config));
     probe_endpoints(&config)
+}
+
+/// The machine's pressure and load now, against the limits the judge uses.
+fn describe_machine(p: &Pressure, config: &Config) -> String {
+    let share = |v: Option<f64>| match v {
+        Some(v) => format!("{:.0}%", 100.0 * v),
+        None => "n/a".into(),
+    };
+    let load = p
+        .load1
+        .map(|l| format!("load average {l:.2}"))
+        .unwrap_or_else(|| "load average unknown".into());
+    if !p.available() {
+        return format!(
+            "{load}; /proc/pressure is missing (kernel without PSI): runs are not checked for interference"
+        );
+    }
+    let limit = config.measure.max_pressure.get();
+    let worst = p.cpu.unwrap_or(0.0).max(p.memory.unwrap_or(0.0));
+    let verdict = if worst > limit {
+        format!(
+            "ABOVE max_pressure {:.0}%: blocks measured now would be re-run; stop the competing work",
+            100.0 * limit
+        )
+    } else {
+        format!("under max_pressure {:.0}%", 100.0 * limit)
+    };
+    format!(
+        "{load}; stalled in the last 10 s: cpu {}, memory {}, io {} ({verdict})",
+        share(p.cpu),
+        share(p.memory),
+        share(p.io)
+    )
 }
 
 /// Whether a command's program can be found, as the child would look for it.
@@ -144,6 +179,31 @@ mod tests {
         let d = describe_program("target/release/nope", Path::new("/srv"));
         assert!(d.contains("NOT FOUND") && d.contains("/srv"), "{d}");
         assert!(describe_program("sh", Path::new("/")).contains("found ("));
+    }
+
+    #[test]
+    fn the_machine_line_names_pressure_against_the_limit() {
+        let config = Config::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml")))
+            .unwrap();
+        let busy = Pressure {
+            cpu: Some(0.97),
+            memory: Some(0.0),
+            io: Some(0.1),
+            load1: Some(15.2),
+        };
+        let line = describe_machine(&busy, &config);
+        assert!(line.contains("load average 15.20") && line.contains("cpu 97%"), "{line}");
+        assert!(line.contains("ABOVE max_pressure"), "{line}");
+        let quiet = Pressure {
+            cpu: Some(0.01),
+            ..busy
+        };
+        assert!(describe_machine(&quiet, &config).contains("under max_pressure"));
+        let none = Pressure {
+            load1: Some(0.5),
+            ..Pressure::default()
+        };
+        assert!(describe_machine(&none, &config).contains("/proc/pressure is missing"));
     }
 
     #[test]

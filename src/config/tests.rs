@@ -36,7 +36,8 @@ fn safe_defaults_fill_missing_keys() {
     )
     .unwrap();
     assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
-    assert_eq!(c.measure.min_pairs, 2);
+    assert_eq!(c.measure.min_pairs, 4);
+    assert_eq!(c.measure.floor_pairs, 20);
     assert_eq!(c.cycle.history, 8);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
 }
@@ -88,10 +89,28 @@ fn a_pasted_api_key_is_refused_without_echoing_it() {
 
 #[test]
 fn min_pairs_above_max_pairs_is_refused() {
-    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 60"));
+    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 60"));
     assert!(msg.contains("min_pairs (60)"), "{msg}");
-    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 5"));
+    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 5"));
     assert!(msg.contains("even"), "{msg}");
+    // No verdict from a single block: two pairs are refused.
+    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 2"));
+    assert!(msg.contains("at least 4"), "{msg}");
+}
+
+#[test]
+fn the_judges_machine_keys_are_checked() {
+    let msg = err(&default_text().replace("floor_pairs = 20", "floor_pairs = 4"));
+    assert!(msg.contains("floor_pairs must be between 10 and 200"), "{msg}");
+    let msg = err(&default_text().replace("max_noise_floor = 0.50", "max_noise_floor = 0.005"));
+    assert!(msg.contains("max_noise_floor (0.005) must be above"), "{msg}");
+    let msg = err(&default_text().replace("max_pressure = 0.90", "max_pressure = 1.5"));
+    assert!(msg.contains("max_pressure"), "{msg}");
+    let msg = err(&default_text().replace(
+        "floor_pressure_shift = 0.25",
+        "floor_pressure_shift = 0",
+    ));
+    assert!(msg.contains("floor_pressure_shift must be in (0, 1]"), "{msg}");
 }
 
 #[test]

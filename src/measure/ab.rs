@@ -426,6 +426,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let sample = pressure::Sample::now();
         let scored = self.scorer.score(profile, &self.cancel).await;
         let machine = sample.until_now();
+        pressure::warn_once_if_missing(&machine);
         row.pressure = run_pressure(&machine);
         let outcome: RunOutcome = match scored {
             Ok(o) => o,

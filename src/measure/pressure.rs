@@ -124,6 +124,18 @@ fn load1(path: &Path) -> Option<f64> {
         .filter(|v: &f64| v.is_finite() && *v >= 0.0)
 }
 
+/// Says once per process, at WARN, that this kernel reports no pressure, so
+/// runs go unchecked for interference; silent after that and when it does.
+pub fn warn_once_if_missing(p: &Pressure) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !p.available() && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "/proc/pressure is missing (a kernel without PSI): runs are not checked for interference; the judge goes on without it"
+        );
+    }
+}
+
 /// The pressure right now, for `orchestrator check`: the kernel's own
 /// 10-second averages (`some avg10=`, a percentage) and the load average.
 pub fn current() -> Pressure {

@@ -479,6 +479,9 @@ fn noise_series(
             value: f.value,
             n: f.n,
             method: f.method.clone(),
+            protocol: f.stack.split_once('/').map(|(_, p)| p.to_string()),
+            load1: f.load1,
+            cpu_pressure: f.cpu_pressure,
         })
         .collect();
     let values: Vec<f64> = floors.iter().map(|f| f.value).collect();

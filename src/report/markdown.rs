@@ -221,6 +221,24 @@ fn noise(w: &mut String, r: &Report) {
             last.n,
             cell(&last.method)
         );
+        let _ = writeln!(
+            w,
+            "\n| measured | protocol | floor | pairs | load average | CPU stalled |\n|---|---|---|---|---|---|"
+        );
+        for p in &r.noise {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {} | {} |",
+                when(p.at),
+                p.protocol.as_deref().map(cell).unwrap_or_else(|| "—".into()),
+                display::floor(p.value),
+                p.n,
+                p.load1.map(|l| format!("{l:.2}")).unwrap_or_else(|| "—".into()),
+                p.cpu_pressure
+                    .map(|c| format!("{:.0}%", 100.0 * c))
+                    .unwrap_or_else(|| "—".into()),
+            );
+        }
     }
     let _ = writeln!(w, "\nChange points ({CHANGE_METHOD}):\n");
     if r.changes.is_empty() {

@@ -149,6 +149,11 @@ pub struct FloorPoint {
     pub value: f64,
     pub n: u32,
     pub method: String,
+    /// The protocol that measured it (`bench`, `surface`), when recorded.
+    pub protocol: Option<String>,
+    /// The machine's conditions during its runs (medians).
+    pub load1: Option<f64>,
+    pub cpu_pressure: Option<f64>,
 }
 
 /// Which series a change point is in.

@@ -69,8 +69,8 @@ impl Demo {
             .replace("\"--gen\", \"24\"", "\"--gen\", \"8\"")
             .replace("interval_s = 30", "interval_s = 0.01")
             .replace("proposer = \"model\"", &format!("proposer = {proposer:?}"))
-            .replace("min_pairs = 2", "min_pairs = 4")
-            .replace("max_pairs = 10", &format!("max_pairs = {max_pairs}"))
+            .replace("max_pairs = 16", &format!("max_pairs = {max_pairs}"))
+            .replace("floor_pairs = 20", "floor_pairs = 10")
             .replace("run_timeout_s = 120", "run_timeout_s = 60")
             .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1");
         std::fs::write(dir.path().join("config.toml"), text).unwrap();

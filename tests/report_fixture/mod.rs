@@ -611,16 +611,17 @@ fn refusal(kind: VerdictKind, at: DateTime<Utc>, reason: &str) -> NewVerdict {
 }
 
 async fn floor(f: &mut Fill<'_>, at: DateTime<Utc>, value: f64) {
+    // Stored as the daemon stores it: per protocol, `STACK/PROTOCOL`.
     f.tx.insert_noise_floor(&NewNoiseFloor {
-        stack: "tinyk3".into(),
+        stack: "tinyk3/bench".into(),
         profile_digest: live(),
         value,
         n: 8,
         method: "A/A paired log ratios, 95% quantile (fixture)".into(),
         measured_at: at,
         experiment_id: None,
-        load1: None,
-        cpu_pressure: None,
+        load1: Some(0.4),
+        cpu_pressure: Some(0.03),
     })
     .await
     .unwrap();
