@@ -120,10 +120,13 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
         panic!("an A/A on a healthy engine is judged: {:?}", report.verdict);
     };
     assert!(d.pairs >= 4 && d.pairs <= 6 && d.pairs % 2 == 0, "{d:?}");
-    // Two warmups, then whole blocks.
+    // Two warmups, then whole blocks: those the judge used, and those it
+    // discarded (an arm whose runs disagreed), marked so and kept.
     let stored = ledger.runs(exp).await.unwrap();
     assert_eq!(stored.len(), report.runs.len());
-    assert_eq!(stored.len(), 2 + 2 * d.pairs);
+    let discarded = stored.iter().filter(|r| r.discarded).count();
+    assert_eq!(discarded % 4, 0, "whole blocks are discarded");
+    assert_eq!(stored.len(), 2 + 2 * d.pairs + discarded);
     let arms: String = stored
         .iter()
         .map(|r| match r.arm {
@@ -132,11 +135,11 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
             Arm::Candidate => 'C',
         })
         .collect();
-    // ABBA and BAAB blocks alternate.
+    // ABBA and BAAB blocks alternate in time, discarded ones included.
     let blocks: String = ["BCCB", "CBBC"]
         .iter()
         .cycle()
-        .take(d.pairs / 2)
+        .take((d.pairs + discarded / 2) / 2)
         .copied()
         .collect();
     assert_eq!(arms, format!("WW{blocks}"));

@@ -56,8 +56,15 @@ fn effects(f: f64) -> Vec<(String, f64)> {
 fn shipped() -> Policy {
     let toml = std::fs::read_to_string("config.toml").expect("run from the repository root");
     let config: toml::Value = toml::from_str(&toml).expect("config.toml parses");
-    let m = config.get("measure").cloned().unwrap_or(toml::Value::Table(Default::default()));
-    let num = |k: &str, d: f64| m.get(k).and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64))).unwrap_or(d);
+    let m = config
+        .get("measure")
+        .cloned()
+        .unwrap_or(toml::Value::Table(Default::default()));
+    let num = |k: &str, d: f64| {
+        m.get(k)
+            .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+            .unwrap_or(d)
+    };
     let mut p = Policy::new(
         Confidence::try_from(num("confidence", 0.2)).expect("valid confidence"),
         num("min_pairs", 4.0) as usize,
@@ -92,7 +99,9 @@ fn trace_paths() -> Result<Vec<PathBuf>, String> {
             }
             "--bench" => {}
             other if other.starts_with("--") => {
-                return Err(format!("unknown argument {other}; usage: -- [--trace FILE...]"));
+                return Err(format!(
+                    "unknown argument {other}; usage: -- [--trace FILE...]"
+                ));
             }
             other => paths.push(PathBuf::from(other)),
         }
@@ -113,7 +122,10 @@ fn trace_paths() -> Result<Vec<PathBuf>, String> {
 fn cells(trace: &Trace, judge: Judge, policy: Policy, trials: usize, seed: u64) -> Vec<Cell> {
     let f = replay::true_floor(trace);
     let mut out = Vec::new();
-    let scenarios = [("", FloorUse::Each), (" (floor shared by 5)", FloorUse::Shared(5))];
+    let scenarios = [
+        ("", FloorUse::Each),
+        (" (floor shared by 5)", FloorUse::Shared(5)),
+    ];
     for (e, (label, theta)) in effects(f).into_iter().enumerate() {
         for (s, (suffix, floors)) in scenarios.iter().enumerate() {
             // The shared floor matters for the false-win rate; the other
@@ -158,13 +170,22 @@ fn fixed_grid() -> Vec<Judge> {
 }
 
 /// Every trace's cells for one judge, in parallel over the traces.
-fn all_cells(traces: &[Trace], judge: Judge, policy: Policy, trials: usize, seed: u64) -> Vec<Vec<Cell>> {
+fn all_cells(
+    traces: &[Trace],
+    judge: Judge,
+    policy: Policy,
+    trials: usize,
+    seed: u64,
+) -> Vec<Vec<Cell>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = traces
             .iter()
             .map(|t| s.spawn(move || cells(t, judge, policy, trials, seed)))
             .collect();
-        handles.into_iter().map(|h| h.join().expect("replay thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("replay thread"))
+            .collect()
     })
 }
 
@@ -248,20 +269,32 @@ fn main() -> ExitCode {
 
     if std::env::var_os("JUDGE_REPLAY_GRID").is_some() {
         println!("### Grid of sequential policies\n");
-        println!("| policy | runs per decision (A/B runs) | meets targets | worst confirmed false win | worst single false win | worst false loss | worst power |");
+        println!(
+            "| policy | runs per decision (A/B runs) | meets targets | worst confirmed false win | worst single false win | worst false loss | worst power |"
+        );
         println!("|---|---|---|---|---|---|---|");
         for conf in [0.1, 0.2, 0.3, 0.5] {
             for (min, max) in [(4, 8), (4, 12), (4, 16), (6, 16)] {
                 for fp in [12, 20, 30] {
-                    let mut p =
-                        Policy::new(Confidence::try_from(conf).expect("valid"), min, max, policy.min_floor)
-                            .expect("valid");
+                    let mut p = Policy::new(
+                        Confidence::try_from(conf).expect("valid"),
+                        min,
+                        max,
+                        policy.min_floor,
+                    )
+                    .expect("valid");
                     p.floor_pairs = fp;
                     p.max_floor = policy.max_floor;
                     p.max_pressure = policy.max_pressure;
                     p.max_discarded_blocks = policy.max_discarded_blocks;
                     let r = all_cells(&traces[..real], Judge::Ours(p), p, trials / 2, seed ^ 1);
-                    table::grid_row(&Judge::Ours(p).label(), &r, &targets, &traces[..real], policy);
+                    table::grid_row(
+                        &Judge::Ours(p).label(),
+                        &r,
+                        &targets,
+                        &traces[..real],
+                        policy,
+                    );
                 }
             }
         }

@@ -58,7 +58,11 @@ impl<'a> Stream<'a> {
     /// `exp(theta)` times the trace (an A/A when `theta` is 0).
     fn timed(&mut self, arm: Arm, theta: f64) -> Timed {
         let r = self.next_run();
-        let shift = if arm == Arm::Candidate { theta.exp() } else { 1.0 };
+        let shift = if arm == Arm::Candidate {
+            theta.exp()
+        } else {
+            1.0
+        };
         Timed {
             seconds_per_token: r.seconds_per_token * shift,
             pressure: r.pressure,
@@ -242,7 +246,14 @@ fn ab(
             // Our order and warmups; blocks under pressure are not re-run.
             let _ = policy;
             for i in 0..2 * warmups {
-                stream.timed(if i % 2 == 0 { Arm::Baseline } else { Arm::Candidate }, theta);
+                stream.timed(
+                    if i % 2 == 0 {
+                        Arm::Baseline
+                    } else {
+                        Arm::Candidate
+                    },
+                    theta,
+                );
             }
             let mut x = Vec::with_capacity(pairs / 2);
             let mut block = Vec::with_capacity(2);
@@ -250,7 +261,11 @@ fn ab(
                 let order = judge::pair_order(k);
                 let a = stream.timed(order[0], theta).seconds_per_token;
                 let b = stream.timed(order[1], theta).seconds_per_token;
-                let pair = if order[0] == Arm::Baseline { (a, b) } else { (b, a) };
+                let pair = if order[0] == Arm::Baseline {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
                 block.push(pair);
                 if block.len() == 2 {
                     let (p, q) = (block[0], block[1]);

@@ -30,7 +30,9 @@ pub fn trace(seed: u64, runs: usize) -> Trace {
     for _ in 0..runs {
         ar = rho * ar + sigma_e * t3.sample(&mut rng);
         if rng.random::<f64>() < 1.0 / 150.0 {
-            let step: f64 = rand_distr::Normal::new(0.0, 0.10).expect("valid").sample(&mut rng);
+            let step: f64 = rand_distr::Normal::new(0.0, 0.10)
+                .expect("valid")
+                .sample(&mut rng);
             level = base + step;
         }
         burst = if burst > 0.0 && rng.random::<f64>() < 0.75 {

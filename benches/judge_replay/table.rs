@@ -229,7 +229,9 @@ pub fn cost(results: &[Vec<Cell>]) -> Cost {
 }
 
 pub fn traces(traces: &[Trace], limit: f64) {
-    println!("| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 | blocks with a run above max_pressure |");
+    println!(
+        "| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 | blocks with a run above max_pressure |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for t in traces {
         let pressed = t
@@ -257,12 +259,19 @@ fn pct(x: f64) -> String {
 
 fn pct_ci(c: &Cell, count: usize) -> String {
     let (lo, hi) = c.wilson(count);
-    format!("{:.1}% [{:.1}, {:.1}]", 100.0 * count as f64 / c.n as f64, 100.0 * lo, 100.0 * hi)
+    format!(
+        "{:.1}% [{:.1}, {:.1}]",
+        100.0 * count as f64 / c.n as f64,
+        100.0 * lo,
+        100.0 * hi
+    )
 }
 
 pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
     println!("### {} ({label})\n", trace.name);
-    println!("| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision (A/B runs) |");
+    println!(
+        "| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision (A/B runs) |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for c in cells {
         println!(

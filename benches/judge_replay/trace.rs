@@ -33,10 +33,16 @@ impl Trace {
     pub fn load(path: &Path) -> Result<Trace, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
-        let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-        let (_, header) = lines
-            .next()
-            .ok_or_else(|| format!("{}: empty; a trace starts with a header row", path.display()))?;
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty());
+        let (_, header) = lines.next().ok_or_else(|| {
+            format!(
+                "{}: empty; a trace starts with a header row",
+                path.display()
+            )
+        })?;
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let find = |name: &str| cols.iter().position(|c| *c == name);
         let spt = find("seconds_per_token").ok_or_else(|| {
@@ -98,10 +104,7 @@ impl Trace {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        Ok(Trace {
-            name,
-            runs,
-        })
+        Ok(Trace { name, runs })
     }
 
     /// Median s/token, for the table.

@@ -74,7 +74,10 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         let program = shadow.argv.args[0].to_string();
         println!("shadow   {}", describe_program(&program, &config.base_dir));
     }
-    println!("machine  {}", describe_machine(&pressure::current(), &config));
+    println!(
+        "machine  {}",
+        describe_machine(&pressure::current(), &config)
+    );
     probe_endpoints(&config)
 }
 
@@ -183,16 +186,22 @@ mod tests {
 
     #[test]
     fn the_machine_line_names_pressure_against_the_limit() {
-        let config = Config::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml")))
-            .unwrap();
+        let config = Config::load(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config.toml"
+        )))
+        .unwrap();
         let busy = Pressure {
-            cpu: Some(0.97),
+            cpu: Some(0.99),
             memory: Some(0.0),
             io: Some(0.1),
             load1: Some(15.2),
         };
         let line = describe_machine(&busy, &config);
-        assert!(line.contains("load average 15.20") && line.contains("cpu 97%"), "{line}");
+        assert!(
+            line.contains("load average 15.20") && line.contains("cpu 99%"),
+            "{line}"
+        );
         assert!(line.contains("ABOVE max_pressure"), "{line}");
         let quiet = Pressure {
             cpu: Some(0.01),

@@ -23,8 +23,7 @@ use crate::measure::pressure;
 use crate::measure::scorer::{ProfileFile, Scorer};
 
 /// The CSV header; `docs/traces.md` documents each column.
-pub const HEADER: &str =
-    "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some";
+pub const HEADER: &str = "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some";
 
 pub fn run(config_path: &Path, args: TraceArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
@@ -95,10 +94,8 @@ pub fn run(config_path: &Path, args: TraceArgs) -> anyhow::Result<()> {
             }
             let o = match outcome {
                 Ok(o) => o,
-                Err(failure) if cancel.is_cancelled() => {
-                    drop(failure);
-                    return Ok(run);
-                }
+                // Ctrl-C: every row measured so far is kept.
+                Err(_) if cancel.is_cancelled() => return Ok(run),
                 Err(failure) => {
                     out.flush()?;
                     anyhow::bail!(

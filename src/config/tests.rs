@@ -23,7 +23,7 @@ fn the_default_config_loads() {
         c.stack.live_profile,
         Path::new("/etc/orch/ledger/profiles/live.toml")
     );
-    assert_eq!(c.measure.confidence.get(), 0.20);
+    assert_eq!(c.measure.confidence.get(), 0.10);
     assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
     assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
 }
@@ -53,7 +53,7 @@ fn an_unknown_key_gets_the_nearest_suggested_with_its_line() {
 
 #[test]
 fn a_bad_value_names_the_key_and_the_range() {
-    let msg = err(&default_text().replace("confidence = 0.20", "confidence = 1.5"));
+    let msg = err(&default_text().replace("confidence = 0.10", "confidence = 1.5"));
     assert!(msg.contains("[measure] confidence"), "{msg}");
     assert!(msg.contains("strictly between 0 and 1"), "{msg}");
 }
@@ -101,16 +101,23 @@ fn min_pairs_above_max_pairs_is_refused() {
 #[test]
 fn the_judges_machine_keys_are_checked() {
     let msg = err(&default_text().replace("floor_pairs = 20", "floor_pairs = 4"));
-    assert!(msg.contains("floor_pairs must be between 10 and 200"), "{msg}");
+    assert!(
+        msg.contains("floor_pairs must be between 10 and 200"),
+        "{msg}"
+    );
     let msg = err(&default_text().replace("max_noise_floor = 0.50", "max_noise_floor = 0.005"));
-    assert!(msg.contains("max_noise_floor (0.005) must be above"), "{msg}");
-    let msg = err(&default_text().replace("max_pressure = 0.90", "max_pressure = 1.5"));
+    assert!(
+        msg.contains("max_noise_floor (0.005) must be above"),
+        "{msg}"
+    );
+    let msg = err(&default_text().replace("max_pressure = 0.97", "max_pressure = 1.5"));
     assert!(msg.contains("max_pressure"), "{msg}");
-    let msg = err(&default_text().replace(
-        "floor_pressure_shift = 0.25",
-        "floor_pressure_shift = 0",
-    ));
-    assert!(msg.contains("floor_pressure_shift must be in (0, 1]"), "{msg}");
+    let msg =
+        err(&default_text().replace("floor_pressure_shift = 0.25", "floor_pressure_shift = 0"));
+    assert!(
+        msg.contains("floor_pressure_shift must be in (0, 1]"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -18,7 +18,7 @@ use crate::vocab::{Digest, Method};
 pub struct Freshness {
     pub max_age: std::time::Duration,
     pub max_floor: Option<Floor>,
-    /// The machine now (the kernel's 10-second pressure averages).
+    /// The machine now: the median pressure of the latest runs.
     pub now: Pressure,
     /// How far the CPU pressure share (0..1) may move from the floor's.
     pub pressure_shift: f64,
@@ -168,7 +168,11 @@ mod tests {
         // No reading on either side: only the other rules apply.
         assert_eq!(stale_because(&f, &live, &rules(None, None), t0), None);
         let old = t0 + chrono::Duration::seconds(7200);
-        assert!(stale_because(&f, &live, &rules(None, None), old).unwrap().contains("old"));
+        assert!(
+            stale_because(&f, &live, &rules(None, None), old)
+                .unwrap()
+                .contains("old")
+        );
         let other = Digest::of(b"other");
         assert!(stale_because(&f, &other, &rules(None, None), t0).is_some());
     }
@@ -182,7 +186,10 @@ mod tests {
         let why = stale_because(&f, &live, &rules(None, Some(later)), t0).unwrap();
         assert!(why.contains("confirmation"), "{why}");
         let earlier = t0 - chrono::Duration::seconds(5);
-        assert_eq!(stale_because(&f, &live, &rules(None, Some(earlier)), t0), None);
+        assert_eq!(
+            stale_because(&f, &live, &rules(None, Some(earlier)), t0),
+            None
+        );
     }
 
     #[test]

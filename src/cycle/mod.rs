@@ -293,10 +293,18 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         live: &ProfileFile,
         not_before: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<CurrentFloor, LedgerError> {
+        // The machine now, as the stack's own runs felt it: the pressure of
+        // the last runs, comparable with the floor's (both include the
+        // stack's own threads), where the kernel's idle average is not.
+        let recent = self.ledger.recent_cpu_pressure(RECENT_RUNS).await?;
+        let now = crate::measure::pressure::Pressure {
+            cpu: judge::noise::median(&recent),
+            ..Default::default()
+        };
         let rules = Freshness {
             max_age: self.config.measure.noise_floor_max_age_s.duration(),
             max_floor: self.policy.max_floor,
-            now: crate::measure::pressure::current(),
+            now,
             pressure_shift: self.config.measure.floor_pressure_shift,
             not_before,
         };
@@ -321,7 +329,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
     async fn pending_win(&self, live: &ProfileFile) -> Result<Option<ExperimentId>, LedgerError> {
         // The floor refreshes scheduled between a win and its confirmation
         // (a fresh floor comes first) do not hide the win.
-        let recent = self.ledger.recent_experiments(MAX_REFRESHES_BEFORE_CONFIRMATION).await?;
+        let recent = self
+            .ledger
+            .recent_experiments(MAX_REFRESHES_BEFORE_CONFIRMATION)
+            .await?;
         let Some(last) = recent
             .into_iter()
             .find(|e| !(e.menu_id == MenuId::Remeasure && e.proposer.is_none()))
@@ -645,69 +656,99 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 r.reason = Some(reason);
                 return Ok(());
             }
-            NoiseOutcome::TooNoisy { reason } => {
-                let v = NewVerdict::refusal(VerdictKind::Inconclusive, &reason, now);
-                self.ledger.insert_verdict(experiment_id, &v).await?;
-                r.verdict = Some(VerdictKind::Inconclusive);
-                r.reason = Some(reason);
-                return Ok(());
+            NoiseOutcome::TooNoisy { reason, pairs } => {
+                // No floor to judge with; the verdict still says what the
+                // runs showed, against a floor from all of them.
+                let ratios: Vec<f64> = pairs.iter().map(|(a, b)| (b / a).ln()).collect();
+                let v = match judge::noise::estimate(&ratios, self.policy.min_floor) {
+                    Ok(f) => aa_verdict(&pairs, f.value, &self.policy, now, Some(&reason)),
+                    Err(_) => NewVerdict::refusal(VerdictKind::Failed, &reason, now),
+                };
+                return self.record_aa(experiment_id, v, r).await;
             }
         };
         if let Some(row) = &row {
             self.ledger.insert_noise_floor(row).await?;
         }
-        if let Some(max) = self.policy.max_floor
-            && floor.value > max
-        {
-            // Kept in the ledger (the report shows it), but too wide to
-            // judge anything with: `CurrentFloor` calls it stale, so the
-            // next cycle measures again.
-            let why = format!(
-                "machine too noisy to decide: noise floor {} > [measure] max_noise_floor {}; nothing is measured against it. Stop the competing work, or raise max_noise_floor",
-                floor.value, max
-            );
-            let v = NewVerdict::refusal(VerdictKind::Inconclusive, &why, now);
-            self.ledger.insert_verdict(experiment_id, &v).await?;
-            r.floor = Some(floor.value.get());
-            r.verdict = Some(VerdictKind::Inconclusive);
-            r.reason = Some(why);
-            return Ok(());
-        }
         r.floor = Some(floor.value.get());
+        // Kept in the ledger (the report shows it), but too wide to judge
+        // anything with: `CurrentFloor` calls it stale, so the next cycle
+        // measures again.
+        let too_wide = self
+            .policy
+            .max_floor
+            .filter(|max| floor.value > *max)
+            .map(|max| {
+                format!(
+                    "machine too noisy to decide: noise floor {} > [measure] max_noise_floor {max}; nothing is measured against it. Stop the competing work, or raise max_noise_floor",
+                    floor.value
+                )
+            });
         // The A/A's own verdict: what the sequential test says of identical
         // profiles under the new floor (normally within_noise).
-        let verdict = match judge::decide(&pairs, floor.value, &self.policy) {
-            Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
-            Ok(Step::Continue { pairs, estimate }) => match estimate {
-                Some(e) => NewVerdict {
-                    kind: VerdictKind::Inconclusive,
-                    decided_at: now,
-                    effect: Some(e.log_ratio),
-                    interval: Some(Interval {
-                        low: e.interval.0,
-                        high: e.interval.1,
-                    }),
-                    noise_floor: Some(floor.value.get()),
-                    pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
-                    method: Some(judge::sequential::METHOD.to_string()),
-                    reason: None,
-                },
-                None => NewVerdict::refusal(VerdictKind::Failed, "too few A/A pairs to judge", now),
-            },
-            // `decide` reports where it stands as `Continue`, never this.
-            Ok(Step::Discarded { .. }) => {
-                NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now)
-            }
-            Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
-        };
+        let v = aa_verdict(&pairs, floor.value, &self.policy, now, too_wide.as_deref());
+        self.record_aa(experiment_id, v, r).await
+    }
+
+    async fn record_aa(
+        &self,
+        experiment_id: ExperimentId,
+        verdict: NewVerdict,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
         r.verdict = Some(verdict.kind);
+        r.reason = verdict.reason.clone();
         if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
             r.effect = Some((e, i));
         }
         Ok(())
     }
 }
+
+/// The verdict of an A/A's pairs under `floor`; with `too_noisy`, it is
+/// `inconclusive` with that reason whatever the interval says (the machine
+/// decided it), and keeps the interval for the record.
+fn aa_verdict(
+    pairs: &[(f64, f64)],
+    floor: judge::Floor,
+    policy: &Policy,
+    now: chrono::DateTime<chrono::Utc>,
+    too_noisy: Option<&str>,
+) -> NewVerdict {
+    let mut v = match judge::decide(pairs, floor, policy) {
+        Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
+        Ok(Step::Continue {
+            pairs,
+            estimate: Some(e),
+        }) => NewVerdict {
+            kind: VerdictKind::Inconclusive,
+            decided_at: now,
+            effect: Some(e.log_ratio),
+            interval: Some(Interval {
+                low: e.interval.0,
+                high: e.interval.1,
+            }),
+            noise_floor: Some(floor.get()),
+            pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
+            method: Some(judge::sequential::METHOD.to_string()),
+            reason: None,
+        },
+        // `decide` reports where it stands as `Continue`, never `Discarded`.
+        Ok(_) => NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now),
+        Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
+    };
+    if let Some(why) = too_noisy
+        && v.effect.is_some()
+    {
+        v.kind = VerdictKind::Inconclusive;
+        v.reason = Some(why.to_string());
+    }
+    v
+}
+
+/// Runs whose pressure says what the machine is like now (two blocks).
+const RECENT_RUNS: u32 = 8;
 
 /// How many scheduled floor refreshes may stand between a win and its
 /// confirmation before the win is given up on (a machine that stays too

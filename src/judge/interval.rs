@@ -141,8 +141,8 @@ fn student_quantile(z: f64, nu: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::judge::policy::{Confidence, Policy};
-    use rand::rngs::StdRng;
     use rand::SeedableRng;
+    use rand::rngs::StdRng;
     use rand_distr::{Distribution, Normal};
 
     fn floor(v: f64) -> Floor {
@@ -219,7 +219,10 @@ mod tests {
         let e = wide.estimate(f, z).unwrap();
         let s = 0.2f64; // sample sd of -0.3, 0.1, -0.1
         let own = student_quantile(z, 2.0) * s / 3f64.sqrt();
-        assert!((e.interval.1 - e.interval.0 - 2.0 * own).abs() < 1e-9, "{e:?}");
+        assert!(
+            (e.interval.1 - e.interval.0 - 2.0 * own).abs() < 1e-9,
+            "{e:?}"
+        );
         assert!(own > by_floor);
     }
 

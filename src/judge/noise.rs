@@ -105,10 +105,8 @@ pub(crate) fn qn(x: &[f64]) -> f64 {
         return 0.0;
     }
     let mut d: Vec<f64> = Vec::with_capacity(n * (n - 1) / 2);
-    for i in 0..n {
-        for j in i + 1..n {
-            d.push((x[i] - x[j]).abs());
-        }
+    for (i, a) in x.iter().enumerate() {
+        d.extend(x[i + 1..].iter().map(|b| (a - b).abs()));
     }
     let h = n / 2 + 1;
     let k = h * (h - 1) / 2;
@@ -224,7 +222,12 @@ mod tests {
             (v.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
         };
         assert!((mean(&q) - 1.0).abs() < 0.03, "Qn mean {}", mean(&q));
-        assert!(sd(&q) < 0.21 && sd(&q) < 0.85 * sd(&m), "{} vs {}", sd(&q), sd(&m));
+        assert!(
+            sd(&q) < 0.21 && sd(&q) < 0.85 * sd(&m),
+            "{} vs {}",
+            sd(&q),
+            sd(&m)
+        );
     }
 
     #[test]

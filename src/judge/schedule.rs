@@ -110,8 +110,12 @@ pub enum FloorEnd {
         floor: NoiseFloor,
         pairs: Vec<(f64, f64)>,
     },
-    /// Too many blocks ran under pressure; no floor was estimated.
-    TooNoisy { discards: Discards },
+    /// Too many blocks ran under pressure; no floor was estimated. `pairs`
+    /// are all the A/A pairs run, discarded ones included, for the record.
+    TooNoisy {
+        discards: Discards,
+        pairs: Vec<(f64, f64)>,
+    },
     /// The runs gave no floor (too few, zero spread).
     Unusable(NoiseError),
 }
@@ -140,6 +144,7 @@ pub struct FloorSchedule {
     half: Option<Timed>,
     block: Vec<(Timed, Timed)>,
     accepted: Vec<(f64, f64)>,
+    every: Vec<(f64, f64)>,
     discards: Discards,
 }
 
@@ -150,15 +155,13 @@ impl FloorSchedule {
         FloorSchedule {
             policy,
             warmups_per_arm,
-            pairs_wanted: policy
-                .floor_pairs
-                .max(noise::MIN_PAIRS)
-                .next_multiple_of(2),
+            pairs_wanted: policy.floor_pairs.max(noise::MIN_PAIRS).next_multiple_of(2),
             runs: 0,
             pairs_run: 0,
             half: None,
             block: Vec::with_capacity(2),
             accepted: Vec::new(),
+            every: Vec::new(),
             discards: Discards::default(),
         }
     }
@@ -196,6 +199,11 @@ impl FloorSchedule {
             return Ok(FloorNext::Run);
         }
         let block: Vec<(Timed, Timed)> = std::mem::take(&mut self.block);
+        self.every.extend(
+            block
+                .iter()
+                .map(|(a, b)| (a.seconds_per_token, b.seconds_per_token)),
+        );
         let worst = block
             .iter()
             .flat_map(|(a, b)| [a.pressure, b.pressure])
@@ -209,6 +217,7 @@ impl FloorSchedule {
             if self.discards.total() > self.policy.max_discarded_blocks {
                 return Ok(FloorNext::Done(FloorEnd::TooNoisy {
                     discards: self.discards,
+                    pairs: std::mem::take(&mut self.every),
                 }));
             }
             return Ok(FloorNext::Discarded(self.discards));
@@ -330,7 +339,9 @@ mod tests {
         assert_eq!(discarded, 2);
         assert!((noisy.worst_pressure - 0.97).abs() < 1e-12);
         assert_eq!(slots.len(), 12, "bounded: three blocks, then stop");
-        assert_eq!(d.pairs, 0);
+        // Nothing was judged, but the verdict still says what was seen.
+        assert_eq!(d.pairs, 6, "every pair run, for the record");
+        assert!(d.estimate.interval.0 <= d.estimate.log_ratio);
     }
 
     #[test]

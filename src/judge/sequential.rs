@@ -26,7 +26,9 @@ pub const METHOD: &str = "pocock-rci-own-spread-v3";
 pub struct Decision {
     pub kind: VerdictKind,
     pub estimate: Estimate,
-    /// Pairs of the blocks the decision used (discarded blocks excluded).
+    /// Pairs of the blocks the decision used (discarded blocks excluded);
+    /// for a too-noisy one, every pair run, and `estimate` is over all of
+    /// them, for the record only.
     pub pairs: usize,
     pub floor: Floor,
     /// [`METHOD`].
@@ -146,6 +148,9 @@ pub struct SequentialTest {
     policy: Policy,
     floor: Floor,
     blocks: Blocks,
+    /// Every completed block, discarded ones included: what a too-noisy
+    /// verdict reports, so it still says what was seen.
+    all: Blocks,
     /// The first pair of the block in progress.
     pending: Option<(Timed, Timed)>,
     /// Pairs of accepted blocks.
@@ -162,6 +167,7 @@ impl SequentialTest {
             policy,
             floor,
             blocks: Blocks::default(),
+            all: Blocks::default(),
             pending: None,
             pairs: 0,
             discards: Discards::default(),
@@ -207,12 +213,13 @@ impl SequentialTest {
         };
         let second = (baseline, candidate);
         let p = self.policy;
+        let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
+        self.all.push(block_statistic(spt(first), spt(second)));
         if let Some(share) = interfered(&[first.0, first.1, second.0, second.1], &p) {
             self.discards.interfered += 1;
             self.discards.worst_pressure = self.discards.worst_pressure.max(share);
             return self.discarded();
         }
-        let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
         let (first, second) = (spt(first), spt(second));
         if discordant(first, second, self.floor).is_some() {
             self.discards.discordant += 1;
@@ -233,7 +240,12 @@ impl SequentialTest {
         Ok(Step::Continue { pairs, estimate })
     }
 
-    fn decide(&mut self, kind: VerdictKind, estimate: Estimate, noisy: Option<Discards>) -> Decision {
+    fn decide(
+        &mut self,
+        kind: VerdictKind,
+        estimate: Estimate,
+        noisy: Option<Discards>,
+    ) -> Decision {
         let d = Decision {
             kind,
             estimate,
@@ -253,15 +265,12 @@ impl SequentialTest {
         let discards = self.discards;
         if discards.total() > self.policy.max_discarded_blocks {
             let estimate = self
-                .blocks
+                .all
                 .estimate(self.floor, self.policy.boundary())
-                // No accepted block: no effect to report (the ledger
-                // stores none for a too-noisy A/B with zero pairs).
-                .unwrap_or(Estimate {
-                    log_ratio: 0.0,
-                    interval: (0.0, 0.0),
-                });
-            let d = self.decide(VerdictKind::Inconclusive, estimate, Some(discards));
+                .expect("a discarded block was pushed to `all`");
+            let mut d = self.decide(VerdictKind::Inconclusive, estimate, Some(discards));
+            d.pairs = 2 * self.all.n;
+            self.decided = Some(d);
             return Ok(Step::Decided(d));
         }
         Ok(Step::Discarded {

@@ -218,6 +218,20 @@ impl Ledger {
         Ok(())
     }
 
+    /// The CPU pressure shares of the last `limit` runs that recorded one,
+    /// newest first: the machine as the stack's own runs last felt it.
+    pub async fn recent_cpu_pressure(&self, limit: u32) -> Result<Vec<f64>> {
+        let op = "read the recent runs' pressure";
+        let mut c = self.conn(op).await?;
+        sqlx::query_scalar(
+            "SELECT cpu_pressure FROM runs WHERE cpu_pressure IS NOT NULL ORDER BY id DESC LIMIT ?1",
+        )
+        .bind(limit)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(self.ctx.err(op))
+    }
+
     /// Every run of an experiment, in run order.
     pub async fn runs(&self, experiment_id: ExperimentId) -> Result<Vec<Run>> {
         let mut c = self.conn("read an experiment's runs").await?;

@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::cancel::Cancel;
 use super::gate::{GateCheck, GateError, HashGate};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use super::pressure::{self, Pressure};
+use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::judge::{
     self, AbSchedule, Decision, Discards, Floor, FloorEnd, FloorNext, FloorSchedule, JudgeError,
     Next, NoiseFloor, Policy, Timed,
@@ -166,8 +166,12 @@ pub enum NoiseOutcome {
     },
     /// A run failed, or the runs could not give a floor (with why).
     Failed { reason: String },
-    /// Too many blocks ran under pressure: no floor (with why).
-    TooNoisy { reason: String },
+    /// Too many blocks ran under pressure: no floor (with why), and every
+    /// A/A pair run, for the record.
+    TooNoisy {
+        reason: String,
+        pairs: Vec<(f64, f64)>,
+    },
 }
 
 /// An A/A measurement and its runs.
@@ -265,7 +269,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let mut runs = Vec::new();
         let base_digest = baseline.profile.digest();
         // Bounded by the policy; the guard only turns a bug into an error.
-        let most = 2 * self.warmups_per_arm + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
+        let most =
+            2 * self.warmups_per_arm + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
         while runs.len() < most {
             let slot = schedule.slot();
             let profile = match slot.profile {
@@ -302,7 +307,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 }
             }
         }
-        Err(AbError::Undecided { pairs: runs.len() / 2 })
+        Err(AbError::Undecided {
+            pairs: runs.len() / 2,
+        })
     }
 
     /// A/A pairs of the live profile under the same protocol, giving the
@@ -359,10 +366,11 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             };
             let outcome = match end {
                 FloorEnd::Measured { floor, pairs } => NoiseOutcome::Measured { floor, pairs },
-                FloorEnd::TooNoisy { discards } => {
+                FloorEnd::TooNoisy { discards, pairs } => {
                     self.discard_last_block(&mut runs).await?;
                     NoiseOutcome::TooNoisy {
                         reason: too_noisy_reason(&discards),
+                        pairs,
                     }
                 }
                 FloorEnd::Unusable(e) => NoiseOutcome::Failed {
@@ -371,7 +379,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             };
             return Ok(NoiseReport { outcome, runs });
         }
-        Err(AbError::Undecided { pairs: runs.len() / 2 })
+        Err(AbError::Undecided {
+            pairs: runs.len() / 2,
+        })
     }
 
     /// Marks the last block's four runs as discarded, here and in the ledger.

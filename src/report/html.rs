@@ -401,9 +401,14 @@ fn noise_chart(r: &Report) -> String {
     for ((x, y), p) in pts.iter().zip(&r.noise) {
         let _ = writeln!(
             o,
-            "<circle class=\"fpt\" cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\"><title>{} (n = {})</title></circle>",
+            "<circle class=\"fpt\" cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\"><title>{} (n = {}{})</title></circle>",
             crate::display::floor(p.value),
-            p.n
+            p.n,
+            match (p.load1, p.cpu_pressure) {
+                (Some(l), Some(c)) => format!(", load {l:.2}, CPU stalled {:.0}%", 100.0 * c),
+                (Some(l), None) => format!(", load {l:.2}"),
+                _ => String::new(),
+            }
         );
     }
     for c in r.changes.iter().filter(|c| c.series == Series::NoiseFloor) {

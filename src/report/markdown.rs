@@ -230,10 +230,15 @@ fn noise(w: &mut String, r: &Report) {
                 w,
                 "| {} | {} | {} | {} | {} | {} |",
                 when(p.at),
-                p.protocol.as_deref().map(cell).unwrap_or_else(|| "—".into()),
+                p.protocol
+                    .as_deref()
+                    .map(cell)
+                    .unwrap_or_else(|| "—".into()),
                 display::floor(p.value),
                 p.n,
-                p.load1.map(|l| format!("{l:.2}")).unwrap_or_else(|| "—".into()),
+                p.load1
+                    .map(|l| format!("{l:.2}"))
+                    .unwrap_or_else(|| "—".into()),
                 p.cpu_pressure
                     .map(|c| format!("{:.0}%", 100.0 * c))
                     .unwrap_or_else(|| "—".into()),
