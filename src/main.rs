@@ -16,9 +16,12 @@ fn main() -> ExitCode {
         );
         tracing_subscriber::EnvFilter::new("info")
     });
+    // Colour only for a person at a terminal: a log file or a pipe gets
+    // plain text, not escape codes.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match commands::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -109,6 +109,10 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
     let out = orchestrator(&config, &["run", "--cycles", "4"]);
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "a log written to a pipe carries no colour codes: {log}"
+    );
     let out = orchestrator(&config, &["ledger", "--json"]);
     let cycles: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cycles = cycles.as_array().unwrap();

@@ -65,6 +65,17 @@ fn split_proposer() -> FaultyHttpServer {
     })
 }
 
+/// How many wins `stage list` shows.
+fn staged(demo: &Demo) -> usize {
+    let out = demo
+        .cmd()
+        .args(["stage", "list", "--json"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    list.as_array().map_or(usize::MAX, Vec::len)
+}
+
 /// `(menu id, verdict kind, reason)` of every cycle, oldest first.
 fn verdicts(demo: &Demo) -> Vec<(String, String, String)> {
     let mut v: Vec<(String, String, String)> = demo
@@ -120,13 +131,7 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
             assert!(reason.contains("machine too noisy"), "{reason}");
         }
     }
-    let staged = demo
-        .cmd()
-        .args(["stage", "list", "--json"])
-        .output()
-        .unwrap();
-    let list: serde_json::Value = serde_json::from_slice(&staged.stdout).unwrap();
-    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}\n{v:?}");
+    assert_eq!(staged(&demo), 0, "{v:?}");
     demo.assert_children_gone();
 }
 
@@ -160,13 +165,7 @@ fn a_machine_above_the_pressure_limit_is_called_too_noisy_and_nothing_is_staged(
             "{reason}"
         );
     }
-    let staged = demo
-        .cmd()
-        .args(["stage", "list", "--json"])
-        .output()
-        .unwrap();
-    let list: serde_json::Value = serde_json::from_slice(&staged.stdout).unwrap();
-    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    assert_eq!(staged(&demo), 0, "{v:?}");
     // Every run of the discarded blocks is kept as evidence, marked so.
     let db = demo.path("ledger/orchestrator.db");
     let conn = std::process::Command::new("sqlite3")
