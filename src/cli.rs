@@ -49,7 +49,7 @@ pub enum StageCommand {
         /// Show approved, rejected and expired stages too
         #[arg(long)]
         all: bool,
-        /// Print JSON instead of a table
+        /// Print JSON instead of a table (the effect as `effect_percent` and `effect_log_ratio`)
         #[arg(long)]
         json: bool,
     },

@@ -113,6 +113,12 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
         !log.contains('\u{1b}'),
         "a log written to a pipe carries no colour codes: {log}"
     );
+    // No metrics endpoint, `required = false`: said once, not every cycle.
+    let said = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("no metrics endpoint"))
+        .count();
+    assert_eq!(said, 1, "{log}");
     let out = orchestrator(&config, &["ledger", "--json"]);
     let cycles: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cycles = cycles.as_array().unwrap();

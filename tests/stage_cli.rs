@@ -87,6 +87,12 @@ fn list_show_and_approve_a_staged_win() {
     let out = f.cmd().args(["stage", "list", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["state"], "staged");
+    // The effect is named both ways, as the table shows it and as stored.
+    let pct = v[0]["effect_percent"].as_f64().unwrap();
+    let log = v[0]["effect_log_ratio"].as_f64().unwrap();
+    assert!((pct + 18.1).abs() < 0.05, "{v:#}");
+    assert!((100.0 * log.exp_m1() - pct).abs() < 1e-9, "{v:#}");
+    assert!(v[0].get("effect").is_none(), "no unlabelled effect: {v:#}");
 
     let out = f
         .cmd()

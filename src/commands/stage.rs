@@ -55,7 +55,8 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
     let state = if all { None } else { Some(StageState::Staged) };
     let stages = ledger.stages(state).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&stages)?);
+        let labelled: Vec<serde_json::Value> = stages.iter().map(labelled_json).collect();
+        println!("{}", serde_json::to_string_pretty(&labelled)?);
         return Ok(());
     }
     if stages.is_empty() {
@@ -88,6 +89,30 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A stage as JSON with its effect named both ways: the stored log ratio
+/// (`effect_log_ratio`, `interval_log_ratio`) and the relative change of
+/// s/token the table shows (`effect_percent`, `interval_percent`).
+fn labelled_json(s: &crate::ledger::StageSummary) -> serde_json::Value {
+    let pct = |x: f64| 100.0 * x.exp_m1();
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("effect");
+        o.remove("interval");
+        o.insert("effect_log_ratio".into(), json!(s.effect));
+        o.insert(
+            "interval_log_ratio".into(),
+            json!([s.interval.low, s.interval.high]),
+        );
+        o.insert("effect_percent".into(), json!(pct(s.effect)));
+        o.insert(
+            "interval_percent".into(),
+            json!([pct(s.interval.low), pct(s.interval.high)]),
+        );
+        o.insert("noise_floor_percent".into(), json!(pct(s.noise_floor)));
+    }
+    v
 }
 
 fn compact(v: &serde_json::Value) -> String {

@@ -156,9 +156,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         let obs = observe::observe(cfg.stack.metrics.as_ref(), self.http)
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
-        for gap in &obs.gaps {
-            tracing::warn!("observe: {gap}");
-        }
+        warn_new_gaps(&obs.gaps);
         self.ledger
             .insert_observation(&NewObservation {
                 cycle_id: id,
@@ -745,6 +743,22 @@ fn aa_verdict(
         v.reason = Some(why.to_string());
     }
     v
+}
+
+/// Says each observation gap at WARN, every cycle it happens (a fault),
+/// except a stack configured without a metrics endpoint: a fact of the
+/// config, told once per run and at DEBUG after. Every gap is also in the
+/// ledger's observation row.
+fn warn_new_gaps(gaps: &[String]) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    for gap in gaps {
+        if gap == observe::NO_METRICS_ENDPOINT && TOLD.swap(true, Ordering::Relaxed) {
+            tracing::debug!("observe: {gap}");
+        } else {
+            tracing::warn!("observe: {gap}");
+        }
+    }
 }
 
 /// Runs whose pressure says what the machine is like now (two blocks).

@@ -80,6 +80,11 @@ impl Observation {
     }
 }
 
+/// The gap of a stack configured without a metrics endpoint: a fact of the
+/// config, not a fault, so the cycle says it once, not every cycle.
+pub const NO_METRICS_ENDPOINT: &str =
+    "metrics: the stack has no metrics endpoint ([stack.metrics] url unset)";
+
 /// Reads everything `[stack.metrics]` names. Never fails unless metrics are
 /// required; gaps are reported instead.
 pub async fn observe(
@@ -105,9 +110,7 @@ pub async fn observe(
                 "[stack.metrics] has no url to scrape".into(),
             ));
         }
-        None => obs
-            .gaps
-            .push("metrics: the stack has no metrics endpoint ([stack.metrics] url unset)".into()),
+        None => obs.gaps.push(NO_METRICS_ENDPOINT.into()),
     }
     if let Some(source) = &cfg.heat {
         match read_heat(client, source).await {

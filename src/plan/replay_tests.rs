@@ -213,3 +213,28 @@ proptest! {
         prop_assert_eq!(belady_min(&lk, 18).hits, lk.len() as u64, "all preloaded");
     }
 }
+
+#[test]
+fn top_k_comes_from_the_decode_steps_whatever_the_prompt_step_lists() {
+    let s = shape(3, 32);
+    // kimi-k3-in-c's dump: the prompt step lists each layer's distinct
+    // experts (17, 14, 17 here, no multiple of k), then one-token decode
+    // steps list exactly top-4 per layer.
+    let mut reqs = Vec::new();
+    for (l, n) in [(0u32, 17u32), (1, 14), (2, 17)] {
+        reqs.extend((0..n).map(|x| e(l, x)));
+    }
+    reqs.extend(passes(&[&[1, 2, 3, 4], &[5, 6, 7, 8], &[9, 10, 11, 12]], 7));
+    let trace = Trace::from_requests(s, reqs).unwrap();
+    assert_eq!(infer_top_k(&trace), Some(4));
+    // A prefill-dominated trace says nothing.
+    let mut reqs = Vec::new();
+    for _ in 0..3 {
+        for l in 0..3u32 {
+            reqs.extend((0..17u32).map(|x| e(l, x)));
+        }
+    }
+    reqs.extend(passes(&[&[1, 2, 3, 4], &[5, 6, 7, 8], &[9, 10, 11, 12]], 1));
+    let trace = Trace::from_requests(s, reqs).unwrap();
+    assert_eq!(infer_top_k(&trace), None);
+}
