@@ -181,14 +181,14 @@ impl Policy {
 }
 
 impl Default for Policy {
-    /// 20% simultaneous confidence, 2 to 10 pairs (one to five ABBA blocks),
-    /// a 0.5% minimum floor: tuned with `cargo bench --bench
-    /// judge_simulation` (`JUDGE_SIM_GRID=1` prints the grid). A low level
-    /// suffices because a wrong verdict needs the interval to miss the truth
-    /// by a whole floor, not merely to miss it, and because a win counts only
-    /// when a second, independent A/B also says `win`, which squares the
-    /// false-win rate: a few percent per A/B becomes a fraction of a percent.
-    /// See the README's judging table for the measured error rates.
+    /// 10% simultaneous confidence, 4 to 16 pairs (two to eight blocks), a
+    /// floor of 20 pairs, a 0.5% minimum floor: chosen on the replay of real
+    /// traces, `cargo bench --bench judge_replay` (`JUDGE_REPLAY_GRID=1`
+    /// prints the grid). A low level suffices because a wrong verdict needs
+    /// the interval to miss the truth by a whole floor, not merely to miss
+    /// it, and because a win counts only when a second A/B, after a fresh
+    /// floor, also says `win`. See the README's "Judging on real noise" for
+    /// the measured error rates.
     fn default() -> Policy {
         Policy::new(Confidence(0.10), 4, 16, Floor(0.005)).expect("valid defaults")
     }
