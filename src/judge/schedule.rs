@@ -26,9 +26,10 @@ pub enum Next {
     Decided(Decision),
 }
 
-/// A paired A/B of a candidate against the live profile.
+/// The order both schedules share: warmups, then pairs in the alternating
+/// block order, each pair handed on as `(baseline slot, candidate slot)`.
 #[derive(Debug, Clone)]
-pub struct AbSchedule {
+struct Pairing {
     warmups_per_arm: usize,
     /// Runs recorded so far, warmups included.
     runs: usize,
@@ -36,69 +37,88 @@ pub struct AbSchedule {
     /// in time, whatever happened to the blocks.
     pairs_run: usize,
     half: Option<Timed>,
+}
+
+impl Pairing {
+    fn new(warmups_per_arm: usize) -> Pairing {
+        Pairing {
+            warmups_per_arm,
+            runs: 0,
+            pairs_run: 0,
+            half: None,
+        }
+    }
+
+    /// The run to do next.
+    fn slot(&self) -> Slot {
+        let warm = 2 * self.warmups_per_arm;
+        if self.runs < warm {
+            return super::slot(self.warmups_per_arm, self.runs);
+        }
+        let within = (self.runs - warm) % 2;
+        Slot {
+            profile: pair_order(self.pairs_run)[within],
+            warmup: false,
+            pair: Some(self.pairs_run),
+        }
+    }
+
+    /// Records the run [`Self::slot`] asked for; the pair it completed, if
+    /// it did. A time no valid run reports is refused and not counted.
+    fn record(&mut self, run: Timed) -> Result<Option<(Timed, Timed)>, JudgeError> {
+        let slot = self.slot();
+        super::log_ratio(run.seconds_per_token, run.seconds_per_token)?;
+        self.runs += 1;
+        if slot.warmup {
+            return Ok(None);
+        }
+        let Some(first) = self.half.take() else {
+            self.half = Some(run);
+            return Ok(None);
+        };
+        self.pairs_run += 1;
+        Ok(Some(match slot.profile {
+            Arm::Candidate => (first, run),
+            _ => (run, first),
+        }))
+    }
+}
+
+/// A paired A/B of a candidate against the live profile.
+#[derive(Debug, Clone)]
+pub struct AbSchedule {
+    pairing: Pairing,
     test: SequentialTest,
 }
 
 impl AbSchedule {
     pub fn new(policy: Policy, floor: Floor, warmups_per_arm: usize) -> AbSchedule {
         AbSchedule {
-            warmups_per_arm,
-            runs: 0,
-            pairs_run: 0,
-            half: None,
+            pairing: Pairing::new(warmups_per_arm),
             test: SequentialTest::new(policy, floor),
         }
     }
 
     /// The run to do next.
     pub fn slot(&self) -> Slot {
-        next_slot(self.warmups_per_arm, self.runs, self.pairs_run)
+        self.pairing.slot()
     }
 
     /// Runs recorded so far.
     pub fn runs(&self) -> usize {
-        self.runs
+        self.pairing.runs
     }
 
     /// Records the run [`Self::slot`] asked for.
     pub fn record(&mut self, run: Timed) -> Result<Next, JudgeError> {
-        let slot = self.slot();
-        if !slot.warmup {
-            // A refused time is not counted: the caller ends the A/B.
-            super::log_ratio(run.seconds_per_token, run.seconds_per_token)?;
-        }
-        self.runs += 1;
-        if slot.warmup {
-            return Ok(Next::Run);
-        }
-        let Some(first) = self.half.take() else {
-            self.half = Some(run);
+        let Some((baseline, candidate)) = self.pairing.record(run)? else {
             return Ok(Next::Run);
         };
-        let (baseline, candidate) = match slot.profile {
-            Arm::Candidate => (first, run),
-            _ => (run, first),
-        };
-        self.pairs_run += 1;
         Ok(match self.test.push_timed(baseline, candidate)? {
             Step::Continue { .. } => Next::Run,
             Step::Discarded { discards, .. } => Next::Discarded(discards),
             Step::Decided(d) => Next::Decided(d),
         })
-    }
-}
-
-/// The run at position `runs` of a schedule with `pairs_run` whole pairs.
-fn next_slot(warmups_per_arm: usize, runs: usize, pairs_run: usize) -> Slot {
-    let warm = 2 * warmups_per_arm;
-    if runs < warm {
-        return super::slot(warmups_per_arm, runs);
-    }
-    let within = (runs - warm) % 2;
-    Slot {
-        profile: pair_order(pairs_run)[within],
-        warmup: false,
-        pair: Some(pairs_run),
     }
 }
 
@@ -137,11 +157,8 @@ pub enum FloorNext {
 #[derive(Debug, Clone)]
 pub struct FloorSchedule {
     policy: Policy,
-    warmups_per_arm: usize,
+    pairing: Pairing,
     pairs_wanted: usize,
-    runs: usize,
-    pairs_run: usize,
-    half: Option<Timed>,
     block: Vec<(Timed, Timed)>,
     accepted: Vec<(f64, f64)>,
     every: Vec<(f64, f64)>,
@@ -154,11 +171,8 @@ impl FloorSchedule {
     pub fn new(policy: Policy, warmups_per_arm: usize) -> FloorSchedule {
         FloorSchedule {
             policy,
-            warmups_per_arm,
+            pairing: Pairing::new(warmups_per_arm),
             pairs_wanted: policy.floor_pairs.max(noise::MIN_PAIRS).next_multiple_of(2),
-            runs: 0,
-            pairs_run: 0,
-            half: None,
             block: Vec::with_capacity(2),
             accepted: Vec::new(),
             every: Vec::new(),
@@ -168,7 +182,7 @@ impl FloorSchedule {
 
     /// The run to do next (both slots run the live profile).
     pub fn slot(&self) -> Slot {
-        next_slot(self.warmups_per_arm, self.runs, self.pairs_run)
+        self.pairing.slot()
     }
 
     /// Pairs the floor is estimated from.
@@ -178,22 +192,10 @@ impl FloorSchedule {
 
     /// Records the run [`Self::slot`] asked for.
     pub fn record(&mut self, run: Timed) -> Result<FloorNext, JudgeError> {
-        let slot = self.slot();
-        super::log_ratio(run.seconds_per_token, run.seconds_per_token)?;
-        self.runs += 1;
-        if slot.warmup {
-            return Ok(FloorNext::Run);
-        }
-        let Some(first) = self.half.take() else {
-            self.half = Some(run);
-            return Ok(FloorNext::Run);
-        };
         // (the baseline slot's run, the candidate slot's run)
-        let pair = match slot.profile {
-            Arm::Candidate => (first, run),
-            _ => (run, first),
+        let Some(pair) = self.pairing.record(run)? else {
+            return Ok(FloorNext::Run);
         };
-        self.pairs_run += 1;
         self.block.push(pair);
         if self.block.len() < 2 {
             return Ok(FloorNext::Run);
