@@ -7,7 +7,8 @@
 //! Departures from the shipped config: the demo's quick protocol (a tiny
 //! checkpoint, 8 tokens, `max_pairs` 8), `floor_pairs = 10` (the least, to
 //! keep the test short), and in the second part `max_pressure = 0.3` so the
-//! hogs are certain to count as interference on any machine.
+//! hogs are certain to count as interference on any machine, with
+//! `max_discarded_blocks = 1` so a too-noisy A/B gives up after two blocks.
 
 mod common;
 mod demo;
@@ -65,6 +66,39 @@ fn split_proposer() -> FaultyHttpServer {
     })
 }
 
+/// The demo on the tiny checkpoint with the no-op split proposer, its
+/// config edited by `(from, to)` replacements. The model double must
+/// outlive the demo's runs.
+fn hogged_demo(replacements: &[(&str, &str)]) -> (FaultyHttpServer, Demo) {
+    let model = split_proposer();
+    let demo = Demo::new("model", ROOMY_START, TINY_INIT, TINY_EXPERT_BYTES, 8);
+    use_model_double(&demo, model.port);
+    if !replacements.is_empty() {
+        edit_config(&demo, |t| {
+            replacements
+                .iter()
+                .fold(t, |t, (from, to)| t.replace(from, to))
+        });
+    }
+    (model, demo)
+}
+
+/// `orchestrator run --cycles N` with CPU hogs running from `settle`
+/// before it to its end; its stderr, after checking it exited 0.
+fn run_under_hogs(demo: &Demo, cycles: u32, settle: Duration) -> String {
+    let hogs = Hogs::start();
+    std::thread::sleep(settle);
+    let out = demo
+        .cmd()
+        .args(["run", "--cycles", &cycles.to_string()])
+        .output()
+        .unwrap();
+    drop(hogs);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
 /// How many wins `stage list` shows.
 fn staged(demo: &Demo) -> usize {
     let out = demo
@@ -97,15 +131,9 @@ fn verdicts(demo: &Demo) -> Vec<(String, String, String)> {
 
 #[test]
 fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
-    let model = split_proposer();
-    let demo = Demo::new("model", ROOMY_START, TINY_INIT, TINY_EXPERT_BYTES, 8);
-    use_model_double(&demo, model.port);
-    let hogs = Hogs::start();
-    std::thread::sleep(Duration::from_secs(2));
-    let out = demo.cmd().args(["run", "--cycles", "6"]).output().unwrap();
-    drop(hogs);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    // The shipped judge.
+    let (_model, demo) = hogged_demo(&[]);
+    let log = run_under_hogs(&demo, 6, Duration::from_secs(2));
     let v = verdicts(&demo);
     let judged: Vec<&(String, String, String)> = v
         .iter()
@@ -137,25 +165,17 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
 
 #[test]
 fn a_machine_above_the_pressure_limit_is_called_too_noisy_and_nothing_is_staged() {
-    let model = split_proposer();
-    let demo = Demo::new("model", ROOMY_START, TINY_INIT, TINY_EXPERT_BYTES, 8);
-    use_model_double(&demo, model.port);
-    edit_config(&demo, |t| {
-        t.replace("max_pressure = 0.97", "max_pressure = 0.3")
-            .replace("max_discarded_blocks = 4", "max_discarded_blocks = 1")
-    });
     if !orchestrator::measure::pressure::current().available() {
         eprintln!(
             "skipped: this kernel has no /proc/pressure, so no run can be seen as interfered"
         );
         return;
     }
-    let hogs = Hogs::start();
-    std::thread::sleep(Duration::from_secs(3));
-    let out = demo.cmd().args(["run", "--cycles", "3"]).output().unwrap();
-    drop(hogs);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let (_model, demo) = hogged_demo(&[
+        ("max_pressure = 0.97", "max_pressure = 0.3"),
+        ("max_discarded_blocks = 8", "max_discarded_blocks = 1"),
+    ]);
+    let log = run_under_hogs(&demo, 3, Duration::from_secs(3));
     let v = verdicts(&demo);
     assert_eq!(v.len(), 3, "{v:?}");
     for (menu, kind, reason) in &v {

@@ -657,9 +657,13 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             NoiseOutcome::TooNoisy { reason, pairs } => {
                 // No floor to judge with; the verdict still says what the
                 // runs showed, against a floor from all of them.
+                // Its scale is for the record only, so it may come from
+                // fewer pairs than a floor needs (a bound of one discarded
+                // block stops after two).
                 let ratios: Vec<f64> = pairs.iter().map(|(a, b)| (b / a).ln()).collect();
-                let v = match judge::noise::estimate(&ratios, self.policy.min_floor) {
-                    Ok(f) => aa_verdict(&pairs, f.value, &self.policy, now, Some(&reason)),
+                let scale = judge::noise::qn(&ratios).max(self.policy.min_floor.get());
+                let v = match judge::Floor::try_from(scale.min(0.999)) {
+                    Ok(f) => aa_verdict(&pairs, f, &self.policy, now, Some(&reason)),
                     Err(_) => NewVerdict::refusal(VerdictKind::Failed, &reason, now),
                 };
                 return self.record_aa(experiment_id, v, r).await;
