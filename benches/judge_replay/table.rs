@@ -145,23 +145,23 @@ impl Targets {
                         100.0 * self.confirmed_false_win_upper
                     ));
                 }
-                let fw = c.rate(VerdictKind::Win);
-                if fw > self.single_false_win {
-                    missed.push(format!(
-                        "{trace}, {}: single A/B false wins {:.2}% > {:.0}%",
-                        c.label,
-                        100.0 * fw,
-                        100.0 * self.single_false_win
-                    ));
-                }
-                let fl = c.rate(VerdictKind::Loss);
-                if fl > self.false_loss {
-                    missed.push(format!(
-                        "{trace}, {}: false losses {:.2}% > {:.0}%",
-                        c.label,
-                        100.0 * fl,
-                        100.0 * self.false_loss
-                    ));
+                for (kind, limit, what) in [
+                    (
+                        VerdictKind::Win,
+                        self.single_false_win,
+                        "single A/B false wins",
+                    ),
+                    (VerdictKind::Loss, self.false_loss, "false losses"),
+                ] {
+                    let rate = c.rate(kind);
+                    if rate > limit {
+                        missed.push(format!(
+                            "{trace}, {}: {what} {:.2}% > {:.0}%",
+                            c.label,
+                            100.0 * rate,
+                            100.0 * limit
+                        ));
+                    }
                 }
             }
         }
