@@ -180,6 +180,10 @@ pub struct Stack {
     pub work_dir: PathBuf,
     /// Bytes of one routed expert: converts pin counts and warm sets to RAM.
     pub expert_bytes: Option<u64>,
+    /// Expert-cache slots the engine needs beyond top-k (`[stack]
+    /// cache_spare_slots`): kimi-k3-in-c refuses a cache under top-k + 1, so
+    /// one token's working set never evicts an expert still being multiplied.
+    pub cache_spare_slots: u32,
     pub bench: Option<Bench>,
     pub surface: Option<Surface>,
     pub metrics: Option<Metrics>,
@@ -552,6 +556,8 @@ struct RawStack {
     #[serde(default = "default_work_dir")]
     work_dir: PathBuf,
     expert_bytes: Option<u64>,
+    #[serde(default)]
+    cache_spare_slots: u32,
     bench: Option<RawBench>,
     surface: Option<RawSurface>,
     metrics: Option<RawMetrics>,
@@ -684,6 +690,10 @@ fn default_attempts() -> u32 {
 }
 
 /// Every key the file may hold, by table, for "did you mean" suggestions.
+/// A bound on `[stack] cache_spare_slots`: an engine wanting more than a
+/// handful of slots beyond top-k is a misread setting, not an engine.
+const MAX_CACHE_SPARE_SLOTS: u32 = 64;
+
 const KNOWN_KEYS: &[&str] = &[
     "objective",
     "target_seconds_per_token",
@@ -697,6 +707,7 @@ const KNOWN_KEYS: &[&str] = &[
     "live_profile",
     "work_dir",
     "expert_bytes",
+    "cache_spare_slots",
     "bench",
     "argv",
     "optional",
@@ -802,6 +813,13 @@ impl Config {
             return Err(semantic(
                 "[stack] expert_bytes must be > 0 (bytes of one routed expert)".into(),
             ));
+        }
+        if rs.cache_spare_slots > MAX_CACHE_SPARE_SLOTS {
+            return Err(semantic(format!(
+                "[stack] cache_spare_slots = {} is more than {MAX_CACHE_SPARE_SLOTS}: it counts the \
+                 expert-cache slots the engine needs beyond top-k (kimi-k3-in-c: 1, most engines: 0)",
+                rs.cache_spare_slots
+            )));
         }
         if rs.name.trim().is_empty() {
             return Err(semantic("[stack] name must not be empty".into()));
@@ -1036,6 +1054,7 @@ impl Config {
                 live_profile: resolve(&rs.live_profile),
                 work_dir: resolve(&rs.work_dir),
                 expert_bytes: rs.expert_bytes,
+                cache_spare_slots: rs.cache_spare_slots,
                 bench,
                 surface,
                 metrics,

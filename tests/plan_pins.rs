@@ -124,6 +124,7 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
         live_path: &live_path,
         profiles_dir: &profiles,
         expert_bytes: Some(stride),
+        cache_spare_slots: 0,
         heat: Some(&heat),
         trace: Some(&trace),
         current_pins: None,

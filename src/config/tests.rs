@@ -121,6 +121,24 @@ fn the_judges_machine_keys_are_checked() {
 }
 
 #[test]
+fn cache_spare_slots_defaults_to_none_and_is_bounded() {
+    assert_eq!(parse(&default_text()).unwrap().stack.cache_spare_slots, 0);
+    let with = |n: u32| {
+        default_text().replacen(
+            "[stack]\n",
+            &format!("[stack]\ncache_spare_slots = {n}\n"),
+            1,
+        )
+    };
+    assert_eq!(parse(&with(1)).unwrap().stack.cache_spare_slots, 1);
+    let msg = err(&with(65));
+    assert!(
+        msg.contains("cache_spare_slots = 65 is more than 64"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_non_loopback_metrics_address_needs_allow_remote() {
     let msg = err(&default_text().replace("127.0.0.1:9464", "0.0.0.0:9464"));
     assert!(msg.contains("not loopback"), "{msg}");

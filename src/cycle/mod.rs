@@ -406,6 +406,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             live_path: &live.path,
             profiles_dir: &profiles_dir,
             expert_bytes: cfg.stack.expert_bytes,
+            cache_spare_slots: cfg.stack.cache_spare_slots,
             heat: obs.heat.as_ref(),
             trace: obs.trace.as_ref(),
             current_pins: current_pins.as_ref(),

@@ -41,6 +41,8 @@ pub struct PlanContext<'a> {
     pub profiles_dir: &'a Path,
     /// Bytes of one routed expert (`[stack] expert_bytes`).
     pub expert_bytes: Option<u64>,
+    /// Cache slots the engine needs beyond top-k (`[stack] cache_spare_slots`).
+    pub cache_spare_slots: u32,
     pub heat: Option<&'a Heat>,
     pub trace: Option<&'a Trace>,
     /// The live pin list (`live.pins_path(live_path)`), when the live profile
@@ -62,6 +64,21 @@ impl PlanContext<'_> {
                     .and_then(replay::infer_top_k)
                     .map(|k| (k, "the trace"))
             })
+    }
+
+    /// The fewest expert-cache slots the engine runs with for top-k = `k`,
+    /// and how to say it in a refusal ("top-k = 4 + 1 spare").
+    fn min_cache_slots(&self, k: u32) -> (u64, String) {
+        let spare = self.cache_spare_slots;
+        let need = u64::from(k) + u64::from(spare);
+        if spare == 0 {
+            (need, format!("top-k = {k}"))
+        } else {
+            (
+                need,
+                format!("top-k = {k} + {spare} spare ([stack] cache_spare_slots)"),
+            )
+        }
     }
 
     /// Checks a candidate and names its file; `NoChange` when it is the live

@@ -54,13 +54,14 @@ impl Planner for RerankPins {
         // Pinned bytes come out of the cache so the budget stays fixed.
         let live_cache_bytes = gb_to_bytes(ctx.live.memory.cache_gb);
         let pool = live_cache_bytes + current.len() as u64 * eb;
-        let max_pins = (pool / eb).saturating_sub(u64::from(top_k));
+        let (min_slots, min_said) = ctx.min_cache_slots(top_k);
+        let max_pins = (pool / eb).saturating_sub(min_slots);
         let new_cache_bytes = pool
             .checked_sub(n as u64 * eb)
-            .filter(|b| b / eb >= u64::from(top_k))
+            .filter(|b| b / eb >= min_slots)
             .ok_or_else(|| PlanRefusal::Invalid {
                 why: format!(
-                    "pinning {n} experts of {eb} bytes leaves the cache fewer than top-k = {top_k} \
+                    "pinning {n} experts of {eb} bytes leaves the cache fewer than {min_said} \
                      experts ({} GB of cache and current pins to share); choose pin_count <= {max_pins}",
                     pool as f64 / 1e9
                 ),

@@ -77,6 +77,7 @@ impl Fixture {
             live_path: Path::new("/ledger/live.toml"),
             profiles_dir: Path::new("/ledger/profiles"),
             expert_bytes: Some(EB),
+            cache_spare_slots: 0,
             heat: Some(&self.heat),
             trace: Some(&self.trace),
             current_pins: self.current.as_ref(),
@@ -177,6 +178,17 @@ fn refusals_say_what_to_do() {
     let err = plan(&f.ctx(), &proposal(4)).unwrap_err().to_string();
     assert!(
         err.contains("top-k = 1") && err.contains("pin_count <= 3"),
+        "{err}"
+    );
+
+    // An engine needing one slot beyond top-k (kimi-k3-in-c) leaves one
+    // pin fewer; found on the real engine, which refused the plan's cache.
+    let mut ctx = f.ctx();
+    ctx.cache_spare_slots = 1;
+    assert!(plan(&f.ctx(), &proposal(3)).is_ok());
+    let err = plan(&ctx, &proposal(3)).unwrap_err().to_string();
+    assert!(
+        err.contains("top-k = 1 + 1 spare") && err.contains("pin_count <= 2"),
         "{err}"
     );
 

@@ -40,12 +40,13 @@ impl Planner for RebalanceTrunkCache {
         // no engine runs, so it is refused here rather than failing a cycle.
         let top_k = ctx.top_k().unwrap_or((1, "the least any router picks"));
         if let (Some(eb), (k, _)) = (eb, top_k) {
-            let need = u64::from(k) * eb;
-            if cache / eb < u64::from(k) {
+            let (min_slots, min_said) = ctx.min_cache_slots(k);
+            let need = min_slots * eb;
+            if cache / eb < min_slots {
                 let largest = total.saturating_sub(need) / MB * MB;
                 return Err(PlanRefusal::Invalid {
                     why: format!(
-                        "trunk_fraction {fraction} leaves {} GB of cache, fewer than top-k = {k} \
+                        "trunk_fraction {fraction} leaves {} GB of cache, fewer than {min_said} \
                          experts of {eb} bytes, which the engine refuses; the largest trunk_fraction \
                          that works is {:.3}",
                         cache as f64 / 1e9,

@@ -25,6 +25,7 @@ fn ctx<'a>(live: &'a Profile, dir: &'a Path) -> PlanContext<'a> {
         live_path: Box::leak(dir.join("live.toml").into_boxed_path()),
         profiles_dir: Box::leak(dir.join("profiles").into_boxed_path()),
         expert_bytes: Some(1_572_864),
+        cache_spare_slots: 0,
         heat: None,
         trace: None,
         current_pins: None,
@@ -163,6 +164,26 @@ fn rebalance_never_plans_an_empty_cache_even_with_top_k_unknown() {
     let err = plan(&c, &fraction(1.0)).unwrap_err().to_string();
     assert!(err.contains("top-k = 1"), "{err}");
     assert!(plan(&c, &fraction(0.5)).is_ok());
+}
+
+/// Found on the real kimi-k3-in-c engine: it refuses a cache of fewer than
+/// top-k + 1 slots, and the planner allowed top-k, so a candidate the engine
+/// would not start passed the plan. `cache_spare_slots` says how many more.
+#[test]
+fn rebalance_keeps_the_spare_slots_the_engine_needs() {
+    let live = live();
+    let dir = Path::new("/ledger");
+    // 743 MB of trunk leaves 7 MB of cache: 4 slots of 1.57 MB, not 5.
+    let tight = fraction(743.0 / 750.0);
+    assert!(plan(&ctx(&live, dir), &tight).is_ok());
+    let mut c = ctx(&live, dir);
+    c.cache_spare_slots = 1;
+    let err = plan(&c, &tight).unwrap_err().to_string();
+    assert!(
+        err.contains("top-k = 4 + 1 spare")
+            && err.contains("largest trunk_fraction that works is 0.989"),
+        "{err}"
+    );
 }
 
 fn plan_err_or(live: &Profile, dir: &Path, p: Proposal) -> Plan {
