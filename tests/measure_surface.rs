@@ -30,6 +30,9 @@ enum Mode {
     WithTimings,
     /// Streams tokens only: the client must time them.
     NoTimings,
+    /// As `WithTimings`, with llama.cpp's drafting counts (8 drafted, 6
+    /// accepted per answer).
+    Drafting,
     /// Answers 500.
     Broken,
 }
@@ -89,9 +92,13 @@ impl FakeOpenAiServer {
                     }
                     let mut last = json!({"choices": [{"delta": {}, "finish_reason": "length", "index": 0}],
                                           "usage": {"completion_tokens": words.len()}});
-                    if matches!(mode, Mode::WithTimings) {
+                    if matches!(mode, Mode::WithTimings | Mode::Drafting) {
                         last["timings"] =
                             json!({"predicted_per_token_ms": 40.0, "predicted_n": words.len()});
+                    }
+                    if matches!(mode, Mode::Drafting) {
+                        last["timings"]["draft_n"] = json!(8);
+                        last["timings"]["draft_n_accepted"] = json!(6);
                     }
                     let _ = sock
                         .write_all(format!("data: {last}\n\ndata: [DONE]\n\n").as_bytes())
@@ -214,7 +221,40 @@ async fn http_errors_and_unreachable_servers_are_typed_failures() {
         .measure(&Cancel::never())
         .await
         .unwrap_err();
-    assert!(matches!(f.error, MeasureError::Http { .. }), "{f}");
+    // Found on llama-server: a down live server read as a bare "error
+    // sending request"; it now says what is down and what to check.
+    assert!(matches!(f.error, MeasureError::Unreachable { .. }), "{f}");
+    let msg = f.to_string();
+    assert!(
+        msg.contains("the live server is not answering: is it running?")
+            && msg.contains("refused the connection")
+            && msg.contains(&format!("127.0.0.1:{port}")),
+        "{msg}"
+    );
+    let f = surface(&"http://127.0.0.1:1".parse().unwrap(), false)
+        .at(&url)
+        .measure(&Cancel::never())
+        .await
+        .unwrap_err();
+    assert!(f.to_string().contains("the shadow"), "{f}");
+}
+
+/// Found on llama-server: every run's draft acceptance was NULL though the
+/// answers carried `timings.draft_n` and `draft_n_accepted`.
+#[tokio::test]
+async fn drafting_counts_are_stored_as_the_runs_draft_acceptance() {
+    let server = FakeOpenAiServer::start(Mode::Drafting).await;
+    let o = surface(&server.url, false)
+        .measure(&Cancel::never())
+        .await
+        .unwrap();
+    assert_eq!(o.parts.draft_acceptance, Some(0.75));
+    let plain = FakeOpenAiServer::start(Mode::WithTimings).await;
+    let o = surface(&plain.url, false)
+        .measure(&Cancel::never())
+        .await
+        .unwrap();
+    assert_eq!(o.parts.draft_acceptance, None, "no drafts, no acceptance");
 }
 
 fn shadow(
@@ -235,6 +275,7 @@ fn shadow(
         require_drafts: false,
         drafted_series: None,
         metrics_path: "/metrics".into(),
+        pool: Default::default(),
     }
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{tiny_model, tinyk3_bin};
+use common::{alive, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
 use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
@@ -118,4 +118,66 @@ async fn a_shadow_that_speculates_passes_and_one_that_drafts_nothing_fails() {
     s.score(&candidate(tmp.path(), 0), &Cancel::never())
         .await
         .unwrap();
+}
+
+/// Found on llama-server, where a model load per run cost more than the
+/// run: a shadow now serves every run of its profile within one A/B, is
+/// restarted only when it died, and is stopped when the A/B finishes. Each
+/// run must still show its own drafts (the counter must rise, not merely be
+/// above 0 from an earlier run), and its drafting evidence is stored as the
+/// run's draft acceptance.
+#[tokio::test]
+async fn one_shadow_serves_every_run_of_its_profile_until_the_ab_finishes() {
+    let (tmp, model) = tiny_model(22);
+    let spec = candidate(tmp.path(), 2);
+    let s = shadow(
+        tmp.path(),
+        &model,
+        true,
+        Some("tinyk3_draft_proposed_total"),
+    )
+    .for_one_ab();
+    let first = s.score(&spec, &Cancel::never()).await.unwrap();
+    let pids = s.pool.pids().await;
+    assert_eq!(pids.len(), 1, "one shadow for one profile");
+    let acceptance = first
+        .parts
+        .draft_acceptance
+        .expect("drafting evidence stored");
+    assert!((0.0..=1.0).contains(&acceptance), "{acceptance}");
+    let second = s
+        .score(&spec, &Cancel::never())
+        .await
+        .unwrap_or_else(|f| panic!("the reused shadow's run must show its own drafts: {f}"));
+    assert_eq!(
+        s.pool.pids().await,
+        pids,
+        "the same shadow served the second run"
+    );
+    assert!(drafted_tokens(&second.extras) > 0);
+
+    // A shadow that died is replaced, not measured.
+    // SAFETY: kill(2) on a process group this test's scorer started.
+    unsafe { libc::kill(-pids[0], libc::SIGKILL) };
+    for _ in 0..100 {
+        if !alive(pids[0]) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    s.score(&spec, &Cancel::never()).await.unwrap();
+    let restarted = s.pool.pids().await;
+    assert_eq!(restarted.len(), 1);
+    assert_ne!(restarted, pids, "a fresh shadow after the first died");
+
+    // Another profile gets its own; finishing stops both.
+    let plain = candidate(tmp.path(), 0);
+    s.score(&plain, &Cancel::never()).await.unwrap();
+    let all = s.pool.pids().await;
+    assert_eq!(all.len(), 2);
+    s.finish().await;
+    assert!(s.pool.pids().await.is_empty());
+    for pid in all {
+        assert!(!alive(pid), "shadow {pid} outlived its A/B");
+    }
 }

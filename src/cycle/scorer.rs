@@ -41,7 +41,10 @@ impl Scorers {
     /// menu says bench (or when no shadow can be started), else a shadow.
     pub fn for_candidate(&self, method: Method) -> Option<StackScorer> {
         let bench = self.bench.clone().map(StackScorer::Bench);
-        let shadow = self.shadow.clone().map(StackScorer::Shadow);
+        let shadow = self
+            .shadow
+            .as_ref()
+            .map(|s| StackScorer::Shadow(s.for_one_ab()));
         match method {
             Method::Bench => bench.or(shadow),
             Method::Surface => shadow.or(bench),
@@ -107,6 +110,14 @@ impl Scorer for StackScorer {
             StackScorer::Bench(s) => s.score(profile, cancel).await,
             StackScorer::Live(s) => s.score(profile, cancel).await,
             StackScorer::Shadow(s) => s.score(profile, cancel).await,
+        }
+    }
+
+    async fn finish(&self) {
+        match self {
+            StackScorer::Bench(s) => s.finish().await,
+            StackScorer::Live(s) => s.finish().await,
+            StackScorer::Shadow(s) => s.finish().await,
         }
     }
 }

@@ -265,6 +265,22 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         policy: Policy,
         floor: Floor,
     ) -> Result<AbReport, AbError> {
+        let report = self
+            .ab_runs(experiment_id, baseline, candidate, gate, policy, floor)
+            .await;
+        self.scorer.finish().await;
+        report
+    }
+
+    async fn ab_runs(
+        &self,
+        experiment_id: ExperimentId,
+        baseline: &ProfileFile,
+        candidate: &ProfileFile,
+        gate: &mut HashGate,
+        policy: Policy,
+        floor: Floor,
+    ) -> Result<AbReport, AbError> {
         let mut schedule = AbSchedule::new(policy, floor, self.warmups_per_arm);
         let mut runs = Vec::new();
         let base_digest = baseline.profile.digest();
@@ -316,6 +332,18 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
     /// noise floor ([`judge::noise::estimate`]): `policy.floor_pairs`
     /// pairs, raised to the estimator's minimum and to whole blocks.
     pub async fn measure_noise_floor(
+        &self,
+        experiment_id: ExperimentId,
+        live: &ProfileFile,
+        gate: &mut HashGate,
+        policy: Policy,
+    ) -> Result<NoiseReport, AbError> {
+        let report = self.floor_runs(experiment_id, live, gate, policy).await;
+        self.scorer.finish().await;
+        report
+    }
+
+    async fn floor_runs(
         &self,
         experiment_id: ExperimentId,
         live: &ProfileFile,

@@ -246,6 +246,18 @@ impl Group {
         self.pgid
     }
 
+    /// The end of what the group has written to stderr so far (a long-lived
+    /// child's evidence, read without stopping it).
+    pub fn stderr_so_far(&self) -> String {
+        match &self.stderr {
+            Some(r) => {
+                let b = r.buf.lock().expect("reader lock");
+                tail(&b[b.len().saturating_sub(STDERR_TAIL_BYTES)..])
+            }
+            None => String::new(),
+        }
+    }
+
     /// Whether the leader has exited (reaping it if so).
     pub fn try_exited(&mut self) -> Option<ExitStatus> {
         match self.child.try_wait() {

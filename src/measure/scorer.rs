@@ -128,6 +128,13 @@ pub enum MeasureError {
          [stack.shadow] optional group of speculative.draft_len"
     )]
     NoDrafts { draft_len: u64, evidence: String },
+    #[error("{hint}: {url} refused the connection ({source})")]
+    Unreachable {
+        url: String,
+        hint: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
     #[error("request to {url} failed: {source}")]
     Http {
         url: String,
@@ -188,4 +195,10 @@ pub trait Scorer {
         profile: &ProfileFile,
         cancel: &Cancel,
     ) -> impl Future<Output = Result<RunOutcome, RunFailure>> + Send;
+
+    /// Releases what the scorer kept between runs (a shadow's server) when
+    /// the A/B or floor measurement ends; most scorers keep nothing.
+    fn finish(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }

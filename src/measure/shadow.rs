@@ -2,9 +2,16 @@
 //! candidate profile on a free loopback port, measured through its surface
 //! like the live one, then stopped (its whole process group killed and
 //! reaped). The live stack is never touched.
+//!
+//! One shadow per profile serves every run of an A/B (both arms run in
+//! shadows, so they are treated alike): a model load per run cost more than
+//! the run on llama-server. A shadow that died, or whose run failed, is
+//! stopped and started afresh for the next run; [`Scorer::finish`] stops
+//! them all when the A/B ends.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cancel::Cancel;
@@ -39,6 +46,25 @@ pub struct ShadowScorer {
     /// The shadow's Prometheus counter of drafted tokens, if any.
     pub drafted_series: Option<String>,
     pub metrics_path: String,
+    /// The shadows kept between this A/B's runs, one per profile.
+    pub pool: ShadowPool,
+}
+
+/// Running shadows by profile digest. Clones share it; see
+/// [`ShadowScorer::for_one_ab`] for a pool of one A/B's own.
+#[derive(Debug, Clone, Default)]
+pub struct ShadowPool(Arc<tokio::sync::Mutex<BTreeMap<String, RunningShadow>>>);
+
+impl ShadowPool {
+    /// The process ids of the shadows kept now (for tests and logs).
+    pub async fn pids(&self) -> Vec<i32> {
+        self.0
+            .lock()
+            .await
+            .values()
+            .map(RunningShadow::pid)
+            .collect()
+    }
 }
 
 /// A started, healthy shadow instance. Dropping it kills its group.
@@ -46,6 +72,10 @@ pub struct ShadowScorer {
 pub struct RunningShadow {
     group: Group,
     base_url: reqwest::Url,
+    health: reqwest::Url,
+    /// The drafted-tokens counter after the last run: each run's own drafts
+    /// are the rise from here (a fresh shadow starts it at 0).
+    drafted_before: f64,
 }
 
 impl RunningShadow {
@@ -61,6 +91,21 @@ impl RunningShadow {
     /// Kills the whole group, reaps it, returns its stderr tail.
     pub async fn stop(self) -> String {
         self.group.stop().await
+    }
+
+    /// Whether it still runs and answers its health path: a dead or dying
+    /// shadow is restarted, never measured. (A killed multi-threaded server
+    /// can linger as a zombie leader for a moment before it can be reaped,
+    /// so the exit status alone is not enough.)
+    async fn healthy(&mut self) -> bool {
+        if self.group.try_exited().is_some() {
+            return false;
+        }
+        let client = reqwest::Client::builder()
+            .timeout(PROBE_TIMEOUT)
+            .build()
+            .expect("a client with a timeout always builds");
+        matches!(client.get(self.health.clone()).send().await, Ok(r) if r.status().is_success())
     }
 }
 
@@ -85,6 +130,16 @@ impl ShadowScorer {
             require_drafts: shadow.require_drafts,
             drafted_series: shadow.drafted_series.clone(),
             metrics_path: shadow.metrics_path.clone(),
+            pool: ShadowPool::default(),
+        }
+    }
+
+    /// The same scorer with an empty pool of its own, for one A/B: its
+    /// shadows are reused across that A/B's runs and no other's.
+    pub fn for_one_ab(&self) -> ShadowScorer {
+        ShadowScorer {
+            pool: ShadowPool::default(),
+            ..self.clone()
         }
     }
 
@@ -166,7 +221,12 @@ impl ShadowScorer {
             }
             match client.get(health.clone()).send().await {
                 Ok(r) if r.status().is_success() => {
-                    return Ok(RunningShadow { group, base_url });
+                    return Ok(RunningShadow {
+                        group,
+                        base_url,
+                        health,
+                        drafted_before: 0.0,
+                    });
                 }
                 Ok(r) => last = format!("HTTP {}", r.status()),
                 Err(e) => last = e.to_string(),
@@ -188,7 +248,7 @@ impl ShadowScorer {
     async fn check_drafts(
         &self,
         profile: &ProfileFile,
-        shadow: &RunningShadow,
+        shadow: &mut RunningShadow,
         mut outcome: RunOutcome,
     ) -> Result<RunOutcome, RunFailure> {
         let draft_len = profile.profile.speculative.draft_len;
@@ -200,12 +260,14 @@ impl ShadowScorer {
             Some(series) => Some((series, self.scrape(shadow, series).await)),
             None => None,
         };
+        let before = shadow.drafted_before;
         if let Some((series, Ok(v))) = &counter {
             outcome
                 .extras
                 .insert(format!("shadow {series}"), (*v).into());
+            shadow.drafted_before = *v;
         }
-        let counted = matches!(&counter, Some((_, Ok(v))) if *v > 0.0);
+        let counted = matches!(&counter, Some((_, Ok(v))) if *v > before);
         if drafted > 0 || counted {
             return Ok(outcome);
         }
@@ -272,21 +334,48 @@ impl Scorer for ShadowScorer {
         profile: &ProfileFile,
         cancel: &Cancel,
     ) -> Result<RunOutcome, RunFailure> {
-        let shadow = self.start(profile, cancel).await?;
+        let key = profile.profile.digest().to_string();
+        // Runs are sequential; holding the pool for a run costs nothing.
+        let mut pool = self.pool.0.lock().await;
+        let kept = match pool.remove(&key) {
+            Some(mut s) => Some((s.healthy().await, s)),
+            None => None,
+        };
+        let mut shadow = match kept {
+            Some((true, s)) => s,
+            Some((false, dead)) => {
+                let tail = dead.stop().await;
+                tracing::warn!(
+                    "the shadow for profile {} exited or stopped answering; starting another (its stderr ends: {})",
+                    profile.profile.digest().short(),
+                    process::last_line(&tail)
+                );
+                self.start(profile, cancel).await?
+            }
+            None => self.start(profile, cancel).await?,
+        };
         let measured = match self.surface.at(shadow.base_url()).measure(cancel).await {
-            Ok(o) => self.check_drafts(profile, &shadow, o).await,
+            Ok(o) => self.check_drafts(profile, &mut shadow, o).await,
             Err(f) => Err(f),
         };
-        let tail = shadow.stop().await;
         match measured {
             Ok(mut o) => {
-                o.stderr_tail = tail;
+                o.stderr_tail = shadow.group.stderr_so_far();
+                pool.insert(key, shadow);
                 Ok(o)
             }
+            // A failed run's shadow is not trusted with the next one.
             Err(mut f) => {
-                f.stderr_tail = tail;
+                f.stderr_tail = shadow.stop().await;
                 Err(f)
             }
+        }
+    }
+
+    async fn finish(&self) {
+        let shadows = std::mem::take(&mut *self.pool.0.lock().await);
+        for (_, s) in shadows {
+            s.stop().await;
         }
     }
 }

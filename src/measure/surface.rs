@@ -36,6 +36,31 @@ pub struct SurfaceScorer {
     pub send_cache_prompt_false: bool,
     /// Bound on one whole measurement (all prompts).
     pub timeout: Duration,
+    /// Which server this measures, for messages: the live one, or a shadow.
+    pub server: ServerKind,
+}
+
+/// Which server a surface scorer measures; says what to check when it is
+/// unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// The live stack, which a person runs.
+    Live,
+    /// A shadow this process started.
+    Shadow,
+}
+
+impl ServerKind {
+    fn unreachable_hint(self) -> &'static str {
+        match self {
+            ServerKind::Live => {
+                "the live server is not answering: is it running? (start the stack, or fix [stack.surface] base_url)"
+            }
+            ServerKind::Shadow => {
+                "the shadow this daemon started stopped answering (see its stderr tail)"
+            }
+        }
+    }
 }
 
 /// One prompt's answer, as measured.
@@ -51,6 +76,8 @@ struct Answer {
     /// Tokens the server's draft model proposed (llama.cpp `timings.draft_n`,
     /// present only when it speculated).
     draft_n: Option<u64>,
+    /// Of those, the ones the target accepted (`timings.draft_n_accepted`).
+    draft_accepted: Option<u64>,
 }
 
 /// `…/v1/chat/completions` under `base` (which may or may not end in `/v1`).
@@ -93,6 +120,7 @@ impl SurfaceScorer {
             max_tokens: surface.max_tokens,
             send_cache_prompt_false: surface.send_cache_prompt_false,
             timeout,
+            server: ServerKind::Live,
         }
     }
 
@@ -111,6 +139,7 @@ impl SurfaceScorer {
     pub fn at(&self, base_url: &reqwest::Url) -> SurfaceScorer {
         SurfaceScorer {
             endpoint: chat_url(base_url),
+            server: ServerKind::Shadow,
             ..self.clone()
         }
     }
@@ -149,6 +178,7 @@ impl SurfaceScorer {
                         "server_ms_per_token": a.server_ms_per_token,
                         "client_decode_s": a.client.map(|c| c.0.as_secs_f64()),
                         "draft_n": a.draft_n,
+                        "draft_n_accepted": a.draft_accepted,
                     })
                 })
                 .collect(),
@@ -161,8 +191,12 @@ impl SurfaceScorer {
             duration: t0.elapsed(),
             stderr_tail: String::new(),
             timing_source: source,
-            // The serving surface reports no parts of a token.
-            parts: TokenParts::default(),
+            // The serving surface reports no parts of a token, only how
+            // well drafting went when the server speculated.
+            parts: TokenParts {
+                draft_acceptance: draft_acceptance(&answers),
+                ..TokenParts::default()
+            },
             extras,
             memory_limit: None,
         })
@@ -240,7 +274,17 @@ impl SurfaceScorer {
             .json(&body)
             .send()
             .await
-            .map_err(http)?;
+            .map_err(|source| {
+                if source.is_connect() {
+                    MeasureError::Unreachable {
+                        url: url.clone(),
+                        hint: self.server.unreachable_hint(),
+                        source,
+                    }
+                } else {
+                    http(source)
+                }
+            })?;
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
@@ -271,6 +315,7 @@ impl SurfaceScorer {
                 server_ms_per_token: None,
                 client: None,
                 draft_n: None,
+                draft_accepted: None,
             };
             read_counts(&v, &mut a);
             return Ok(a);
@@ -281,6 +326,7 @@ impl SurfaceScorer {
             server_ms_per_token: None,
             client: None,
             draft_n: None,
+            draft_accepted: None,
         };
         let (mut first, mut last, mut pieces) = (None::<Instant>, None::<Instant>, 0u64);
         let mut buf: Vec<u8> = Vec::new();
@@ -337,6 +383,13 @@ pub fn drafted_tokens(extras: &Map<String, Value>) -> u64 {
         .unwrap_or(0)
 }
 
+/// Accepted over drafted tokens across the answers, when any were drafted.
+fn draft_acceptance(answers: &[Answer]) -> Option<f64> {
+    let drafted: u64 = answers.iter().filter_map(|a| a.draft_n).sum();
+    let accepted: u64 = answers.iter().filter_map(|a| a.draft_accepted).sum();
+    (drafted > 0).then(|| (accepted.min(drafted)) as f64 / drafted as f64)
+}
+
 /// Reads `timings` (llama.cpp) and `usage` into `a`, when present.
 fn read_counts(v: &Value, a: &mut Answer) {
     let t = &v["timings"];
@@ -348,6 +401,9 @@ fn read_counts(v: &Value, a: &mut Answer) {
     }
     if let Some(n) = t["draft_n"].as_u64() {
         a.draft_n = Some(a.draft_n.unwrap_or(0).max(n));
+    }
+    if let Some(n) = t["draft_n_accepted"].as_u64() {
+        a.draft_accepted = Some(a.draft_accepted.unwrap_or(0).max(n));
     }
     if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
         a.tokens = a.tokens.max(n);
