@@ -29,6 +29,7 @@ pub mod menu;
 pub mod observe;
 pub mod plan;
 pub mod profile;
+pub mod progress;
 pub mod report;
 pub mod support;
 pub mod vocab;

@@ -15,7 +15,7 @@ use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, Syst
 use orchestrator::measure::bench::BenchScorer;
 use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::gate::{GateError, HashGate, bench_prompt_set};
-use orchestrator::measure::scorer::{ProfileFile, RunFailure, RunOutcome, Scorer};
+use orchestrator::measure::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use orchestrator::menu::MenuId;
 use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
 
@@ -97,6 +97,8 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
         clock: &SystemClock,
         cancel: Cancel::never(),
         warmups_per_arm: 1,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let t0 = Instant::now();
     let report = runner
@@ -204,6 +206,8 @@ async fn a_candidate_with_other_output_is_a_hash_mismatch_with_no_delta() {
         clock: &SystemClock,
         cancel: Cancel::never(),
         warmups_per_arm: 1,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let report = runner
         .run_ab(
@@ -262,6 +266,8 @@ async fn a_baseline_that_no_longer_matches_fails_loudly_and_says_rebaseline() {
         clock: &SystemClock,
         cancel: Cancel::never(),
         warmups_per_arm: 1,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let err = runner
         .run_ab(
@@ -312,6 +318,8 @@ async fn a_failed_candidate_run_ends_the_experiment_failed_with_its_cause() {
         clock: &SystemClock,
         cancel: Cancel::never(),
         warmups_per_arm: 0,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let report = runner
         .run_ab(
@@ -376,6 +384,8 @@ async fn shutdown_kills_the_running_child_group_promptly_and_records_the_run() {
         clock: &SystemClock,
         cancel,
         warmups_per_arm: 1,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let t0 = Instant::now();
     let fire = async {
@@ -423,6 +433,8 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
         clock: &SystemClock,
         cancel: Cancel::never(),
         warmups_per_arm: 0,
+        deadline_cap: None,
+        progress: Default::default(),
     };
     let min = Floor::try_from(0.001).unwrap();
     let mut p = Policy::new(Confidence::try_from(0.9).unwrap(), 4, 6, min).unwrap();
@@ -451,4 +463,99 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
     ledger.insert_noise_floor(&row).await.unwrap();
     let latest = ledger.latest_noise_floor(STACK).await.unwrap().unwrap();
     assert_eq!(latest.n as usize, floor.n);
+}
+
+/// A real bench scorer that records the deadline the runner gives each run
+/// and, from run `hang_at` on, stands in for a hung engine by failing as a
+/// timed-out run would at that deadline (without waiting it out).
+struct DeadlineRecordingBench {
+    inner: BenchScorer,
+    deadlines: std::sync::Mutex<Vec<Duration>>,
+    hang_at: usize,
+}
+
+impl Scorer for DeadlineRecordingBench {
+    fn method(&self) -> Method {
+        Method::Bench
+    }
+    async fn score(&self, p: &ProfileFile, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+        self.inner.score(p, cancel).await
+    }
+    async fn score_within(
+        &self,
+        p: &ProfileFile,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
+        let n = {
+            let mut d = self.deadlines.lock().unwrap();
+            d.push(deadline);
+            d.len()
+        };
+        if n >= self.hang_at {
+            return Err(RunFailure {
+                error: MeasureError::Timeout { after: deadline },
+                exit_code: None,
+                duration: deadline,
+                stderr_tail: String::new(),
+            });
+        }
+        self.inner.score(p, cancel).await
+    }
+}
+
+/// Found under load on the demo: every run had the one fixed
+/// `run_timeout_s`, too short for a loaded machine and far too long for a
+/// hang. Now the configured value is the cap: a profile without history
+/// gets it; once the ledger holds a few of its runs, a run gets 10 times
+/// their slow end (at least 30 s), and a timeout there says so.
+#[tokio::test]
+async fn each_run_gets_a_deadline_from_its_profiles_recorded_runs() {
+    let (tmp, model) = tiny_model(7);
+    let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
+    let cfg = config_with_bench(tmp.path(), &tinyk3_argv(&model), "", 30.0, 0.1);
+    let scorer = DeadlineRecordingBench {
+        inner: BenchScorer::from_config(&cfg).unwrap(),
+        deadlines: Default::default(),
+        hang_at: 6,
+    };
+    let live = profile_file(tmp.path(), "live.toml");
+    let exp = experiment(&ledger, &live, &live).await;
+    let prompt_set = bench_prompt_set(cfg.stack.bench.as_ref().unwrap());
+    let mut gate = HashGate::load(&ledger, STACK, &prompt_set).await.unwrap();
+    let cap = Duration::from_secs(900);
+    let runner = AbRunner {
+        scorer: &scorer,
+        ledger: &ledger,
+        clock: &SystemClock,
+        cancel: Cancel::never(),
+        warmups_per_arm: 1,
+        deadline_cap: Some(cap),
+        progress: Default::default(),
+    };
+    let report = runner
+        .run_ab(
+            exp,
+            &live,
+            &live,
+            &mut gate,
+            policy(),
+            Floor::try_from(0.05).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deadlines = scorer.deadlines.lock().unwrap().clone();
+    // Two warmups and the first pair's runs: fewer than 3 valid runs of the
+    // profile recorded, so the cap.
+    assert_eq!(&deadlines[..5], &[cap; 5], "{deadlines:?}");
+    // Then derived: these runs take well under 3 s, so the 30 s floor.
+    assert_eq!(deadlines[5], Duration::from_secs(30), "{deadlines:?}");
+    let AbVerdict::Failed { reason, .. } = &report.verdict else {
+        panic!("the hung run fails the A/B: {:?}", report.verdict);
+    };
+    assert!(
+        reason.contains("10x the slow end of this profile's recent runs")
+            && reason.contains("run_timeout_s (900s)"),
+        "{reason}"
+    );
 }

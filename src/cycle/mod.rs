@@ -16,7 +16,6 @@ mod line;
 mod scorer;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::json;
 
@@ -39,6 +38,7 @@ use crate::menu::{Menu, MenuId, Proposal};
 use crate::observe::{self, Observation};
 use crate::plan::{self, PinList, PlanContext};
 use crate::profile::Profile;
+use crate::progress::{Progress, phase};
 use crate::vocab::{Arm, Digest, Method, VerdictKind};
 
 /// Everything a cycle uses; built once by the daemon.
@@ -52,8 +52,8 @@ pub struct Cycle<'a, P, C> {
     pub clock: &'a C,
     pub cancel: Cancel,
     pub http: &'a reqwest::Client,
-    /// Show a progress indicator on stderr while measuring.
-    pub progress: bool,
+    /// Where the cycle says what it is doing (see [`crate::progress`]).
+    pub progress: Progress,
 }
 
 /// Why a cycle stopped early.
@@ -82,7 +82,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             .open_cycle(started, self.proposer.kind())
             .await?;
         let mut report = CycleReport::new(id);
+        self.progress.start_cycle(id.get());
         let stop = self.body(id, &mut report).await;
+        self.progress.phase(phase::RECORD, "");
         let now = self.clock.now();
         report.seconds = (now - started).as_seconds_f64();
         let outcome = match stop {
@@ -110,7 +112,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             CycleOutcome::Aborted(_) => crate::vocab::CycleStatus::Aborted,
         });
         tracing::debug!(cycle = %id, "phase record");
-        self.ledger.close_cycle(id, &outcome, now).await?;
+        let closed = self.ledger.close_cycle(id, &outcome, now).await;
+        self.progress.end_cycle();
+        closed?;
         Ok(report)
     }
 
@@ -224,6 +228,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             base_digest: &live_digest,
         };
         tracing::debug!(cycle = %id, "phase propose");
+        self.progress
+            .phase(phase::PROPOSE, self.proposer.kind().as_str());
         // The proposer's HTTP call is abandoned on shutdown (dropping the
         // future closes the connection); nothing of it is half-recorded.
         let outcome = tokio::select! {
@@ -413,6 +419,8 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             top_k: None,
         };
         tracing::debug!(cycle = %id, "phase plan");
+        self.progress
+            .phase(phase::PLAN, proposal.experiment.as_str());
         let plan = match plan::plan(&ctx, proposal) {
             Ok(plan) => plan,
             Err(refusal) => {
@@ -534,7 +542,12 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             ))
         })?;
         let (mut gate, runner) = self.measuring(scorer).await?;
-        let progress = self.progress_indicator(experiment_id);
+        let measuring = match (r.scheduled, r.menu_id) {
+            (Some("confirmation"), Some(m)) => format!("confirmation A/B of {}", m.as_str()),
+            (_, Some(m)) => format!("A/B of {}", m.as_str()),
+            _ => "A/B".into(),
+        };
+        self.progress.phase(phase::MEASURE, &measuring);
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
             .run_ab(
@@ -546,7 +559,6 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 floor,
             )
             .await;
-        end_progress(progress);
         tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
@@ -590,13 +602,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             clock: self.clock,
             cancel: self.cancel.clone(),
             warmups_per_arm: self.config.measure.warmup_runs as usize,
+            deadline_cap: Some(self.config.measure.run_timeout_s.duration()),
+            progress: self.progress.clone(),
         };
         Ok((gate, runner))
-    }
-
-    fn progress_indicator(&self, experiment: ExperimentId) -> Option<tokio::task::JoinHandle<()>> {
-        self.progress
-            .then(|| spawn_progress(self.ledger.clone(), experiment))
     }
 
     /// An A/A of the live profile: a new noise floor, and a verdict on it.
@@ -630,12 +639,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             .await?;
         r.experiment_id = Some(experiment_id);
         let (mut gate, runner) = self.measuring(scorer).await?;
-        let progress = self.progress_indicator(experiment_id);
+        self.progress.phase(phase::MEASURE_FLOOR, scorer.label());
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
             .measure_noise_floor(experiment_id, live, &mut gate, self.policy)
             .await;
-        end_progress(progress);
         tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
@@ -805,30 +813,6 @@ fn ab_stop(e: AbError) -> Stop {
 }
 
 /// Stops the indicator and clears its line.
-fn end_progress(task: Option<tokio::task::JoinHandle<()>>) {
-    if let Some(task) = task {
-        task.abort();
-        eprint!("\r\x1b[2K");
-    }
-}
-
-/// Shows which run is in progress, from the ledger's rows, once a second.
-fn spawn_progress(ledger: Ledger, experiment: ExperimentId) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let started = std::time::Instant::now();
-        let spinner = ['|', '/', '-', '\\'];
-        for tick in 0usize.. {
-            let runs = ledger.runs(experiment).await.map(|r| r.len()).unwrap_or(0);
-            eprint!(
-                "\r\x1b[2K  {} measuring: {runs} run(s) done, {:.0}s",
-                spinner[tick % 4],
-                started.elapsed().as_secs_f64()
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    })
-}
-
 /// Runs of an arm that produced a metric, for the cycle line.
 pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
     runs.iter()

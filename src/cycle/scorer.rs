@@ -113,6 +113,19 @@ impl Scorer for StackScorer {
         }
     }
 
+    async fn score_within(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+        deadline: std::time::Duration,
+    ) -> Result<RunOutcome, RunFailure> {
+        match self {
+            StackScorer::Bench(s) => s.score_within(profile, cancel, deadline).await,
+            StackScorer::Live(s) => s.score_within(profile, cancel, deadline).await,
+            StackScorer::Shadow(s) => s.score_within(profile, cancel, deadline).await,
+        }
+    }
+
     async fn finish(&self) {
         match self {
             StackScorer::Bench(s) => s.finish().await,

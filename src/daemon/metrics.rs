@@ -12,12 +12,15 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::progress::Progress;
 use crate::vocab::VerdictKind;
 
 /// The state behind the endpoint; the loop updates it after each cycle.
 #[derive(Debug, Default)]
 pub struct DaemonMetrics {
     inner: Mutex<State>,
+    /// The running cycle's phase and runs, read at each scrape.
+    progress: Progress,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -32,8 +35,11 @@ struct State {
 }
 
 impl DaemonMetrics {
-    pub fn new(target_seconds_per_token: f64) -> Arc<DaemonMetrics> {
-        let m = DaemonMetrics::default();
+    pub fn new(target_seconds_per_token: f64, progress: Progress) -> Arc<DaemonMetrics> {
+        let m = DaemonMetrics {
+            progress,
+            ..DaemonMetrics::default()
+        };
         m.inner
             .lock()
             .expect("metrics lock")
@@ -114,6 +120,39 @@ impl DaemonMetrics {
             "Confirmed wins waiting for a person.",
             Some(s.staged_waiting as f64),
         );
+        let now = self.progress.snapshot();
+        gauge(
+            "orchestrator_cycle_running",
+            "1 while a cycle runs, else 0.",
+            Some(if now.is_some() { 1.0 } else { 0.0 }),
+        );
+        if let Some(now) = &now {
+            gauge(
+                "orchestrator_cycle_id",
+                "The running cycle's id in the ledger.",
+                Some(now.cycle as f64),
+            );
+            gauge(
+                "orchestrator_cycle_runs_done",
+                "Runs the running measurement has done.",
+                Some(now.runs_done as f64),
+            );
+            gauge(
+                "orchestrator_cycle_runs_max",
+                "The most runs the running measurement can take (0 when not measuring).",
+                Some(now.runs_max as f64),
+            );
+            gauge(
+                "orchestrator_cycle_elapsed_seconds",
+                "Wall time of the running cycle so far.",
+                Some(now.elapsed().as_secs_f64()),
+            );
+            let _ = writeln!(
+                out,
+                "# HELP orchestrator_cycle_phase The running cycle's phase (1 on the current one).\n# TYPE orchestrator_cycle_phase gauge\norchestrator_cycle_phase{{phase=\"{}\"}} 1",
+                now.phase
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP orchestrator_cycles_total Cycles by verdict.\n# TYPE orchestrator_cycles_total counter"
@@ -182,7 +221,7 @@ mod tests {
 
     #[test]
     fn exposition_parses_and_tracks_cycles() {
-        let m = DaemonMetrics::new(1.0);
+        let m = DaemonMetrics::new(1.0, Progress::default());
         m.cycle_finished(VerdictKind::Win, 2.0, false);
         m.cycle_finished(VerdictKind::Failed, 1.0, true);
         m.cycle_finished(VerdictKind::Failed, 1.0, true);
@@ -208,11 +247,40 @@ mod tests {
         );
     }
 
+    /// A long cycle showed nothing from outside until it ended; the
+    /// endpoint now says which cycle runs, its phase and its runs.
+    #[test]
+    fn the_running_cycle_phase_and_runs_are_exposed() {
+        let progress = Progress::default();
+        let m = DaemonMetrics::new(1.0, progress.clone());
+        let samples = prometheus::parse(&m.render()).unwrap();
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_cycle_running"),
+            Some(0.0)
+        );
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_cycle_runs_done"),
+            None
+        );
+        progress.start_cycle(12);
+        progress.phase(crate::progress::phase::MEASURE, "A/B of remeasure");
+        progress.runs(6, 36);
+        let samples = prometheus::parse(&m.render()).unwrap();
+        let get = |n: &str| prometheus::value(&samples, n);
+        assert_eq!(get("orchestrator_cycle_running"), Some(1.0));
+        assert_eq!(get("orchestrator_cycle_id"), Some(12.0));
+        assert_eq!(get("orchestrator_cycle_runs_done"), Some(6.0));
+        assert_eq!(get("orchestrator_cycle_runs_max"), Some(36.0));
+        assert!(samples.iter().any(|s| s.name == "orchestrator_cycle_phase"
+            && s.labels["phase"] == "measure"
+            && s.value == 1.0));
+    }
+
     #[tokio::test]
     async fn serves_metrics_over_loopback() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let m = DaemonMetrics::new(1.0);
+        let m = DaemonMetrics::new(1.0, Progress::default());
         let task = tokio::spawn(serve(listener, m.clone()));
         let body = reqwest::get(format!("http://{addr}/metrics"))
             .await

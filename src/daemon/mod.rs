@@ -35,6 +35,7 @@ use crate::ledger::Ledger;
 use crate::measure::ab::SystemClock;
 use crate::measure::cancel::{Cancel, CancelHandle};
 use crate::menu::Menu;
+use crate::progress::Progress;
 use crate::vocab::{CycleStatus, StageState};
 
 use metrics::DaemonMetrics;
@@ -47,7 +48,8 @@ pub struct RunOptions {
     pub cycles: Option<u64>,
     /// One cycle; a failed cycle makes the command fail.
     pub once: bool,
-    /// Show a progress indicator on stderr while measuring.
+    /// stderr is a terminal: progress is a redrawn line there, else a log
+    /// line per few runs (see [`crate::progress`]).
     pub progress: bool,
 }
 
@@ -111,7 +113,12 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         stack = Some(embedded::start(&config, e, &cancel).await?);
     }
 
-    let daemon_metrics = DaemonMetrics::new(config.objective.target_seconds_per_token.get());
+    let progress = Progress::default();
+    let reporter = progress.spawn_reporter(opts.progress);
+    let daemon_metrics = DaemonMetrics::new(
+        config.objective.target_seconds_per_token.get(),
+        progress.clone(),
+    );
     let listener = metrics::bind(config.daemon.metrics_listen)
         .await
         .with_context(|| {
@@ -130,10 +137,12 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         &mut proposer,
         &cancel,
         &daemon_metrics,
+        &progress,
         opts,
     )
     .await;
 
+    reporter.abort();
     metrics_task.abort();
     signals.abort();
     if let Some(stack) = stack {
@@ -211,6 +220,7 @@ async fn run_loop(
     proposer: &mut AnyProposer,
     cancel: &Cancel,
     daemon_metrics: &DaemonMetrics,
+    progress: &Progress,
     opts: RunOptions,
 ) -> anyhow::Result<RunSummary> {
     let scorers = Scorers::from_config(config);
@@ -262,7 +272,7 @@ async fn run_loop(
             clock: &clock,
             cancel: cancel.clone(),
             http: &http,
-            progress: opts.progress,
+            progress: progress.clone(),
         };
         let mut report = cycle.run().await.context(
             "the ledger could not be written, so the daemon stops rather than run unrecorded",

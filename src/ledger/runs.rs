@@ -10,7 +10,7 @@ use super::codec::ts;
 use super::error::Ctx;
 use super::ids::{ExperimentId, RunId};
 use super::{Ledger, Result, WriteTx};
-use crate::vocab::Arm;
+use crate::vocab::{Arm, Digest};
 
 /// Where a run's seconds per token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
@@ -226,6 +226,27 @@ impl Ledger {
         sqlx::query_scalar(
             "SELECT cpu_pressure FROM runs WHERE cpu_pressure IS NOT NULL ORDER BY id DESC LIMIT ?1",
         )
+        .bind(limit)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(self.ctx.err(op))
+    }
+
+    /// Wall times (seconds) of the last `limit` valid runs of the profile
+    /// `digest`, in either arm of any experiment: what a run of it takes.
+    /// Discarded blocks count (their runs were slow for a reason the next
+    /// run may share); warmups, which belong to no arm, do not.
+    pub async fn recent_run_durations(&self, digest: &Digest, limit: u32) -> Result<Vec<f64>> {
+        let op = "read a profile's recent run times";
+        let mut c = self.conn(op).await?;
+        sqlx::query_scalar(
+            "SELECT r.duration_s FROM runs r JOIN experiments e ON e.id = r.experiment_id \
+             WHERE r.seconds_per_token IS NOT NULL \
+               AND ((r.arm = 'baseline' AND e.base_digest = ?1) \
+                 OR (r.arm = 'candidate' AND e.candidate_digest = ?1)) \
+             ORDER BY r.id DESC LIMIT ?2",
+        )
+        .bind(digest)
         .bind(limit)
         .fetch_all(&mut *c)
         .await

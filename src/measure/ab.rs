@@ -6,10 +6,13 @@
 //! All decisions are the judge's ([`crate::judge`]); this module only runs
 //! things in the judge's order and keeps the books.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::cancel::Cancel;
+use super::deadline::{self, Deadline};
 use super::gate::{GateCheck, GateError, HashGate};
 use super::pressure::{self, Pressure};
 use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
@@ -21,6 +24,7 @@ use crate::ledger::{
     ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId,
     RunPressure, TokenParts,
 };
+use crate::progress::Progress;
 use crate::vocab::{Arm, Digest, VerdictKind};
 
 /// The time of day, injected so tests and replays are deterministic.
@@ -244,6 +248,12 @@ pub struct AbRunner<'a, S, C> {
     pub cancel: Cancel,
     /// Discarded runs per arm before the pairs (`[measure] warmup_runs`).
     pub warmups_per_arm: usize,
+    /// `[measure] run_timeout_s` as the cap of deadlines derived from each
+    /// profile's recorded runs ([`super::deadline`]); `None`: the scorer's
+    /// own fixed timeout.
+    pub deadline_cap: Option<Duration>,
+    /// Runs done of at most how many, for people and the metrics endpoint.
+    pub progress: Progress,
 }
 
 /// What one run contributed.
@@ -287,7 +297,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         // Bounded by the policy; the guard only turns a bug into an error.
         let most =
             2 * self.warmups_per_arm + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
+        let bound = 2 * self.warmups_per_arm + 2 * policy.max_pairs;
         while runs.len() < most {
+            self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
             let profile = match slot.profile {
                 Arm::Baseline => baseline,
@@ -355,7 +367,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let mut runs = Vec::new();
         let most = 2 * self.warmups_per_arm
             + 2 * (schedule.pairs_wanted() + 2 * policy.max_discarded_blocks + 2);
+        let bound = 2 * self.warmups_per_arm + 2 * schedule.pairs_wanted();
         while runs.len() < most {
+            self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
             // Both arms are the live profile: any output change is the
             // baseline's, which fails the cycle loudly.
@@ -461,8 +475,27 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             parts: TokenParts::default(),
             pressure: RunPressure::default(),
         };
+        let deadline = match self.deadline_cap {
+            Some(cap) => {
+                let recent = self
+                    .ledger
+                    .recent_run_durations(&profile.profile.digest(), deadline::HISTORY)
+                    .await?;
+                Some(Deadline::for_run(cap, &recent, runs.is_empty()))
+            }
+            None => None,
+        };
         let sample = pressure::Sample::now();
-        let scored = self.scorer.score(profile, &self.cancel).await;
+        let scored = match (deadline, self.deadline_cap) {
+            (Some(d), Some(cap)) => {
+                let scored = self
+                    .scorer
+                    .score_within(profile, &self.cancel, d.duration())
+                    .await;
+                overran(scored, d, cap)
+            }
+            _ => self.scorer.score(profile, &self.cancel).await,
+        };
         let machine = sample.until_now();
         pressure::warn_once_if_missing(&machine);
         row.pressure = run_pressure(&machine);
@@ -555,6 +588,33 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
 }
 
 /// The ledger's columns of a run's pressure.
+/// Runs of a measurement so far that were discarded (and are re-run).
+fn discarded(runs: &[RecordedRun]) -> usize {
+    runs.iter().filter(|r| r.discarded).count()
+}
+
+/// A timeout at a derived deadline says so: which runs it came from and
+/// that the cap is the configured value.
+fn overran(
+    scored: Result<RunOutcome, RunFailure>,
+    d: Deadline,
+    cap: Duration,
+) -> Result<RunOutcome, RunFailure> {
+    match (scored, d) {
+        (Err(mut f), Deadline::Derived { typical, .. }) => {
+            if let MeasureError::Timeout { after } = f.error {
+                f.error = MeasureError::Overran {
+                    after,
+                    typical,
+                    cap,
+                };
+            }
+            Err(f)
+        }
+        (scored, _) => scored,
+    }
+}
+
 fn run_pressure(p: &Pressure) -> RunPressure {
     RunPressure {
         load1: p.load1,

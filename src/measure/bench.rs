@@ -71,7 +71,12 @@ impl BenchScorer {
         }
     }
 
-    async fn run(&self, profile: &ProfileFile, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+    async fn run(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+        timeout: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
         preflight::check(&profile.profile, self.headroom_gb).map_err(RunFailure::before_start)?;
         let work_err = |source| {
             RunFailure::before_start(MeasureError::WorkDir {
@@ -123,7 +128,7 @@ impl BenchScorer {
             args: argv,
             env: self.env.clone(),
             cwd: self.cwd.clone(),
-            timeout: self.timeout,
+            timeout,
             capture_stdout: self.output == BenchOutput::Stdout,
             cgroup_procs: cg.as_ref().map(RunCgroup::procs),
         };
@@ -245,6 +250,15 @@ impl Scorer for BenchScorer {
         profile: &ProfileFile,
         cancel: &Cancel,
     ) -> Result<RunOutcome, RunFailure> {
-        self.run(profile, cancel).await
+        self.run(profile, cancel, self.timeout).await
+    }
+
+    async fn score_within(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
+        self.run(profile, cancel, deadline.min(self.timeout)).await
     }
 }

@@ -18,6 +18,7 @@ pub mod ab;
 pub mod bench;
 pub mod cancel;
 pub mod cgroup;
+pub mod deadline;
 pub mod gate;
 pub mod output;
 pub mod preflight;

@@ -78,6 +78,15 @@ pub enum MeasureError {
         after.as_secs_f64()
     )]
     Timeout { after: Duration },
+    #[error(
+        "the run was still going after {:.0}s, {}x the slow end of this profile's recent runs ({:.1}s), and its whole process group was killed; the next deadline follows the runs measured, so a machine that is only slower now is allowed for, up to [measure] run_timeout_s ({:.0}s); see the stderr tail for why it hangs",
+        after.as_secs_f64(), super::deadline::FACTOR, typical.as_secs_f64(), cap.as_secs_f64()
+    )]
+    Overran {
+        after: Duration,
+        typical: Duration,
+        cap: Duration,
+    },
     #[error("the run was cancelled by shutdown; its process group was killed")]
     Cancelled,
     #[error("the bench command failed at runtime (exit 1): {message}")]
@@ -195,6 +204,18 @@ pub trait Scorer {
         profile: &ProfileFile,
         cancel: &Cancel,
     ) -> impl Future<Output = Result<RunOutcome, RunFailure>> + Send;
+
+    /// As [`Scorer::score`], ending the run at `deadline` if it is sooner
+    /// than the scorer's own timeout (see [`super::deadline`]).
+    fn score_within(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<RunOutcome, RunFailure>> + Send {
+        let _ = deadline;
+        self.score(profile, cancel)
+    }
 
     /// Releases what the scorer kept between runs (a shadow's server) when
     /// the A/B or floor measurement ends; most scorers keep nothing.

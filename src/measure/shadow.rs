@@ -334,6 +334,18 @@ impl Scorer for ShadowScorer {
         profile: &ProfileFile,
         cancel: &Cancel,
     ) -> Result<RunOutcome, RunFailure> {
+        self.score_within(profile, cancel, self.surface.timeout)
+            .await
+    }
+
+    /// The deadline bounds the measurement; a shadow's start has its own
+    /// bound (`start_timeout_s`).
+    async fn score_within(
+        &self,
+        profile: &ProfileFile,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
         let key = profile.profile.digest().to_string();
         // Runs are sequential; holding the pool for a run costs nothing.
         let mut pool = self.pool.0.lock().await;
@@ -354,7 +366,12 @@ impl Scorer for ShadowScorer {
             }
             None => self.start(profile, cancel).await?,
         };
-        let measured = match self.surface.at(shadow.base_url()).measure(cancel).await {
+        let measured = match self
+            .surface
+            .at(shadow.base_url())
+            .measure_within(cancel, deadline)
+            .await
+        {
             Ok(o) => self.check_drafts(profile, &mut shadow, o).await,
             Err(f) => Err(f),
         };

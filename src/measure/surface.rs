@@ -150,6 +150,16 @@ impl SurfaceScorer {
 
     /// Measures the server as it is now.
     pub async fn measure(&self, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+        self.measure_within(cancel, self.timeout).await
+    }
+
+    /// As [`SurfaceScorer::measure`], ending at `deadline` if sooner.
+    pub async fn measure_within(
+        &self,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
+        let timeout = deadline.min(self.timeout);
         let t0 = Instant::now();
         let fail = |error| RunFailure {
             error,
@@ -160,8 +170,8 @@ impl SurfaceScorer {
         let answers = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(fail(MeasureError::Cancelled)),
-            r = tokio::time::timeout(self.timeout, self.ask_all()) => match r {
-                Err(_) => return Err(fail(MeasureError::Timeout { after: self.timeout })),
+            r = tokio::time::timeout(timeout, self.ask_all()) => match r {
+                Err(_) => return Err(fail(MeasureError::Timeout { after: timeout })),
                 Ok(r) => r.map_err(fail)?,
             },
         };
@@ -423,6 +433,15 @@ impl Scorer for SurfaceScorer {
         cancel: &Cancel,
     ) -> Result<RunOutcome, RunFailure> {
         self.measure(cancel).await
+    }
+
+    async fn score_within(
+        &self,
+        _profile: &ProfileFile,
+        cancel: &Cancel,
+        deadline: Duration,
+    ) -> Result<RunOutcome, RunFailure> {
+        self.measure_within(cancel, deadline).await
     }
 }
 
