@@ -179,3 +179,60 @@ async fn a_stack_without_parts_names_the_missing_figures() {
         "{md}"
     );
 }
+
+#[tokio::test]
+async fn a_win_its_confirmation_refuted_is_no_lever_and_no_win() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let (won, refuting, pending) = report_fixture::fill_refuted_and_pending_wins(&ledger).await;
+    let r = report_of(&ledger, "2026-W47").await;
+    let md = markdown::render(&r);
+    let lever = |name: &str| {
+        r.projection
+            .levers
+            .iter()
+            .find(|l| l.menu.as_str() == name)
+            .unwrap()
+    };
+    // The −47.9% speculation win read +62.1% in its confirmation: not a
+    // remaining lever (and the week's other speculation win was rejected).
+    let spec = lever("stage_speculative");
+    assert!(
+        spec.best.is_none() && spec.factors.is_empty(),
+        "{spec:?}\n{md}"
+    );
+    assert!(
+        spec.not_applied
+            .as_deref()
+            .unwrap()
+            .contains("refuted by its confirmation"),
+        "{spec:?}"
+    );
+    // The win still waiting for its confirmation is applied, labelled so.
+    let rebalance = lever("rebalance_trunk_cache");
+    let best = rebalance.best.as_ref().unwrap();
+    assert!(
+        best.source.contains(&format!("experiment #{pending}"))
+            && best.source.contains("confirmation pending"),
+        "{best:?}"
+    );
+    assert_eq!(rebalance.factors.len(), 2, "{rebalance:?}");
+    // The win rate counts the refuted win as decided, not as a win.
+    let model = r
+        .proposers
+        .iter()
+        .find(|p| p.proposer.as_str() == "model")
+        .unwrap();
+    let spec_rate = model
+        .per_menu
+        .iter()
+        .find(|m| m.0.as_str() == "stage_speculative")
+        .unwrap();
+    assert_eq!((spec_rate.1, spec_rate.2), (1, 3), "{md}");
+    assert!(
+        md.contains(&format!(
+            "experiment #{won} (stage_speculative) -47.9%, refuted by experiment #{refuting} (loss +62.1%)"
+        )),
+        "{md}"
+    );
+}

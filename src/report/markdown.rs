@@ -329,6 +329,16 @@ fn proposers(w: &mut String, r: &Report) {
         let _ = writeln!(w, "| {m} | {} |", cells.join(" | "));
     }
     let _ = writeln!(w);
+    if !r.refuted.is_empty() {
+        let _ = writeln!(
+            w,
+            "Wins their own confirmation refuted (decided, not counted as wins, and no lever of the projection):\n"
+        );
+        for x in &r.refuted {
+            let _ = writeln!(w, "- {x}");
+        }
+        let _ = writeln!(w);
+    }
 }
 
 fn failures(w: &mut String, r: &Report) {

@@ -53,6 +53,9 @@ pub struct Report {
     /// Why a series could not be tested for change points, when it could not.
     pub change_notes: Vec<String>,
     pub proposers: Vec<ProposerRecord>,
+    /// First-A/B wins their confirmation refuted by the end of the period:
+    /// neither wins in the win rate nor remaining levers.
+    pub refuted: Vec<RefutedWin>,
     pub failures: Vec<Failure>,
     pub projection: Projection,
 }
@@ -192,6 +195,55 @@ pub struct ProposerRecord {
     pub rejections: Vec<(String, u32)>,
     /// Per menu entry: (wins, decided experiments), confirmations excluded.
     pub per_menu: Vec<(MenuId, u32, u32)>,
+}
+
+/// A first-A/B win its own confirming A/B did not reproduce.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefutedWin {
+    pub experiment: ExperimentId,
+    pub menu: MenuId,
+    /// The first A/B's effect (log ratio).
+    pub effect: f64,
+    #[serde(skip)]
+    pub base_digest: Option<crate::vocab::Digest>,
+    pub confirmation: ExperimentId,
+    pub verdict: VerdictKind,
+    pub confirmation_effect: Option<f64>,
+}
+
+impl RefutedWin {
+    fn read(&self) -> String {
+        let effect = self
+            .confirmation_effect
+            .map(|e| format!(" {}", crate::display::percent(e)))
+            .unwrap_or_default();
+        format!("{}{effect}", self.verdict)
+    }
+
+    /// Why its lever has no win left, for the projection.
+    pub fn why(&self) -> String {
+        format!(
+            "the win of experiment #{} ({}) was refuted by its confirmation, experiment #{} ({})",
+            self.experiment,
+            crate::display::percent(self.effect),
+            self.confirmation,
+            self.read()
+        )
+    }
+}
+
+impl std::fmt::Display for RefutedWin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "experiment #{} ({}) {}, refuted by experiment #{} ({})",
+            self.experiment,
+            self.menu,
+            crate::display::percent(self.effect),
+            self.confirmation,
+            self.read()
+        )
+    }
 }
 
 /// A cause of failure, with how many cycles it ended and a few of them.

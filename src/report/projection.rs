@@ -26,8 +26,10 @@
 //!   token (`f_W`);
 //! - a lever's best experiment is its best open stage on the live profile
 //!   (the confirming A/B's runs: unbiased) or else its best first-A/B win
-//!   (optimistic: it was selected for being good); wins a person refused,
-//!   or that expired, are not remaining levers.
+//!   whose confirmation is still pending (optimistic: it was selected for
+//!   being good); wins a person refused, or that expired, and wins their
+//!   own confirming A/B refuted (by the end of the period) are not
+//!   remaining levers.
 //!
 //! The far tier's hit share and the draft acceptance are shown, for the live
 //! profile and for each lever's arms, as the state of those levers; they are
@@ -294,8 +296,13 @@ fn state(what: &str, (b, c): (Option<f64>, Option<f64>)) -> Option<String> {
 }
 
 /// Computes the projection from the live profile's measured parts and each
-/// lever's best measured experiment.
-pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
+/// lever's best measured experiment; `excluded` says, per lever, why a win
+/// it had is not a remaining lever (its confirmation refuted it).
+pub fn project(
+    parts: &Parts,
+    evidence: &[LeverEvidence],
+    excluded: &[(MenuId, String)],
+) -> Projection {
     let residual = match (&parts.live, &parts.trunk, &parts.expert) {
         (Some(l), Some(t), Some(e)) => Some(Sourced {
             value: l.value - t.value - e.value,
@@ -350,7 +357,21 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
     let levers: Vec<Lever> = MenuId::ALL
         .iter()
         .filter_map(|&m| Term::of(m).map(|t| (m, t)))
-        .map(|(menu, term)| lever(menu, term, evidence, terms.is_some(), &missing_terms))
+        .map(|(menu, term)| {
+            let excluded: Vec<&str> = excluded
+                .iter()
+                .filter(|(m, _)| *m == menu)
+                .map(|(_, why)| why.as_str())
+                .collect();
+            lever(
+                menu,
+                term,
+                evidence,
+                &excluded,
+                terms.is_some(),
+                &missing_terms,
+            )
+        })
         .collect();
     let Some(live) = &parts.live else {
         return Projection {
@@ -407,6 +428,7 @@ fn lever(
     menu: MenuId,
     term: Term,
     evidence: &[LeverEvidence],
+    excluded: &[&str],
     terms_known: bool,
     missing_terms: &[&str],
 ) -> Lever {
@@ -419,10 +441,15 @@ fn lever(
         not_applied: None,
     };
     let Some(ev) = evidence.iter().find(|e| e.menu == menu) else {
-        out.not_applied = Some(
+        out.not_applied = Some(if excluded.is_empty() {
             "no measured win on the live profile in this period (wins a person refused excluded)"
-                .into(),
-        );
+                .into()
+        } else {
+            format!(
+                "no measured win left on the live profile in this period: {}",
+                excluded.join("; ")
+            )
+        });
         return out;
     };
     out.best = Some(ev.best.clone());
@@ -503,7 +530,7 @@ mod tests {
 
     #[test]
     fn no_live_speed_no_number() {
-        let p = project(&Parts::default(), &[]);
+        let p = project(&Parts::default(), &[], &[]);
         assert_eq!(p.projected, None);
         let why = p.parts[1].measured.as_ref().unwrap_err();
         assert!(why.contains("trunk_seconds_per_token"), "{why}");
@@ -558,7 +585,7 @@ mod tests {
                 run(Arm::Candidate, 0, 1.6, 0.5, 1.0),
             ],
         );
-        let p = project(&parts, &[pins, rebalance, spec]);
+        let p = project(&parts, &[pins, rebalance, spec], &[]);
         // R = 2.0 − 0.5 − 1.4 = 0.1; T × 0.5; E × 0.5 × 1.2; whole × 0.8.
         let want = (0.5 * 0.5 + 1.4 * 0.5 * 1.2 + 0.1) * 0.8;
         let got = p.projected.unwrap();
@@ -603,7 +630,7 @@ mod tests {
             MenuId::StageSpeculative,
             &[bare(Arm::Baseline, 0, 2.0), bare(Arm::Candidate, 0, 1.5)],
         );
-        let p = project(&parts, &[pins, spec]);
+        let p = project(&parts, &[pins, spec], &[]);
         assert!((p.projected.unwrap() - 1.5).abs() < 1e-9);
         let pins = &p.levers[0];
         assert!(
@@ -634,7 +661,7 @@ mod tests {
             MenuId::DeepenWarmSet,
             &[bare(Arm::Baseline), bare(Arm::Candidate)],
         );
-        let p = project(&parts, &[warm]);
+        let p = project(&parts, &[warm], &[]);
         assert!((p.projected.unwrap() - 2.0).abs() < 1e-9);
         let why = p.levers[1].not_applied.as_deref().unwrap();
         assert!(
