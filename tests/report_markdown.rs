@@ -236,3 +236,44 @@ async fn a_win_its_confirmation_refuted_is_no_lever_and_no_win() {
         "{md}"
     );
 }
+
+#[tokio::test]
+async fn floors_stored_per_protocol_fill_the_noise_section() {
+    // As llama-server and kimi-k3-in-c store them: `STACK/PROTOCOL`.
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let at = |h| report_fixture::t(1, h);
+    report_fixture::floors(
+        &ledger,
+        "llama-server/surface",
+        &[(at(1), 0.004), (at(9), 0.006)],
+    )
+    .await;
+    report_fixture::floors(&ledger, "kimi-k3-in-c/bench", &[(at(2), 0.02)]).await;
+    // A stack's name may itself hold a slash.
+    report_fixture::floors(&ledger, "lab/llama/surface", &[(at(4), 0.01)]).await;
+    // Another stack whose name starts the same is not this one's.
+    report_fixture::floors(&ledger, "llama-server-2/surface", &[(at(3), 0.3)]).await;
+    let period = Period::week(IsoWeek::parse("2026-W47").unwrap());
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    for (stack, values, protocol) in [
+        ("llama-server", vec![0.004, 0.006], "surface"),
+        ("kimi-k3-in-c", vec![0.02], "bench"),
+        ("lab/llama", vec![0.01], "surface"),
+    ] {
+        let r = build(&ledger, &BuildOptions::new(period, stack, 1.0, now))
+            .await
+            .unwrap();
+        let md = markdown::render(&r);
+        let got: Vec<f64> = r.noise.iter().map(|p| p.value).collect();
+        assert_eq!(got, values, "{stack}:\n{md}");
+        assert!(
+            r.noise
+                .iter()
+                .all(|p| p.protocol.as_deref() == Some(protocol)),
+            "{:?}",
+            r.noise
+        );
+        assert!(!md.contains("No noise floor was measured"), "{md}");
+        assert!(md.contains(&format!("| {protocol} | ±")), "{md}");
+    }
+}

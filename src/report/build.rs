@@ -73,7 +73,8 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
     )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
-    let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period, o.floor_lookback);
+    let (noise, mut changes, mut change_notes) =
+        noise_series(&floors, &o.stack, &o.period, o.floor_lookback);
     let speed = speed_by_base.points.clone();
     let logs: Vec<f64> = speed.iter().map(|p| p.seconds_per_token.ln()).collect();
     match pelt(&logs) {
@@ -538,6 +539,7 @@ fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Ref
 /// The floors in the period, and change points over the longer history.
 fn noise_series(
     floors: &[crate::ledger::NoiseFloor],
+    stack: &str,
     p: &Period,
     lookback: Duration,
 ) -> (Vec<FloorPoint>, Vec<Change>, Vec<String>) {
@@ -549,7 +551,12 @@ fn noise_series(
             value: f.value,
             n: f.n,
             method: f.method.clone(),
-            protocol: f.stack.split_once('/').map(|(_, p)| p.to_string()),
+            // The key is `STACK/PROTOCOL`, and a stack's name may hold a `/`.
+            protocol: f
+                .stack
+                .strip_prefix(stack)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .map(str::to_string),
             load1: f.load1,
             cpu_pressure: f.cpu_pressure,
         })

@@ -631,6 +631,27 @@ pub async fn fill_refuted_and_pending_wins(
     (won, refuting, pending)
 }
 
+/// Noise floors stored under `key` as the daemon stores them
+/// (`STACK/PROTOCOL`, e.g. `llama-server/surface`), one per `(time, value)`.
+pub async fn floors(ledger: &Ledger, key: &str, rows: &[(DateTime<Utc>, f64)]) {
+    for &(at, value) in rows {
+        ledger
+            .insert_noise_floor(&NewNoiseFloor {
+                stack: key.into(),
+                profile_digest: live(),
+                value,
+                n: 20,
+                method: "A/A paired log ratios, Qn scale (fixture)".into(),
+                measured_at: at,
+                experiment_id: None,
+                load1: Some(0.5),
+                cpu_pressure: Some(0.02),
+            })
+            .await
+            .unwrap();
+    }
+}
+
 /// The measured parts of a valid run, as tinyk3's bench reports them: the
 /// live profile spends 30% of a token in the trunk, 62% in experts, 8% in
 /// the rest; each lever's candidate moves the parts it acts on.
