@@ -145,7 +145,18 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         evidence.push(LeverEvidence::from_runs(menu, best, experiment, &runs));
     }
 
+    let latest_cycle = if cycles.is_empty() {
+        ledger
+            .recent_cycles(1)
+            .await?
+            .first()
+            .map(|c| (c.cycle.id, c.cycle.started_at))
+    } else {
+        None
+    };
+
     Ok(Report {
+        latest_cycle,
         period: o.period,
         title: o.period.title(),
         generated_at: o.now,

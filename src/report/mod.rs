@@ -58,6 +58,9 @@ pub struct Report {
     pub refuted: Vec<RefutedWin>,
     pub failures: Vec<Failure>,
     pub projection: Projection,
+    /// When the period holds no cycle: the ledger's latest one, if any, so
+    /// an empty report can say where the cycles are.
+    pub latest_cycle: Option<(CycleId, DateTime<Utc>)>,
 }
 
 impl Report {
