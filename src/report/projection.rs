@@ -284,10 +284,18 @@ fn part(name: &'static str, v: &Option<Sourced>, missing: String) -> Part {
     }
 }
 
-fn not_in_runs(field: &str) -> String {
-    format!(
-        "not in the ledger: no baseline run of the live profile in the period carries `{field}` (the stack's bench does not report it)"
-    )
+/// Why a part is missing: no baseline run yet (nothing to read it from), or
+/// runs that do not carry it (the stack's bench does not report it).
+fn not_in_runs(measured: bool, field: &str) -> String {
+    if measured {
+        format!(
+            "not in the ledger: no baseline run of the live profile in the period carries `{field}` (the stack's bench does not report it)"
+        )
+    } else {
+        format!(
+            "not measured yet: no baseline run of the live profile in the period (`{field}` is read from those runs)"
+        )
+    }
 }
 
 fn state(what: &str, (b, c): (Option<f64>, Option<f64>)) -> Option<String> {
@@ -313,6 +321,7 @@ pub fn project(
         }),
         _ => None,
     };
+    let measured = parts.live.is_some();
     let shown = vec![
         part(
             "live seconds per token (L)",
@@ -322,12 +331,12 @@ pub fn project(
         part(
             "trunk term (T)",
             &parts.trunk,
-            not_in_runs(Figure::Trunk.field()),
+            not_in_runs(measured, Figure::Trunk.field()),
         ),
         part(
             "expert term (E)",
             &parts.expert,
-            not_in_runs(Figure::Expert.field()),
+            not_in_runs(measured, Figure::Expert.field()),
         ),
         part(
             "rest of a token (R = L − T − E)",
@@ -337,15 +346,19 @@ pub fn project(
         part(
             "far-tier hit share (h)",
             &parts.far_share,
-            not_in_runs("far_hit_share"),
+            not_in_runs(measured, "far_hit_share"),
         ),
         part(
             "speculation acceptance (a)",
             &parts.acceptance,
-            format!(
-                "{}, or speculation is off in the live profile",
-                not_in_runs("draft_acceptance")
-            ),
+            if measured {
+                format!(
+                    "{}, or speculation is off in the live profile",
+                    not_in_runs(measured, "draft_acceptance")
+                )
+            } else {
+                not_in_runs(measured, "draft_acceptance")
+            },
         ),
     ];
     let terms = parts.trunk.as_ref().zip(parts.expert.as_ref());
@@ -532,8 +545,33 @@ mod tests {
     fn no_live_speed_no_number() {
         let p = project(&Parts::default(), &[], &[]);
         assert_eq!(p.projected, None);
+    }
+
+    #[test]
+    fn no_baseline_run_yet_is_not_a_bench_that_lacks_the_part() {
+        // Nothing measured the live profile yet: every part says so, and
+        // none blames the bench.
+        let p = project(&Parts::default(), &[], &[]);
+        for part in &p.parts[1..3] {
+            let why = part.measured.as_ref().unwrap_err();
+            assert!(
+                why.contains("no baseline run of the live profile")
+                    && !why.contains("does not report"),
+                "{}: {why}",
+                part.name
+            );
+        }
+        // Measured runs that carry no parts: the bench does not report them.
+        let measured = Parts {
+            live: s(2.0),
+            ..Parts::default()
+        };
+        let p = project(&measured, &[], &[]);
         let why = p.parts[1].measured.as_ref().unwrap_err();
-        assert!(why.contains("trunk_seconds_per_token"), "{why}");
+        assert!(
+            why.contains("trunk_seconds_per_token") && why.contains("does not report"),
+            "{why}"
+        );
     }
 
     #[test]
