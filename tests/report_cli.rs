@@ -152,6 +152,7 @@ fn right_after_a_first_run_the_default_report_shows_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!md.contains("Nothing was recorded"), "{md}");
+    assert!(md.starts_with("# Report: tinyk3, "), "{md}");
     assert!(md.contains("- Cycles: 1 (1 completed"), "{md}");
     // The floor the cycle measured is in the noise section, by protocol.
     assert!(md.contains("1 measurement(s)"), "{md}");

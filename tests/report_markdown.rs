@@ -283,3 +283,39 @@ async fn floors_stored_per_protocol_fill_the_noise_section() {
         assert!(md.contains(&format!("| {protocol} | ±")), "{md}");
     }
 }
+
+#[tokio::test]
+async fn the_title_says_how_long_the_period_is() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    let d = |day| NaiveDate::from_ymd_opt(2026, 11, day).unwrap();
+    for (period, heading) in [
+        (
+            Period::days(d(18), d(18)).unwrap(),
+            "# Report: tinyk3, 2026-11-18\n",
+        ),
+        (
+            Period::days(d(18), d(24)).unwrap(),
+            "# Report: tinyk3, 2026-11-18 to 2026-11-24\n",
+        ),
+        // Monday to Sunday is an ISO week, however it was asked for.
+        (
+            Period::days(d(16), d(22)).unwrap(),
+            "# Weekly report: tinyk3, 2026-W47 (2026-11-16 to 2026-11-22)\n",
+        ),
+        (
+            Period::week(IsoWeek::parse("2026-W47").unwrap()),
+            "# Weekly report: tinyk3, 2026-W47 (2026-11-16 to 2026-11-22)\n",
+        ),
+    ] {
+        let r = build(&ledger, &BuildOptions::new(period, "tinyk3", 1.0, now))
+            .await
+            .unwrap();
+        let md = markdown::render(&r);
+        assert!(md.starts_with(heading), "want {heading:?}:\n{md}");
+        let html = orchestrator::report::html::render(&r);
+        let title = heading.trim_start_matches("# ").trim_end();
+        assert!(html.contains(&format!("<title>{title}</title>")), "{title}");
+    }
+}

@@ -69,7 +69,7 @@ pub fn render(r: &Report) -> String {
     }
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
-        esc(&format!("Weekly report: {}, {}", r.stack, r.title))
+        esc(&r.heading())
     )
 }
 

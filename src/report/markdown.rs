@@ -39,7 +39,7 @@ pub const CHANGE_METHOD: &str = "PELT (Killick, Fearnhead & Eckley 2012), Gaussi
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let w = &mut o;
-    let _ = writeln!(w, "# Weekly report: {}, {}\n", r.stack, r.title);
+    let _ = writeln!(w, "# {}\n", r.heading());
     let _ = writeln!(
         w,
         "Generated {} from the experiment ledger. Every figure is read from the ledger; the projection at the end is labelled as one.\n",

@@ -1,4 +1,4 @@
-//! `orchestrator report`: the weekly report, built once from the ledger as a
+//! `orchestrator report`: the report of one period, built once from the ledger as a
 //! [`Report`] and rendered as Markdown ([`markdown`]) or a self-contained
 //! HTML page with inline SVG charts ([`html`]). Every number in it is read
 //! from the ledger or computed from numbers that are, with its source.
@@ -64,6 +64,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// `Weekly report: tinyk3, 2026-W47 (…)`, or `Report: tinyk3, 2026-12-01`
+    /// for any period that is not exactly an ISO week.
+    pub fn heading(&self) -> String {
+        format!("{}: {}, {}", self.period.kind(), self.stack, self.title)
+    }
+
     /// Nothing happened in the period: the renderers print a short note.
     pub fn is_empty(&self) -> bool {
         self.cycles.total == 0 && self.noise.is_empty() && self.stages.open_at_end.is_empty()

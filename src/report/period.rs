@@ -194,15 +194,32 @@ impl Period {
         self.start <= t && t < self.end
     }
 
+    /// The ISO week the period is exactly, however it was asked for
+    /// (`--week`, or `--since` a Monday `--until` its Sunday).
+    pub fn iso_week(&self) -> Option<IsoWeek> {
+        let w = IsoWeek::of(self.start.date_naive());
+        (Period::week(w).start == self.start && Period::week(w).end == self.end).then_some(w)
+    }
+
+    /// What the report is called: "Weekly report" for exactly an ISO week,
+    /// else "Report" (one day, or any other run of days).
+    pub fn kind(&self) -> &'static str {
+        if self.iso_week().is_some() {
+            "Weekly report"
+        } else {
+            "Report"
+        }
+    }
+
+    /// The period in the heading: `2026-W47 (2026-11-16 to 2026-11-22)`,
+    /// `2026-12-01`, or `2026-11-24 to 2026-12-01`.
     pub fn title(&self) -> String {
-        match self.label {
-            PeriodLabel::Week(w) => format!(
-                "{w} ({} to {})",
-                self.start.date_naive(),
-                (self.end - chrono::Duration::days(1)).date_naive()
-            ),
-            PeriodLabel::Days(a, b) if a == b => a.to_string(),
-            PeriodLabel::Days(a, b) => format!("{a} to {b}"),
+        let first = self.start.date_naive();
+        let last = (self.end - chrono::Duration::days(1)).date_naive();
+        match self.iso_week() {
+            Some(w) => format!("{w} ({first} to {last})"),
+            None if first == last => first.to_string(),
+            None => format!("{first} to {last}"),
         }
     }
 }
@@ -261,6 +278,24 @@ mod tests {
         // `--until` alone is the same seven days ending on that day.
         let until = Period::from_args(None, None, Some("2026-12-01"), now).unwrap();
         assert_eq!(until, p);
+    }
+
+    #[test]
+    fn an_iso_week_is_titled_weekly_and_other_ranges_by_their_days() {
+        let one = Period::days(d(2026, 12, 1), d(2026, 12, 1)).unwrap();
+        assert_eq!(one.kind(), "Report");
+        assert_eq!(one.title(), "2026-12-01");
+        let some = Period::days(d(2026, 11, 24), d(2026, 12, 1)).unwrap();
+        assert_eq!(
+            (some.kind(), some.title().as_str()),
+            ("Report", "2026-11-24 to 2026-12-01")
+        );
+        let monday_to_sunday = Period::days(d(2026, 11, 23), d(2026, 11, 29)).unwrap();
+        assert_eq!(monday_to_sunday.kind(), "Weekly report");
+        assert_eq!(
+            monday_to_sunday.title(),
+            "2026-W48 (2026-11-23 to 2026-11-29)"
+        );
     }
 
     #[test]
