@@ -191,18 +191,31 @@ impl Frame {
             y1 = c * 1.1 + 1e-9;
         }
         let pad = (y1 - y0) * 0.08;
+        let (lo, hi) = ((y0 - pad).max(0.0), y1 + pad);
+        // The axis ends on round ticks, so its labels are round numbers.
+        let step = tick_step(lo, hi);
         Frame {
             w: 940.0,
             h: 300.0,
             left: 70.0,
             right: 20.0,
-            top: 20.0,
+            top: 24.0,
             bottom: 40.0,
             t0: r.period.start,
             t1: r.period.end,
-            y0: (y0 - pad).max(0.0),
-            y1: y1 + pad,
+            y0: (lo / step).floor() * step,
+            y1: ((hi / step).ceil() * step).max((lo / step).floor() * step + step),
         }
+    }
+
+    /// The value ticks: multiples of the step from `y0` to `y1`, and the
+    /// decimals that tell them apart.
+    fn ticks(&self) -> (Vec<f64>, usize) {
+        let step = tick_step(self.y0, self.y1);
+        let first = (self.y0 / step).round() as i64;
+        let last = (self.y1 / step).round() as i64;
+        let ticks = (first..=last).map(|k| k as f64 * step).collect();
+        (ticks, decimals(step))
     }
 
     fn x(&self, t: DateTime<Utc>) -> f64 {
@@ -227,19 +240,20 @@ impl Frame {
         )
     }
 
-    /// Axes, horizontal grid with value labels, a tick per day.
-    fn axes(&self, fmt: impl Fn(f64) -> String) -> String {
+    /// Axes, horizontal grid with value labels (`fmt` gets the value and
+    /// the decimals its step needs), a tick per day.
+    fn axes(&self, fmt: impl Fn(f64, usize) -> String) -> String {
         let mut o = String::new();
         let (xl, xr, yb) = (self.left, self.w - self.right, self.h - self.bottom);
-        for i in 0..=4 {
-            let v = self.y0 + (self.y1 - self.y0) * f64::from(i) / 4.0;
+        let (ticks, dp) = self.ticks();
+        for v in ticks {
             let y = self.y(v);
             let _ = writeln!(
                 o,
                 "<line class=\"grid\" x1=\"{xl:.1}\" y1=\"{y:.1}\" x2=\"{xr:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
                 xl - 6.0,
                 y + 4.0,
-                esc(&fmt(v))
+                esc(&fmt(v, dp))
             );
         }
         let days = (self.t1 - self.t0).num_days().max(1);
@@ -288,6 +302,34 @@ impl Frame {
     }
 }
 
+/// A round step (1, 2 or 5 times a power of ten) giving four to ten ticks
+/// over `[lo, hi]`, whatever its scale: noise floors span 0.03% to 5%.
+fn tick_step(lo: f64, hi: f64) -> f64 {
+    let span = hi - lo;
+    if !(span.is_finite() && span > 0.0) {
+        return 1.0;
+    }
+    let raw = span / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let m = raw / magnitude;
+    let nice = if m < 1.5 {
+        1.0
+    } else if m < 3.5 {
+        2.0
+    } else if m < 7.5 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * magnitude
+}
+
+/// Decimals that show a multiple of `step` exactly.
+fn decimals(step: f64) -> usize {
+    let d = -(step.log10() + 1e-9).floor();
+    if d > 0.0 { d as usize } else { 0 }
+}
+
 fn polyline(class: &str, pts: &[(f64, f64)]) -> String {
     let coords: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
     format!(
@@ -313,7 +355,7 @@ fn speed_chart(r: &Report) -> String {
         "chart-speed",
         "Live profile seconds per token (median of each experiment's baseline runs) against the target",
     );
-    o.push_str(&f.axes(|v| format!("{v:.3}")));
+    o.push_str(&f.axes(|v, dp| format!("{v:.dp$}")));
     let pts: Vec<(f64, f64)> = r
         .speed
         .iter()
@@ -389,7 +431,7 @@ fn noise_chart(r: &Report) -> String {
         "chart-noise",
         "Noise floor over time (±%), change points marked",
     );
-    o.push_str(&f.axes(|v| format!("±{v:.1}%")));
+    o.push_str(&f.axes(|v, dp| format!("±{v:.dp$}%")));
     let pts: Vec<(f64, f64)> = r
         .noise
         .iter()
@@ -501,6 +543,31 @@ fn verdict_chart(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tick_steps_are_round_at_any_scale_and_labels_tell_them_apart() {
+        for (lo, hi) in [
+            (0.0, 0.065),
+            (0.0, 0.32),
+            (0.0, 5.4),
+            (1.1, 1.35),
+            (0.02, 0.021),
+        ] {
+            let step = tick_step(lo, hi);
+            let n = (hi - lo) / step;
+            assert!((2.0..=10.0).contains(&n), "{lo}..{hi}: step {step}");
+            let dp = decimals(step);
+            let labels: Vec<String> = (0..4)
+                .map(|k| format!("{:.dp$}", lo + f64::from(k) * step))
+                .collect();
+            let mut seen = labels.clone();
+            seen.dedup();
+            assert_eq!(seen, labels, "{lo}..{hi}: step {step}, {dp} decimals");
+        }
+        assert_eq!(decimals(0.01), 2);
+        assert_eq!(decimals(0.5), 1);
+        assert_eq!(decimals(2.0), 0);
+    }
 
     #[test]
     fn markdown_subset_becomes_html_and_text_is_escaped() {
