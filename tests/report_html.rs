@@ -279,3 +279,24 @@ async fn noise_floor_ticks_have_the_floors_precision() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_change_point_line_has_a_legend() {
+    let page = fixture_html().await;
+    for id in ["chart-noise", "chart-speed"] {
+        let svg = chart(&page, id);
+        assert!(
+            svg.contains("class=\"changepoint\""),
+            "{id} has no change point"
+        );
+        let legend = svg
+            .split("<g class=\"legend\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{id} has no legend:\n{svg}"));
+        let legend = &legend[..legend.find("</g>").unwrap()];
+        assert!(
+            legend.contains("class=\"changepoint\"") && legend.contains(">change point"),
+            "{id}: {legend}"
+        );
+    }
+}

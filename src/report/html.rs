@@ -291,6 +291,27 @@ impl Frame {
         )
     }
 
+    /// A key in the top margin: a short stroke of each series' class and
+    /// its name, left to right.
+    fn legend(&self, items: &[(&str, &str)]) -> String {
+        let mut o = String::from("<g class=\"legend\">");
+        let (mut x, y) = (self.left + 8.0, self.top / 2.0);
+        for (class, label) in items {
+            let _ = write!(
+                o,
+                "<line class=\"{class}\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                x + 22.0,
+                x + 27.0,
+                y + 4.0,
+                esc(label)
+            );
+            // About 6 px per character at 11 px.
+            x += 27.0 + 6.2 * label.chars().count() as f64 + 18.0;
+        }
+        o.push_str("</g>\n");
+        o
+    }
+
     fn vline(&self, class: &str, t: DateTime<Utc>, label: &str) -> String {
         let x = self.x(t);
         format!(
@@ -376,6 +397,18 @@ fn speed_chart(r: &Report) -> String {
             );
         }
     }
+    let shifts = r.changes.iter().any(|c| c.series == Series::Baseline);
+    let mut key = vec![
+        ("speed", "live s/token (median per experiment)"),
+        ("target", "target"),
+    ];
+    if staged.is_some() {
+        key.push(("staged", "best staged candidate"));
+    }
+    if shifts {
+        key.push(("changepoint", "change point (PELT)"));
+    }
+    o.push_str(&f.legend(&key));
     for c in r.changes.iter().filter(|c| c.series == Series::Baseline) {
         o.push_str(&f.vline(
             "changepoint",
@@ -453,6 +486,11 @@ fn noise_chart(r: &Report) -> String {
             }
         );
     }
+    let mut key = vec![("floor", "noise floor (±%)")];
+    if r.changes.iter().any(|c| c.series == Series::NoiseFloor) {
+        key.push(("changepoint", "change point (PELT)"));
+    }
+    o.push_str(&f.legend(&key));
     for c in r.changes.iter().filter(|c| c.series == Series::NoiseFloor) {
         o.push_str(&f.vline(
             "changepoint",
