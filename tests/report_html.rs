@@ -244,9 +244,10 @@ async fn noise_floor_ticks_have_the_floors_precision() {
     let period = Period::week(IsoWeek::parse("2026-W47").unwrap());
     let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
     for values in [
-        [0.0003, 0.0005, 0.0004, 0.0006],
-        [0.001, 0.002, 0.0015, 0.003],
-        [0.01, 0.05, 0.02, 0.03],
+        &[0.0003, 0.0005, 0.0004, 0.0006][..],
+        &[0.001, 0.002, 0.0015, 0.003],
+        &[0.01, 0.05, 0.02, 0.03],
+        &[0.02],
     ] {
         let ledger = Ledger::open_in_memory().await.unwrap();
         let rows: Vec<_> = values
@@ -276,6 +277,11 @@ async fn noise_floor_ticks_have_the_floors_precision() {
                 .parse()
                 .unwrap_or_else(|_| panic!("{l}"));
             assert!(n >= 0.0, "{l}");
+            let decimals = l
+                .split('.')
+                .nth(1)
+                .map_or(0, |d| d.trim_end_matches('%').len());
+            assert!(decimals <= 3, "{values:?}: {labels:?}");
         }
     }
 }

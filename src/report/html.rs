@@ -185,10 +185,14 @@ struct Frame {
 impl Frame {
     fn new(r: &Report, mut y0: f64, mut y1: f64) -> Frame {
         if y0.is_nan() || y1.is_nan() || y1 <= y0 {
-            // One value (or none): give it room above and below.
+            // One value (or none): give it room above and below; a lone
+            // zero (an empty series from 0) gets the range 0 to 1.
             let c = if y0.is_finite() { y0 } else { 1.0 };
-            y0 = c * 0.9;
-            y1 = c * 1.1 + 1e-9;
+            (y0, y1) = if c.abs() < 1e-12 {
+                (0.0, 1.0)
+            } else {
+                (c * 0.9, c * 1.1)
+            };
         }
         let pad = (y1 - y0) * 0.08;
         let (lo, hi) = ((y0 - pad).max(0.0), y1 + pad);
