@@ -351,7 +351,7 @@ fn proposers(w: &mut String, r: &Report) {
     if !r.refuted.is_empty() {
         let _ = writeln!(
             w,
-            "Wins their own confirmation refuted (decided, not counted as wins, and no lever of the projection):\n"
+            "Wins their own confirmation refuted (counted as decided experiments, not as wins; not levers of the projection):\n"
         );
         for x in &r.refuted {
             let _ = writeln!(w, "- {x}");
