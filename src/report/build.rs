@@ -335,6 +335,11 @@ struct Confirmations {
 
 impl Confirmations {
     fn of(verdicts: &[ReportVerdict], end: DateTime<Utc>) -> Confirmations {
+        let wins: BTreeMap<ExperimentId, &ReportVerdict> = verdicts
+            .iter()
+            .filter(|v| v.kind == VerdictKind::Win && v.confirmation_of.is_none())
+            .filter_map(|v| v.experiment_id.map(|e| (e, v)))
+            .collect();
         let mut c = Confirmations::default();
         for v in verdicts {
             let (Some(first), Some(id)) = (v.confirmation_of, v.experiment_id) else {
@@ -348,10 +353,8 @@ impl Confirmations {
             if v.kind == VerdictKind::Win {
                 continue;
             }
-            let Some(won) = verdicts
-                .iter()
-                .find(|w| w.experiment_id == Some(first) && w.kind == VerdictKind::Win)
-            else {
+            // A win of an earlier period is that period's business.
+            let Some(won) = wins.get(&first) else {
                 continue;
             };
             if let (Some(menu), Some(effect)) = (won.menu_id, won.effect) {
