@@ -95,7 +95,8 @@ pub struct LedgerArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The ISO week to report, e.g. 2026-W48 [default: the last complete week]
+    /// The ISO week to report, e.g. 2026-W48 [default, with no period given:
+    /// the seven days up to today]
     #[arg(long, value_name = "YYYY-Www", conflicts_with_all = ["since", "until"])]
     pub week: Option<String>,
     /// First day included [default with --until: six days before it]

@@ -1,6 +1,9 @@
 //! `orchestrator report` as a real process: formats, files, empty weeks, and
 //! exit 2 with the expected format for a bad week or date.
 
+mod common;
+mod demo;
+mod faults;
 mod report_fixture;
 
 use assert_cmd::Command;
@@ -111,4 +114,47 @@ fn an_out_file_in_a_missing_directory_is_refused_with_the_fix() {
         .stderr(predicate::str::contains("no-such-dir does not exist"))
         .stderr(predicate::str::contains("create it first"));
     assert!(!out.exists());
+}
+
+#[test]
+fn right_after_a_first_run_the_default_report_shows_it() {
+    // The real daemon on the embedded tinyk3 stack: its first cycle
+    // measures the noise floor and stores it as the daemon does.
+    let demo = demo::Demo::new(
+        "bandit",
+        faults::TINY_START,
+        faults::TINY_INIT,
+        faults::TINY_EXPERT_BYTES,
+        4,
+    );
+    // This test is about where the floor lands, not about judging: a
+    // machine shared with other work must not end the measurement as too
+    // noisy (which stores no floor).
+    let config = demo.path("config.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("max_pressure = 0.97", "max_pressure = 0.999")
+        .replace("max_discarded_blocks = 8", "max_discarded_blocks = 1000")
+        .replace("max_noise_floor = 0.50", "max_noise_floor = 0.95");
+    std::fs::write(&config, text).unwrap();
+    let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No period given: the report covers today.
+    let out = demo.cmd().arg("report").output().unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!md.contains("Nothing was recorded"), "{md}");
+    assert!(md.starts_with("# Report: tinyk3, "), "{md}");
+    assert!(md.contains("- Cycles: 1 (1 completed"), "{md}");
+    // The floor the cycle measured is in the noise section, by protocol.
+    assert!(md.contains("1 measurement(s)"), "{md}");
+    assert!(md.contains("| bench | ±"), "{md}");
 }

@@ -219,3 +219,90 @@ async fn html_report_renders_its_charts_in_chromium() {
         );
     }
 }
+
+/// One chart's SVG out of the page.
+fn chart<'a>(page: &'a str, id: &str) -> &'a str {
+    let start = page
+        .find(&format!("<svg id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no {id}"));
+    let end = page[start..].find("</svg>").unwrap() + start;
+    &page[start..end]
+}
+
+/// The value-axis labels of a chart (the right-anchored texts).
+fn y_labels(svg: &str) -> Vec<String> {
+    svg.split("text-anchor=\"end\">")
+        .skip(1)
+        .map(|s| s[..s.find("</text>").unwrap()].to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn noise_floor_ticks_have_the_floors_precision() {
+    // Floors are log ratios of 0.0003 to 0.05: the labels must tell ticks
+    // apart at either scale.
+    let period = Period::week(IsoWeek::parse("2026-W47").unwrap());
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    for values in [
+        &[0.0003, 0.0005, 0.0004, 0.0006][..],
+        &[0.001, 0.002, 0.0015, 0.003],
+        &[0.01, 0.05, 0.02, 0.03],
+        &[0.02],
+    ] {
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let rows: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (report_fixture::t(i as i64, 3), *v))
+            .collect();
+        report_fixture::floors(&ledger, "llama-server/surface", &rows).await;
+        let r = build(
+            &ledger,
+            &BuildOptions::new(period, "llama-server", 1.0, now),
+        )
+        .await
+        .unwrap();
+        let page = html::render(&r);
+        let labels = y_labels(chart(&page, "chart-noise"));
+        assert!(labels.len() >= 3, "{values:?}: {labels:?}");
+        let mut seen = labels.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), labels.len(), "{values:?}: {labels:?}");
+        // Each label is a round number of its own precision.
+        for l in &labels {
+            let n: f64 = l
+                .trim_start_matches('±')
+                .trim_end_matches('%')
+                .parse()
+                .unwrap_or_else(|_| panic!("{l}"));
+            assert!(n >= 0.0, "{l}");
+            let decimals = l
+                .split('.')
+                .nth(1)
+                .map_or(0, |d| d.trim_end_matches('%').len());
+            assert!(decimals <= 3, "{values:?}: {labels:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_change_point_line_has_a_legend() {
+    let page = fixture_html().await;
+    for id in ["chart-noise", "chart-speed"] {
+        let svg = chart(&page, id);
+        assert!(
+            svg.contains("class=\"changepoint\""),
+            "{id} has no change point"
+        );
+        let legend = svg
+            .split("<g class=\"legend\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{id} has no legend:\n{svg}"));
+        let legend = &legend[..legend.find("</g>").unwrap()];
+        assert!(
+            legend.contains("class=\"changepoint\"") && legend.contains(">change point"),
+            "{id}: {legend}"
+        );
+    }
+}

@@ -119,7 +119,13 @@ async fn an_empty_week_is_a_short_report() {
     assert!(r.is_empty());
     let md = markdown::render(&r);
     assert!(md.contains("Nothing was recorded in this period"), "{md}");
-    assert!(md.lines().count() < 10, "{md}");
+    // The ledger has cycles elsewhere: the report says where, and how to
+    // ask for them.
+    assert!(
+        md.contains("2026-11-22") && md.contains("`orchestrator report --week 2026-W47`"),
+        "{md}"
+    );
+    assert!(md.lines().count() < 12, "{md}");
     insta::assert_snapshot!("empty_week_w30", md);
 }
 
@@ -178,4 +184,138 @@ async fn a_stack_without_parts_names_the_missing_figures() {
         md.contains("only whole-token levers: T and E not measured"),
         "{md}"
     );
+}
+
+#[tokio::test]
+async fn a_win_its_confirmation_refuted_is_no_lever_and_no_win() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let (won, refuting, pending) = report_fixture::fill_refuted_and_pending_wins(&ledger).await;
+    let r = report_of(&ledger, "2026-W47").await;
+    let md = markdown::render(&r);
+    let lever = |name: &str| {
+        r.projection
+            .levers
+            .iter()
+            .find(|l| l.menu.as_str() == name)
+            .unwrap()
+    };
+    // The −47.9% speculation win read +62.1% in its confirmation: not a
+    // remaining lever (and the week's other speculation win was rejected).
+    let spec = lever("stage_speculative");
+    assert!(
+        spec.best.is_none() && spec.factors.is_empty(),
+        "{spec:?}\n{md}"
+    );
+    assert!(
+        spec.not_applied
+            .as_deref()
+            .unwrap()
+            .contains("refuted by its confirmation"),
+        "{spec:?}"
+    );
+    // The win still waiting for its confirmation is applied, labelled so.
+    let rebalance = lever("rebalance_trunk_cache");
+    let best = rebalance.best.as_ref().unwrap();
+    assert!(
+        best.source.contains(&format!("experiment #{pending}"))
+            && best.source.contains("confirmation pending"),
+        "{best:?}"
+    );
+    assert_eq!(rebalance.factors.len(), 2, "{rebalance:?}");
+    // The win rate counts the refuted win as decided, not as a win.
+    let model = r
+        .proposers
+        .iter()
+        .find(|p| p.proposer.as_str() == "model")
+        .unwrap();
+    let spec_rate = model
+        .per_menu
+        .iter()
+        .find(|m| m.0.as_str() == "stage_speculative")
+        .unwrap();
+    assert_eq!((spec_rate.1, spec_rate.2), (1, 3), "{md}");
+    assert!(
+        md.contains(&format!(
+            "experiment #{won} (stage_speculative) -47.9%, refuted by experiment #{refuting} (loss +62.1%)"
+        )),
+        "{md}"
+    );
+}
+
+#[tokio::test]
+async fn floors_stored_per_protocol_fill_the_noise_section() {
+    // As llama-server and kimi-k3-in-c store them: `STACK/PROTOCOL`.
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let at = |h| report_fixture::t(1, h);
+    report_fixture::floors(
+        &ledger,
+        "llama-server/surface",
+        &[(at(1), 0.004), (at(9), 0.006)],
+    )
+    .await;
+    report_fixture::floors(&ledger, "kimi-k3-in-c/bench", &[(at(2), 0.02)]).await;
+    // A stack's name may itself hold a slash.
+    report_fixture::floors(&ledger, "lab/llama/surface", &[(at(4), 0.01)]).await;
+    // Another stack whose name starts the same is not this one's.
+    report_fixture::floors(&ledger, "llama-server-2/surface", &[(at(3), 0.3)]).await;
+    let period = Period::week(IsoWeek::parse("2026-W47").unwrap());
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    for (stack, values, protocol) in [
+        ("llama-server", vec![0.004, 0.006], "surface"),
+        ("kimi-k3-in-c", vec![0.02], "bench"),
+        ("lab/llama", vec![0.01], "surface"),
+    ] {
+        let r = build(&ledger, &BuildOptions::new(period, stack, 1.0, now))
+            .await
+            .unwrap();
+        let md = markdown::render(&r);
+        let got: Vec<f64> = r.noise.iter().map(|p| p.value).collect();
+        assert_eq!(got, values, "{stack}:\n{md}");
+        assert!(
+            r.noise
+                .iter()
+                .all(|p| p.protocol.as_deref() == Some(protocol)),
+            "{:?}",
+            r.noise
+        );
+        assert!(!md.contains("No noise floor was measured"), "{md}");
+        assert!(md.contains(&format!("| {protocol} | ±")), "{md}");
+    }
+}
+
+#[tokio::test]
+async fn the_title_says_how_long_the_period_is() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    report_fixture::fill(&ledger).await;
+    let now = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    let d = |day| NaiveDate::from_ymd_opt(2026, 11, day).unwrap();
+    for (period, heading) in [
+        (
+            Period::days(d(18), d(18)).unwrap(),
+            "# Report: tinyk3, 2026-11-18\n",
+        ),
+        (
+            Period::days(d(18), d(24)).unwrap(),
+            "# Report: tinyk3, 2026-11-18 to 2026-11-24\n",
+        ),
+        // Monday to Sunday is an ISO week, however it was asked for.
+        (
+            Period::days(d(16), d(22)).unwrap(),
+            "# Weekly report: tinyk3, 2026-W47 (2026-11-16 to 2026-11-22)\n",
+        ),
+        (
+            Period::week(IsoWeek::parse("2026-W47").unwrap()),
+            "# Weekly report: tinyk3, 2026-W47 (2026-11-16 to 2026-11-22)\n",
+        ),
+    ] {
+        let r = build(&ledger, &BuildOptions::new(period, "tinyk3", 1.0, now))
+            .await
+            .unwrap();
+        let md = markdown::render(&r);
+        assert!(md.starts_with(heading), "want {heading:?}:\n{md}");
+        let html = orchestrator::report::html::render(&r);
+        let title = heading.trim_start_matches("# ").trim_end();
+        assert!(html.contains(&format!("<title>{title}</title>")), "{title}");
+    }
 }

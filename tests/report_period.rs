@@ -26,11 +26,13 @@ proptest! {
     }
 
     #[test]
-    fn the_default_week_is_complete_and_the_latest(d in date(), secs in 0u32..86_400) {
+    fn the_default_period_holds_now_and_the_six_days_before(d in date(), secs in 0u32..86_400) {
         let now = d.and_hms_opt(0, 0, 0).unwrap().and_utc() + chrono::Duration::seconds(i64::from(secs));
-        let p = Period::last_complete_week(now);
-        prop_assert!(p.end <= now);
-        prop_assert!(now - p.end < chrono::Duration::days(7));
+        let p = Period::from_args(None, None, None, now).unwrap();
+        prop_assert!(p.contains(now));
+        prop_assert!(p.contains(now - chrono::Duration::days(6)));
+        prop_assert_eq!(p.end - p.start, chrono::Duration::days(7));
+        prop_assert!(p.end - now <= chrono::Duration::days(1));
     }
 
     #[test]

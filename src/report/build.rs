@@ -11,7 +11,7 @@ use super::projection::{self, LeverEvidence, Parts, Sourced, Term};
 use super::redact::Redactor;
 use super::{
     BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
-    RefusedDelta, Report, Series, SpeedPoint, StageCounts,
+    RefusedDelta, RefutedWin, Report, Series, SpeedPoint, StageCounts,
 };
 use crate::judge::noise::median;
 use crate::ledger::{
@@ -73,7 +73,8 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
     )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
-    let (noise, mut changes, mut change_notes) = noise_series(&floors, &o.period, o.floor_lookback);
+    let (noise, mut changes, mut change_notes) =
+        noise_series(&floors, &o.stack, &o.period, o.floor_lookback);
     let speed = speed_by_base.points.clone();
     let logs: Vec<f64> = speed.iter().map(|p| p.seconds_per_token.ln()).collect();
     match pelt(&logs) {
@@ -123,12 +124,20 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         .filter(|s| s.decided_at.is_some_and(|at| at < end))
         .map(|s| s.experiment_id)
         .collect();
+    let confirmations = Confirmations::of(&verdicts, end);
     let bests = lever_bests(
         &verdicts,
         &stage_counts.open_at_end,
         speed_by_base.live_base.as_ref(),
         &refused,
+        &confirmations,
     );
+    let excluded: Vec<(MenuId, String)> = confirmations
+        .refuted
+        .values()
+        .filter(|r| r.base_digest.as_ref() == speed_by_base.live_base.as_ref())
+        .map(|r| (r.menu, r.why()))
+        .collect();
     // At most one experiment per lever: a handful of indexed reads.
     let mut evidence = Vec::with_capacity(bests.len());
     for (menu, best, experiment) in bests {
@@ -136,7 +145,18 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         evidence.push(LeverEvidence::from_runs(menu, best, experiment, &runs));
     }
 
+    let latest_cycle = if cycles.is_empty() {
+        ledger
+            .recent_cycles(1)
+            .await?
+            .first()
+            .map(|c| (c.cycle.id, c.cycle.started_at))
+    } else {
+        None
+    };
+
     Ok(Report {
+        latest_cycle,
         period: o.period,
         title: o.period.title(),
         generated_at: o.now,
@@ -152,9 +172,10 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         noise,
         changes,
         change_notes,
-        proposers: proposer_records(&proposals, &verdicts),
+        proposers: proposer_records(&proposals, &verdicts, &confirmations),
+        refuted: confirmations.refuted.into_values().collect(),
         failures: failures(&cycles, &verdicts, &o.redactor),
-        projection: projection::project(&parts, &evidence),
+        projection: projection::project(&parts, &evidence, &excluded),
     })
 }
 
@@ -300,13 +321,75 @@ impl Speeds {
     }
 }
 
+/// What the confirming A/Bs decided about the period's first-A/B wins, by
+/// the end of the period (a confirmation decided later is still pending,
+/// as a stage decided later is still open).
+#[derive(Debug, Default)]
+struct Confirmations {
+    /// Wins a confirmation judged: won again (then staged) or refuted.
+    judged: BTreeSet<ExperimentId>,
+    /// Wins a confirmation refuted (a loss, within noise, inconclusive, a
+    /// hash mismatch), by the win's experiment.
+    refuted: BTreeMap<ExperimentId, RefutedWin>,
+}
+
+impl Confirmations {
+    fn of(verdicts: &[ReportVerdict], end: DateTime<Utc>) -> Confirmations {
+        let wins: BTreeMap<ExperimentId, &ReportVerdict> = verdicts
+            .iter()
+            .filter(|v| v.kind == VerdictKind::Win && v.confirmation_of.is_none())
+            .filter_map(|v| v.experiment_id.map(|e| (e, v)))
+            .collect();
+        let mut c = Confirmations::default();
+        for v in verdicts {
+            let (Some(first), Some(id)) = (v.confirmation_of, v.experiment_id) else {
+                continue;
+            };
+            // A failed confirmation judged nothing: the daemon confirms again.
+            if v.decided_at >= end || v.kind == VerdictKind::Failed {
+                continue;
+            }
+            c.judged.insert(first);
+            if v.kind == VerdictKind::Win {
+                continue;
+            }
+            // A win of an earlier period is that period's business.
+            let Some(won) = wins.get(&first) else {
+                continue;
+            };
+            if let (Some(menu), Some(effect)) = (won.menu_id, won.effect) {
+                c.refuted.insert(
+                    first,
+                    RefutedWin {
+                        experiment: first,
+                        menu,
+                        effect,
+                        base_digest: won.base_digest.clone(),
+                        confirmation: id,
+                        verdict: v.kind,
+                        confirmation_effect: v.effect,
+                    },
+                );
+            }
+        }
+        c
+    }
+
+    fn refuted(&self, id: ExperimentId) -> bool {
+        self.refuted.contains_key(&id)
+    }
+}
+
 /// Each lever's best measured effect on the live base: its best open stage
-/// (a confirmed effect) if it has one, else its best first-A/B win.
+/// (a confirmed effect) if it has one, else its best first-A/B win whose
+/// confirmation is still pending (one its confirmation refuted is no lever;
+/// one it confirmed is its stage's business).
 fn lever_bests(
     verdicts: &[ReportVerdict],
     open: &[ReportStage],
     live_base: Option<&Digest>,
     refused: &BTreeSet<ExperimentId>,
+    confirmations: &Confirmations,
 ) -> Vec<(MenuId, Sourced, ExperimentId)> {
     let Some(live_base) = live_base else {
         return Vec::new();
@@ -339,7 +422,9 @@ fn lever_bests(
                         && v.menu_id == Some(menu)
                         && v.confirmation_of.is_none()
                         && v.base_digest.as_ref() == Some(live_base)
-                        && v.experiment_id.is_none_or(|e| !refused.contains(&e))
+                        && v.experiment_id.is_none_or(|e| {
+                            !refused.contains(&e) && !confirmations.judged.contains(&e)
+                        })
                 })
                 .filter_map(|v| v.effect.zip(v.experiment_id))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
@@ -347,7 +432,7 @@ fn lever_bests(
                     let best = Sourced {
                         value: e,
                         source: format!(
-                            "win verdict of experiment #{id} (first A/B, unconfirmed: optimistic)"
+                            "win verdict of experiment #{id} (first A/B, confirmation pending: optimistic)"
                         ),
                     };
                     (best, id)
@@ -468,6 +553,7 @@ fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Ref
 /// The floors in the period, and change points over the longer history.
 fn noise_series(
     floors: &[crate::ledger::NoiseFloor],
+    stack: &str,
     p: &Period,
     lookback: Duration,
 ) -> (Vec<FloorPoint>, Vec<Change>, Vec<String>) {
@@ -479,7 +565,12 @@ fn noise_series(
             value: f.value,
             n: f.n,
             method: f.method.clone(),
-            protocol: f.stack.split_once('/').map(|(_, p)| p.to_string()),
+            // The key is `STACK/PROTOCOL`, and a stack's name may hold a `/`.
+            protocol: f
+                .stack
+                .strip_prefix(stack)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .map(str::to_string),
             load1: f.load1,
             cpu_pressure: f.cpu_pressure,
         })
@@ -510,6 +601,7 @@ fn noise_series(
 fn proposer_records(
     proposals: &[ReportProposal],
     verdicts: &[ReportVerdict],
+    confirmations: &Confirmations,
 ) -> Vec<ProposerRecord> {
     let mut out = Vec::new();
     for &kind in ProposerKind::ALL {
@@ -536,7 +628,12 @@ fn proposer_records(
             .iter()
             .filter_map(|&m| {
                 let of: Vec<_> = judged.iter().filter(|v| v.menu_id == Some(m)).collect();
-                let wins = of.iter().filter(|v| v.kind == VerdictKind::Win).count() as u32;
+                // A win its confirmation refuted was not a win.
+                let wins = of
+                    .iter()
+                    .filter(|v| v.kind == VerdictKind::Win)
+                    .filter(|v| v.experiment_id.is_none_or(|e| !confirmations.refuted(e)))
+                    .count() as u32;
                 (!of.is_empty()).then_some((m, wins, of.len() as u32))
             })
             .collect();

@@ -69,7 +69,7 @@ pub fn render(r: &Report) -> String {
     }
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
-        esc(&format!("Weekly report: {}, {}", r.stack, r.title))
+        esc(&r.heading())
     )
 }
 
@@ -185,24 +185,41 @@ struct Frame {
 impl Frame {
     fn new(r: &Report, mut y0: f64, mut y1: f64) -> Frame {
         if y0.is_nan() || y1.is_nan() || y1 <= y0 {
-            // One value (or none): give it room above and below.
+            // One value (or none): give it room above and below; a lone
+            // zero (an empty series from 0) gets the range 0 to 1.
             let c = if y0.is_finite() { y0 } else { 1.0 };
-            y0 = c * 0.9;
-            y1 = c * 1.1 + 1e-9;
+            (y0, y1) = if c.abs() < 1e-12 {
+                (0.0, 1.0)
+            } else {
+                (c * 0.9, c * 1.1)
+            };
         }
         let pad = (y1 - y0) * 0.08;
+        let (lo, hi) = ((y0 - pad).max(0.0), y1 + pad);
+        // The axis ends on round ticks, so its labels are round numbers.
+        let step = tick_step(lo, hi);
         Frame {
             w: 940.0,
             h: 300.0,
             left: 70.0,
             right: 20.0,
-            top: 20.0,
+            top: 24.0,
             bottom: 40.0,
             t0: r.period.start,
             t1: r.period.end,
-            y0: (y0 - pad).max(0.0),
-            y1: y1 + pad,
+            y0: (lo / step).floor() * step,
+            y1: ((hi / step).ceil() * step).max((lo / step).floor() * step + step),
         }
+    }
+
+    /// The value ticks: multiples of the step from `y0` to `y1`, and the
+    /// decimals that tell them apart.
+    fn ticks(&self) -> (Vec<f64>, usize) {
+        let step = tick_step(self.y0, self.y1);
+        let first = (self.y0 / step).round() as i64;
+        let last = (self.y1 / step).round() as i64;
+        let ticks = (first..=last).map(|k| k as f64 * step).collect();
+        (ticks, decimals(step))
     }
 
     fn x(&self, t: DateTime<Utc>) -> f64 {
@@ -227,19 +244,20 @@ impl Frame {
         )
     }
 
-    /// Axes, horizontal grid with value labels, a tick per day.
-    fn axes(&self, fmt: impl Fn(f64) -> String) -> String {
+    /// Axes, horizontal grid with value labels (`fmt` gets the value and
+    /// the decimals its step needs), a tick per day.
+    fn axes(&self, fmt: impl Fn(f64, usize) -> String) -> String {
         let mut o = String::new();
         let (xl, xr, yb) = (self.left, self.w - self.right, self.h - self.bottom);
-        for i in 0..=4 {
-            let v = self.y0 + (self.y1 - self.y0) * f64::from(i) / 4.0;
+        let (ticks, dp) = self.ticks();
+        for v in ticks {
             let y = self.y(v);
             let _ = writeln!(
                 o,
                 "<line class=\"grid\" x1=\"{xl:.1}\" y1=\"{y:.1}\" x2=\"{xr:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
                 xl - 6.0,
                 y + 4.0,
-                esc(&fmt(v))
+                esc(&fmt(v, dp))
             );
         }
         let days = (self.t1 - self.t0).num_days().max(1);
@@ -277,6 +295,27 @@ impl Frame {
         )
     }
 
+    /// A key in the top margin: a short stroke of each series' class and
+    /// its name, left to right.
+    fn legend(&self, items: &[(&str, &str)]) -> String {
+        let mut o = String::from("<g class=\"legend\">");
+        let (mut x, y) = (self.left + 8.0, self.top / 2.0);
+        for (class, label) in items {
+            let _ = write!(
+                o,
+                "<line class=\"{class}\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                x + 22.0,
+                x + 27.0,
+                y + 4.0,
+                esc(label)
+            );
+            // About 6 px per character at 11 px.
+            x += 27.0 + 6.2 * label.chars().count() as f64 + 18.0;
+        }
+        o.push_str("</g>\n");
+        o
+    }
+
     fn vline(&self, class: &str, t: DateTime<Utc>, label: &str) -> String {
         let x = self.x(t);
         format!(
@@ -286,6 +325,34 @@ impl Frame {
             esc(label)
         )
     }
+}
+
+/// A round step (1, 2 or 5 times a power of ten) giving four to ten ticks
+/// over `[lo, hi]`, whatever its scale: noise floors span 0.03% to 5%.
+fn tick_step(lo: f64, hi: f64) -> f64 {
+    let span = hi - lo;
+    if !(span.is_finite() && span > 0.0) {
+        return 1.0;
+    }
+    let raw = span / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let m = raw / magnitude;
+    let nice = if m < 1.5 {
+        1.0
+    } else if m < 3.5 {
+        2.0
+    } else if m < 7.5 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * magnitude
+}
+
+/// Decimals that show a multiple of `step` exactly.
+fn decimals(step: f64) -> usize {
+    let d = -(step.log10() + 1e-9).floor();
+    if d > 0.0 { d as usize } else { 0 }
 }
 
 fn polyline(class: &str, pts: &[(f64, f64)]) -> String {
@@ -313,7 +380,7 @@ fn speed_chart(r: &Report) -> String {
         "chart-speed",
         "Live profile seconds per token (median of each experiment's baseline runs) against the target",
     );
-    o.push_str(&f.axes(|v| format!("{v:.3}")));
+    o.push_str(&f.axes(|v, dp| format!("{v:.dp$}")));
     let pts: Vec<(f64, f64)> = r
         .speed
         .iter()
@@ -334,6 +401,18 @@ fn speed_chart(r: &Report) -> String {
             );
         }
     }
+    let shifts = r.changes.iter().any(|c| c.series == Series::Baseline);
+    let mut key = vec![
+        ("speed", "live s/token (median per experiment)"),
+        ("target", "target"),
+    ];
+    if staged.is_some() {
+        key.push(("staged", "best staged candidate"));
+    }
+    if shifts {
+        key.push(("changepoint", "change point (PELT)"));
+    }
+    o.push_str(&f.legend(&key));
     for c in r.changes.iter().filter(|c| c.series == Series::Baseline) {
         o.push_str(&f.vline(
             "changepoint",
@@ -389,7 +468,7 @@ fn noise_chart(r: &Report) -> String {
         "chart-noise",
         "Noise floor over time (±%), change points marked",
     );
-    o.push_str(&f.axes(|v| format!("±{v:.1}%")));
+    o.push_str(&f.axes(|v, dp| format!("±{v:.dp$}%")));
     let pts: Vec<(f64, f64)> = r
         .noise
         .iter()
@@ -411,6 +490,11 @@ fn noise_chart(r: &Report) -> String {
             }
         );
     }
+    let mut key = vec![("floor", "noise floor (±%)")];
+    if r.changes.iter().any(|c| c.series == Series::NoiseFloor) {
+        key.push(("changepoint", "change point (PELT)"));
+    }
+    o.push_str(&f.legend(&key));
     for c in r.changes.iter().filter(|c| c.series == Series::NoiseFloor) {
         o.push_str(&f.vline(
             "changepoint",
@@ -501,6 +585,31 @@ fn verdict_chart(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tick_steps_are_round_at_any_scale_and_labels_tell_them_apart() {
+        for (lo, hi) in [
+            (0.0, 0.065),
+            (0.0, 0.32),
+            (0.0, 5.4),
+            (1.1, 1.35),
+            (0.02, 0.021),
+        ] {
+            let step = tick_step(lo, hi);
+            let n = (hi - lo) / step;
+            assert!((2.0..=10.0).contains(&n), "{lo}..{hi}: step {step}");
+            let dp = decimals(step);
+            let labels: Vec<String> = (0..4)
+                .map(|k| format!("{:.dp$}", lo + f64::from(k) * step))
+                .collect();
+            let mut seen = labels.clone();
+            seen.dedup();
+            assert_eq!(seen, labels, "{lo}..{hi}: step {step}, {dp} decimals");
+        }
+        assert_eq!(decimals(0.01), 2);
+        assert_eq!(decimals(0.5), 1);
+        assert_eq!(decimals(2.0), 0);
+    }
 
     #[test]
     fn markdown_subset_becomes_html_and_text_is_escaped() {

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
+use super::period::IsoWeek;
 use super::projection::Projection;
 use super::{Report, Series};
 use crate::display;
@@ -38,7 +39,7 @@ pub const CHANGE_METHOD: &str = "PELT (Killick, Fearnhead & Eckley 2012), Gaussi
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let w = &mut o;
-    let _ = writeln!(w, "# Weekly report: {}, {}\n", r.stack, r.title);
+    let _ = writeln!(w, "# {}\n", r.heading());
     let _ = writeln!(
         w,
         "Generated {} from the experiment ledger. Every figure is read from the ledger; the projection at the end is labelled as one.\n",
@@ -47,8 +48,8 @@ pub fn render(r: &Report) -> String {
     if r.is_empty() {
         let _ = writeln!(
             w,
-            "Nothing was recorded in this period: no cycles, no noise-floor measurements, no open stages. \
-             If the daemon was meant to run, check that it writes to this ledger.\n\nObjective: {} s/token.",
+            "Nothing was recorded in this period: no cycles, no noise-floor measurements, no open stages. {}\n\nObjective: {} s/token.",
+            where_the_cycles_are(r),
             spt(r.target)
         );
         return o;
@@ -62,6 +63,24 @@ pub fn render(r: &Report) -> String {
     failures(w, r);
     projection(w, &r.projection);
     o
+}
+
+/// For an empty period: which period holds the ledger's cycles, and the
+/// command that reports it.
+fn where_the_cycles_are(r: &Report) -> String {
+    let Some((id, at)) = r.latest_cycle else {
+        return "The ledger holds no cycle at all: if the daemon was meant to run, check that it writes to this ledger (`ledger.path`).".into();
+    };
+    let when_ran = if at >= r.period.end {
+        "after this period"
+    } else {
+        "before this period: the daemon has not run since"
+    };
+    let week = IsoWeek::of(at.date_naive());
+    format!(
+        "The ledger's latest cycle (#{id}) started {}, {when_ran}; its week is {week}: `orchestrator report --week {week}`.",
+        when(at)
+    )
 }
 
 fn objective(w: &mut String, r: &Report) {
@@ -329,6 +348,16 @@ fn proposers(w: &mut String, r: &Report) {
         let _ = writeln!(w, "| {m} | {} |", cells.join(" | "));
     }
     let _ = writeln!(w);
+    if !r.refuted.is_empty() {
+        let _ = writeln!(
+            w,
+            "Wins their own confirmation refuted (counted as decided experiments, not as wins; not levers of the projection):\n"
+        );
+        for x in &r.refuted {
+            let _ = writeln!(w, "- {x}");
+        }
+        let _ = writeln!(w);
+    }
 }
 
 fn failures(w: &mut String, r: &Report) {

@@ -1,4 +1,4 @@
-//! `orchestrator report`: the weekly report, built once from the ledger as a
+//! `orchestrator report`: the report of one period, built once from the ledger as a
 //! [`Report`] and rendered as Markdown ([`markdown`]) or a self-contained
 //! HTML page with inline SVG charts ([`html`]). Every number in it is read
 //! from the ledger or computed from numbers that are, with its source.
@@ -53,11 +53,23 @@ pub struct Report {
     /// Why a series could not be tested for change points, when it could not.
     pub change_notes: Vec<String>,
     pub proposers: Vec<ProposerRecord>,
+    /// First-A/B wins their confirmation refuted by the end of the period:
+    /// neither wins in the win rate nor remaining levers.
+    pub refuted: Vec<RefutedWin>,
     pub failures: Vec<Failure>,
     pub projection: Projection,
+    /// When the period holds no cycle: the ledger's latest one, if any, so
+    /// an empty report can say where the cycles are.
+    pub latest_cycle: Option<(CycleId, DateTime<Utc>)>,
 }
 
 impl Report {
+    /// `Weekly report: tinyk3, 2026-W47 (…)`, or `Report: tinyk3, 2026-12-01`
+    /// for any period that is not exactly an ISO week.
+    pub fn heading(&self) -> String {
+        format!("{}: {}, {}", self.period.kind(), self.stack, self.title)
+    }
+
     /// Nothing happened in the period: the renderers print a short note.
     pub fn is_empty(&self) -> bool {
         self.cycles.total == 0 && self.noise.is_empty() && self.stages.open_at_end.is_empty()
@@ -192,6 +204,55 @@ pub struct ProposerRecord {
     pub rejections: Vec<(String, u32)>,
     /// Per menu entry: (wins, decided experiments), confirmations excluded.
     pub per_menu: Vec<(MenuId, u32, u32)>,
+}
+
+/// A first-A/B win its own confirming A/B did not reproduce.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefutedWin {
+    pub experiment: ExperimentId,
+    pub menu: MenuId,
+    /// The first A/B's effect (log ratio).
+    pub effect: f64,
+    #[serde(skip)]
+    pub base_digest: Option<crate::vocab::Digest>,
+    pub confirmation: ExperimentId,
+    pub verdict: VerdictKind,
+    pub confirmation_effect: Option<f64>,
+}
+
+impl RefutedWin {
+    fn read(&self) -> String {
+        let effect = self
+            .confirmation_effect
+            .map(|e| format!(" {}", crate::display::percent(e)))
+            .unwrap_or_default();
+        format!("{}{effect}", self.verdict)
+    }
+
+    /// Why its lever has no win left, for the projection.
+    pub fn why(&self) -> String {
+        format!(
+            "the win of experiment #{} ({}) was refuted by its confirmation, experiment #{} ({})",
+            self.experiment,
+            crate::display::percent(self.effect),
+            self.confirmation,
+            self.read()
+        )
+    }
+}
+
+impl std::fmt::Display for RefutedWin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "experiment #{} ({}) {}, refuted by experiment #{} ({})",
+            self.experiment,
+            self.menu,
+            crate::display::percent(self.effect),
+            self.confirmation,
+            self.read()
+        )
+    }
 }
 
 /// A cause of failure, with how many cycles it ended and a few of them.

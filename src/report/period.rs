@@ -1,6 +1,7 @@
 //! The period a report covers: an ISO week (`2026-W48`) or an inclusive date
-//! range (`--since 2026-11-23 --until 2026-11-29`), as a half-open UTC
-//! interval `[start, end)` so consecutive reports never count a row twice.
+//! range (`--since 2026-11-23 --until 2026-11-29`; by default the seven days
+//! up to today), as a half-open UTC interval `[start, end)` so consecutive
+//! reports never count a row twice.
 
 use std::fmt;
 
@@ -153,14 +154,17 @@ impl Period {
         })
     }
 
-    /// The last ISO week that ended before `now`: on any day of 2026-W49,
-    /// 2026-W48.
-    pub fn last_complete_week(now: DateTime<Utc>) -> Period {
-        Period::week(IsoWeek::of(now.date_naive() - Days::new(7)))
+    /// The default: the seven whole days up to and including today (UTC),
+    /// so a report right after a run shows it, whatever the weekday. A
+    /// weekly report of a finished week asks for it with `--week`.
+    pub fn last_seven_days(now: DateTime<Utc>) -> Period {
+        let today = now.date_naive();
+        Period::days(today - Days::new(6), today).expect("six days before today is before today")
     }
 
     /// From the command line: `--week`, or `--since` (default: today) with
-    /// an optional `--until`, or the last complete week.
+    /// an optional `--until`, or `--until` alone (the seven days ending on
+    /// it), or the seven days up to today.
     pub fn from_args(
         week: Option<&str>,
         since: Option<&str>,
@@ -178,11 +182,11 @@ impl Period {
                 Period::days(since, until)
             }
             (None, None, Some(u)) => {
-                // A week ending on the given day, like the default.
+                // Seven days ending on the given day, like the default.
                 let until = parse_date("--until", u)?;
                 Period::days(until - Days::new(6), until)
             }
-            (None, None, None) => Ok(Period::last_complete_week(now)),
+            (None, None, None) => Ok(Period::last_seven_days(now)),
         }
     }
 
@@ -190,15 +194,32 @@ impl Period {
         self.start <= t && t < self.end
     }
 
+    /// The ISO week the period is exactly, however it was asked for
+    /// (`--week`, or `--since` a Monday `--until` its Sunday).
+    pub fn iso_week(&self) -> Option<IsoWeek> {
+        let w = IsoWeek::of(self.start.date_naive());
+        (Period::week(w).start == self.start && Period::week(w).end == self.end).then_some(w)
+    }
+
+    /// What the report is called: "Weekly report" for exactly an ISO week,
+    /// else "Report" (one day, or any other run of days).
+    pub fn kind(&self) -> &'static str {
+        if self.iso_week().is_some() {
+            "Weekly report"
+        } else {
+            "Report"
+        }
+    }
+
+    /// The period in the heading: `2026-W47 (2026-11-16 to 2026-11-22)`,
+    /// `2026-12-01`, or `2026-11-24 to 2026-12-01`.
     pub fn title(&self) -> String {
-        match self.label {
-            PeriodLabel::Week(w) => format!(
-                "{w} ({} to {})",
-                self.start.date_naive(),
-                (self.end - chrono::Duration::days(1)).date_naive()
-            ),
-            PeriodLabel::Days(a, b) if a == b => a.to_string(),
-            PeriodLabel::Days(a, b) => format!("{a} to {b}"),
+        let first = self.start.date_naive();
+        let last = (self.end - chrono::Duration::days(1)).date_naive();
+        match self.iso_week() {
+            Some(w) => format!("{w} ({first} to {last})"),
+            None if first == last => first.to_string(),
+            None => format!("{first} to {last}"),
         }
     }
 }
@@ -249,23 +270,31 @@ mod tests {
     }
 
     #[test]
-    fn default_is_the_last_complete_week() {
-        let now = d(2026, 11, 29).and_hms_opt(23, 0, 0).unwrap().and_utc();
-        // Sunday of W48: W48 is not complete yet.
+    fn the_default_period_is_the_seven_days_up_to_today() {
+        let now = d(2026, 12, 1).and_hms_opt(12, 5, 0).unwrap().and_utc();
+        let p = Period::from_args(None, None, None, now).unwrap();
+        assert!(p.contains(now), "{p:?}");
+        assert_eq!(p.label, PeriodLabel::Days(d(2026, 11, 25), d(2026, 12, 1)));
+        // `--until` alone is the same seven days ending on that day.
+        let until = Period::from_args(None, None, Some("2026-12-01"), now).unwrap();
+        assert_eq!(until, p);
+    }
+
+    #[test]
+    fn an_iso_week_is_titled_weekly_and_other_ranges_by_their_days() {
+        let one = Period::days(d(2026, 12, 1), d(2026, 12, 1)).unwrap();
+        assert_eq!(one.kind(), "Report");
+        assert_eq!(one.title(), "2026-12-01");
+        let some = Period::days(d(2026, 11, 24), d(2026, 12, 1)).unwrap();
         assert_eq!(
-            Period::last_complete_week(now).label,
-            PeriodLabel::Week(IsoWeek {
-                year: 2026,
-                week: 47
-            })
+            (some.kind(), some.title().as_str()),
+            ("Report", "2026-11-24 to 2026-12-01")
         );
-        let monday = d(2026, 11, 30).and_hms_opt(0, 0, 0).unwrap().and_utc();
+        let monday_to_sunday = Period::days(d(2026, 11, 23), d(2026, 11, 29)).unwrap();
+        assert_eq!(monday_to_sunday.kind(), "Weekly report");
         assert_eq!(
-            Period::last_complete_week(monday).label,
-            PeriodLabel::Week(IsoWeek {
-                year: 2026,
-                week: 48
-            })
+            monday_to_sunday.title(),
+            "2026-W48 (2026-11-23 to 2026-11-29)"
         );
     }
 

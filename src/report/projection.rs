@@ -26,8 +26,10 @@
 //!   token (`f_W`);
 //! - a lever's best experiment is its best open stage on the live profile
 //!   (the confirming A/B's runs: unbiased) or else its best first-A/B win
-//!   (optimistic: it was selected for being good); wins a person refused,
-//!   or that expired, are not remaining levers.
+//!   whose confirmation is still pending (optimistic: it was selected for
+//!   being good); wins a person refused, or that expired, and wins their
+//!   own confirming A/B refuted (by the end of the period) are not
+//!   remaining levers.
 //!
 //! The far tier's hit share and the draft acceptance are shown, for the live
 //! profile and for each lever's arms, as the state of those levers; they are
@@ -282,10 +284,18 @@ fn part(name: &'static str, v: &Option<Sourced>, missing: String) -> Part {
     }
 }
 
-fn not_in_runs(field: &str) -> String {
-    format!(
-        "not in the ledger: no baseline run of the live profile in the period carries `{field}` (the stack's bench does not report it)"
-    )
+/// Why a part is missing: no baseline run yet (nothing to read it from), or
+/// runs that do not carry it (the stack's bench does not report it).
+fn not_in_runs(measured: bool, field: &str) -> String {
+    if measured {
+        format!(
+            "not in the ledger: no baseline run of the live profile in the period carries `{field}` (the stack's bench does not report it)"
+        )
+    } else {
+        format!(
+            "not measured yet: no baseline run of the live profile in the period (`{field}` is read from those runs)"
+        )
+    }
 }
 
 fn state(what: &str, (b, c): (Option<f64>, Option<f64>)) -> Option<String> {
@@ -294,8 +304,13 @@ fn state(what: &str, (b, c): (Option<f64>, Option<f64>)) -> Option<String> {
 }
 
 /// Computes the projection from the live profile's measured parts and each
-/// lever's best measured experiment.
-pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
+/// lever's best measured experiment; `excluded` says, per lever, why a win
+/// it had is not a remaining lever (its confirmation refuted it).
+pub fn project(
+    parts: &Parts,
+    evidence: &[LeverEvidence],
+    excluded: &[(MenuId, String)],
+) -> Projection {
     let residual = match (&parts.live, &parts.trunk, &parts.expert) {
         (Some(l), Some(t), Some(e)) => Some(Sourced {
             value: l.value - t.value - e.value,
@@ -306,6 +321,7 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
         }),
         _ => None,
     };
+    let measured = parts.live.is_some();
     let shown = vec![
         part(
             "live seconds per token (L)",
@@ -315,12 +331,12 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
         part(
             "trunk term (T)",
             &parts.trunk,
-            not_in_runs(Figure::Trunk.field()),
+            not_in_runs(measured, Figure::Trunk.field()),
         ),
         part(
             "expert term (E)",
             &parts.expert,
-            not_in_runs(Figure::Expert.field()),
+            not_in_runs(measured, Figure::Expert.field()),
         ),
         part(
             "rest of a token (R = L − T − E)",
@@ -330,15 +346,19 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
         part(
             "far-tier hit share (h)",
             &parts.far_share,
-            not_in_runs("far_hit_share"),
+            not_in_runs(measured, "far_hit_share"),
         ),
         part(
             "speculation acceptance (a)",
             &parts.acceptance,
-            format!(
-                "{}, or speculation is off in the live profile",
-                not_in_runs("draft_acceptance")
-            ),
+            if measured {
+                format!(
+                    "{}, or speculation is off in the live profile",
+                    not_in_runs(measured, "draft_acceptance")
+                )
+            } else {
+                not_in_runs(measured, "draft_acceptance")
+            },
         ),
     ];
     let terms = parts.trunk.as_ref().zip(parts.expert.as_ref());
@@ -350,7 +370,21 @@ pub fn project(parts: &Parts, evidence: &[LeverEvidence]) -> Projection {
     let levers: Vec<Lever> = MenuId::ALL
         .iter()
         .filter_map(|&m| Term::of(m).map(|t| (m, t)))
-        .map(|(menu, term)| lever(menu, term, evidence, terms.is_some(), &missing_terms))
+        .map(|(menu, term)| {
+            let excluded: Vec<&str> = excluded
+                .iter()
+                .filter(|(m, _)| *m == menu)
+                .map(|(_, why)| why.as_str())
+                .collect();
+            lever(
+                menu,
+                term,
+                evidence,
+                &excluded,
+                terms.is_some(),
+                &missing_terms,
+            )
+        })
         .collect();
     let Some(live) = &parts.live else {
         return Projection {
@@ -407,6 +441,7 @@ fn lever(
     menu: MenuId,
     term: Term,
     evidence: &[LeverEvidence],
+    excluded: &[&str],
     terms_known: bool,
     missing_terms: &[&str],
 ) -> Lever {
@@ -419,10 +454,15 @@ fn lever(
         not_applied: None,
     };
     let Some(ev) = evidence.iter().find(|e| e.menu == menu) else {
-        out.not_applied = Some(
+        out.not_applied = Some(if excluded.is_empty() {
             "no measured win on the live profile in this period (wins a person refused excluded)"
-                .into(),
-        );
+                .into()
+        } else {
+            format!(
+                "no measured win left on the live profile in this period: {}",
+                excluded.join("; ")
+            )
+        });
         return out;
     };
     out.best = Some(ev.best.clone());
@@ -503,10 +543,35 @@ mod tests {
 
     #[test]
     fn no_live_speed_no_number() {
-        let p = project(&Parts::default(), &[]);
+        let p = project(&Parts::default(), &[], &[]);
         assert_eq!(p.projected, None);
+    }
+
+    #[test]
+    fn no_baseline_run_yet_is_not_a_bench_that_lacks_the_part() {
+        // Nothing measured the live profile yet: every part says so, and
+        // none blames the bench.
+        let p = project(&Parts::default(), &[], &[]);
+        for part in &p.parts[1..3] {
+            let why = part.measured.as_ref().unwrap_err();
+            assert!(
+                why.contains("no baseline run of the live profile")
+                    && !why.contains("does not report"),
+                "{}: {why}",
+                part.name
+            );
+        }
+        // Measured runs that carry no parts: the bench does not report them.
+        let measured = Parts {
+            live: s(2.0),
+            ..Parts::default()
+        };
+        let p = project(&measured, &[], &[]);
         let why = p.parts[1].measured.as_ref().unwrap_err();
-        assert!(why.contains("trunk_seconds_per_token"), "{why}");
+        assert!(
+            why.contains("trunk_seconds_per_token") && why.contains("does not report"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -558,7 +623,7 @@ mod tests {
                 run(Arm::Candidate, 0, 1.6, 0.5, 1.0),
             ],
         );
-        let p = project(&parts, &[pins, rebalance, spec]);
+        let p = project(&parts, &[pins, rebalance, spec], &[]);
         // R = 2.0 − 0.5 − 1.4 = 0.1; T × 0.5; E × 0.5 × 1.2; whole × 0.8.
         let want = (0.5 * 0.5 + 1.4 * 0.5 * 1.2 + 0.1) * 0.8;
         let got = p.projected.unwrap();
@@ -603,7 +668,7 @@ mod tests {
             MenuId::StageSpeculative,
             &[bare(Arm::Baseline, 0, 2.0), bare(Arm::Candidate, 0, 1.5)],
         );
-        let p = project(&parts, &[pins, spec]);
+        let p = project(&parts, &[pins, spec], &[]);
         assert!((p.projected.unwrap() - 1.5).abs() < 1e-9);
         let pins = &p.levers[0];
         assert!(
@@ -634,7 +699,7 @@ mod tests {
             MenuId::DeepenWarmSet,
             &[bare(Arm::Baseline), bare(Arm::Candidate)],
         );
-        let p = project(&parts, &[warm]);
+        let p = project(&parts, &[warm], &[]);
         assert!((p.projected.unwrap() - 2.0).abs() < 1e-9);
         let why = p.levers[1].not_applied.as_deref().unwrap();
         assert!(

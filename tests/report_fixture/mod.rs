@@ -576,6 +576,82 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
     tx.commit().await.unwrap();
 }
 
+/// Adds to the fixture week a first-A/B win its own confirmation refuted
+/// (`stage_speculative` −47.9%, then a +62.1% loss), and a win still waiting
+/// for its confirmation at the end of the week (`rebalance_trunk_cache`).
+/// Returns (refuted win, its confirmation, pending win).
+pub async fn fill_refuted_and_pending_wins(
+    ledger: &Ledger,
+) -> (ExperimentId, ExperimentId, ExperimentId) {
+    use MenuId::*;
+    let mut tx = ledger.begin_write().await.unwrap();
+    let mut f = Fill {
+        tx: &mut tx,
+        seq: 100,
+        parts: true,
+    };
+    let mut e = Exp::new(
+        StageSpeculative,
+        json!({"draft_len": 6}),
+        VerdictKind::Win,
+        Some(0.521f64.ln()),
+    );
+    let c = f.cycle(t(5, 14), ProposerKind::Model).await;
+    let p = f
+        .proposal(
+            c,
+            ProposerKind::Model,
+            1,
+            t(5, 14),
+            Some(json!({"menu_id": e.menu, "parameters": e.params})),
+            None,
+        )
+        .await;
+    let won = f.experiment(c, Some(p), None, t(5, 14), &e).await;
+    f.close(c, t(5, 14), CycleOutcome::Completed).await;
+    // The daemon confirms a win in the next cycle, with no proposal.
+    e.kind = VerdictKind::Loss;
+    e.effect = Some(1.621f64.ln());
+    let c = f.cycle(t(5, 15), ProposerKind::Model).await;
+    let refuting = f.experiment(c, None, Some(won), t(5, 15), &e).await;
+    f.close(c, t(5, 15), CycleOutcome::Completed).await;
+    let pending = f
+        .simple(
+            t(6, 20),
+            ProposerKind::Bandit,
+            Exp::new(
+                RebalanceTrunkCache,
+                json!({"trunk_gb": 0.75}),
+                VerdictKind::Win,
+                Some(-0.03),
+            ),
+        )
+        .await;
+    tx.commit().await.unwrap();
+    (won, refuting, pending)
+}
+
+/// Noise floors stored under `key` as the daemon stores them
+/// (`STACK/PROTOCOL`, e.g. `llama-server/surface`), one per `(time, value)`.
+pub async fn floors(ledger: &Ledger, key: &str, rows: &[(DateTime<Utc>, f64)]) {
+    for &(at, value) in rows {
+        ledger
+            .insert_noise_floor(&NewNoiseFloor {
+                stack: key.into(),
+                profile_digest: live(),
+                value,
+                n: 20,
+                method: "A/A paired log ratios, Qn scale (fixture)".into(),
+                measured_at: at,
+                experiment_id: None,
+                load1: Some(0.5),
+                cpu_pressure: Some(0.02),
+            })
+            .await
+            .unwrap();
+    }
+}
+
 /// The measured parts of a valid run, as tinyk3's bench reports them: the
 /// live profile spends 30% of a token in the trunk, 62% in experts, 8% in
 /// the rest; each lever's candidate moves the parts it acts on.
