@@ -18,9 +18,17 @@ pub fn effect(estimate: f64, low: f64, high: f64) -> String {
     )
 }
 
-/// A noise floor (relative, as a log ratio) as `±2.0%`.
+/// A noise floor (relative, as a log ratio) as `±2.0%`, with more decimals
+/// for smaller floors (`±0.34%`, `±0.034%`): a quiet machine's floors of a
+/// few hundredths of a percent all read `±0.0%` with one.
 pub fn floor(log_ratio: f64) -> String {
-    format!("±{:.1}%", (log_ratio.abs().exp() - 1.0) * 100.0)
+    let pct = (log_ratio.abs().exp() - 1.0) * 100.0;
+    let decimals = match pct {
+        p if p >= 1.0 => 1,
+        p if p >= 0.1 => 2,
+        _ => 3,
+    };
+    format!("±{pct:.decimals$}%")
 }
 
 /// A coarse age: `45s`, `12m`, `5h`, `3d`.
@@ -44,6 +52,9 @@ mod tests {
         assert_eq!(percent((0.9f64).ln()), "-10.0%");
         assert_eq!(percent((1.25f64).ln()), "+25.0%");
         assert_eq!(floor((1.02f64).ln()), "±2.0%");
+        // Quiet-machine floors stay apart (they all read ±0.0% before).
+        assert_eq!(floor((1.0034f64).ln()), "±0.34%");
+        assert_eq!(floor((1.00034f64).ln()), "±0.034%");
         assert_eq!(
             effect((0.9f64).ln(), (0.85f64).ln(), (0.95f64).ln()),
             "-10.0% [-15.0%, -5.0%]"
