@@ -119,11 +119,16 @@ pub enum ReportFormat {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 1 when the last cycle failed, or when every cycle that ran \
+to its end failed (a cycle cut short by SIGINT/SIGTERM is `aborted`, neither failed nor a \
+success); 0 otherwise; 2 for a configuration or usage error; 1 when the ledger cannot be written."
+)]
 pub struct RunArgs {
     /// Stop after N cycles [default: run until SIGINT/SIGTERM]
     #[arg(long, value_name = "N", conflicts_with = "once")]
     pub cycles: Option<u64>,
-    /// Run one cycle; exit 1 if it failed
+    /// Run one cycle (exit 1 if it failed)
     #[arg(long)]
     pub once: bool,
 }
