@@ -389,3 +389,51 @@ fn config_comes_from_the_environment_when_no_flag_is_given() {
     assert_ne!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stdout(&out).contains(&f.path("config.toml").display().to_string()));
 }
+
+#[test]
+fn only_run_creates_a_ledger_every_other_command_refuses_a_missing_one() {
+    let f = Fixture::new();
+    let text = std::fs::read_to_string(f.path("config.toml"))
+        .unwrap()
+        .replace(
+            "path = \"ledger/orchestrator.db\"",
+            "path = \"ledgr/orchestrator.db\"",
+        );
+    std::fs::write(f.path("config.toml"), text).unwrap();
+    let missing = f.path("ledgr/orchestrator.db");
+    let commands: &[&[&str]] = &[
+        &["ledger"],
+        &["ledger", "--json"],
+        &["ledger", "--check"],
+        &["stage", "list"],
+        &["stage", "list", "--all", "--json"],
+        &["stage", "show", "1"],
+        &["stage", "approve", "1", "--by", "ann"],
+        &["stage", "reject", "1", "--reason", "no", "--by", "ann"],
+        &["report", "--week", "2026-W47"],
+        &["rebaseline", "--reason", "new engine", "--by", "ann"],
+    ];
+    for args in commands {
+        let out = f.cmd().args(*args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("there is no ledger at {}", missing.display()))
+                && err.contains("`orchestrator run` creates it")
+                && err.contains(&format!(
+                    "check `ledger.path` in {}",
+                    f.path("config.toml").display()
+                )),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.matches("no ledger").count(), 1, "said once: {err}");
+        assert!(
+            !stdout(&out).contains("no cycles recorded"),
+            "{args:?} reported an empty ledger"
+        );
+        assert!(
+            !f.path("ledgr").exists(),
+            "{args:?} created the mistyped ledger's directory"
+        );
+    }
+}

@@ -26,7 +26,7 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
         return check(&config, args.json);
     }
     super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let cycles = ledger.recent_cycles(args.limit).await;
         ledger.close().await;
         let cycles = cycles?;
@@ -86,13 +86,7 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
 /// ledger's lock. The live profile must parse (a torn file would not).
 fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     let path = &config.ledger_path;
-    if !path.exists() {
-        anyhow::bail!(
-            "there is no ledger at {} (`ledger.path` in {}); nothing to check",
-            path.display(),
-            config.path.display()
-        );
-    }
+    super::require_ledger(config)?;
     let holder = lock::holder(path)?;
     let mut violations: Vec<Violation> = Vec::new();
     let live = &config.stack.live_profile;
@@ -114,7 +108,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     };
     let found = super::runtime()?
         .block_on(async {
-            let ledger = Ledger::open(path).await?;
+            let ledger = Ledger::open_existing(path).await?;
             let found = ledger.check(&ctx).await;
             ledger.close().await;
             found

@@ -3,6 +3,7 @@
 
 use crate::cli::{Cli, Command};
 use crate::config::{Config, ConfigError};
+use crate::ledger::Ledger;
 use crate::menu::MenuError;
 use crate::profile::ProfileError;
 
@@ -19,6 +20,28 @@ pub mod trace;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// Opens the config's ledger for every command but `run`: only `run`
+/// creates a ledger, so a missing one is refused (exit 2) with its path and
+/// the fix, never created empty behind a mistyped `ledger.path`.
+pub async fn open_ledger(config: &Config) -> anyhow::Result<Ledger> {
+    require_ledger(config)?;
+    Ok(Ledger::open_existing(&config.ledger_path).await?)
+}
+
+/// The refusal of [`open_ledger`], for a command that must refuse before
+/// it does anything else with the ledger's path.
+pub fn require_ledger(config: &Config) -> Result<(), UsageError> {
+    match std::fs::metadata(&config.ledger_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(UsageError(format!(
+            "there is no ledger at {}: `orchestrator run` creates it; check `ledger.path` in {}",
+            config.ledger_path.display(),
+            config.path.display()
+        ))),
+        // Present, or unreadable: opening it says which.
+        _ => Ok(()),
+    }
+}
 
 /// Runs one command to completion.
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {

@@ -19,7 +19,7 @@ use crate::vocab::{Digest, StageState};
 pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let result = match cmd {
             StageCommand::List { all, json } => list(&ledger, all, json).await,
             StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
