@@ -8,9 +8,11 @@ use crate::menu::MenuError;
 use crate::profile::ProfileError;
 
 pub mod check;
+mod decider;
 pub mod ledger;
 pub mod rebaseline;
 pub mod report;
+mod restart;
 pub mod run;
 pub mod stage;
 pub mod trace;
@@ -57,6 +59,21 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The error and its causes on one line, each cause once: an error whose
+/// message already quotes its source (`cannot read X: No such file`) would
+/// otherwise print that source twice.
+pub fn render_error(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
 /// 2 for usage and configuration errors anywhere in the chain, else 1.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|e| {
@@ -77,4 +94,23 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let err = anyhow::Error::new(ConfigError::Read {
+            path: "/nope.toml".into(),
+            source: io,
+        });
+        let text = render_error(&err);
+        let cause = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+        assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        let wrapped = anyhow::anyhow!("inner cause").context("outer");
+        assert_eq!(render_error(&wrapped), "outer: inner cause");
+    }
 }

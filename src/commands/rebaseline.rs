@@ -17,7 +17,7 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
     if args.reason.trim().is_empty() {
         return Err(UsageError("--reason must say why the output changed".into()).into());
     }
-    let by = super::stage::decider(args.by)?;
+    let by = super::decider::decider(args.by)?;
     let config = Config::load(config_path)?;
     // Pinning into a new empty ledger would help no daemon: only `run`
     // creates one, and refuse before measuring anything.
