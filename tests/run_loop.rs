@@ -152,6 +152,82 @@ fn a_run_whose_every_cycle_failed_exits_1() {
         stderr.contains("2 of 2 cycle(s) failed"),
         "the error says how many failed: {stderr}"
     );
+    // The first run of a floor is a warmup, stored `arm = warmup`: the
+    // message calls it that, not `baseline`.
+    assert!(
+        lines[0].contains("run #0 (warmup of the baseline) could not be measured"),
+        "{}",
+        lines[0]
+    );
+    // No proposer was asked for a scheduled floor, whatever the daemon's
+    // proposer is.
+    let out = assert_cmd::Command::cargo_bin("orchestrator")
+        .unwrap()
+        .arg("--config")
+        .arg(&config)
+        .arg("ledger")
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let cycles: Vec<&str> = listing.lines().filter(|l| l.starts_with("cycle")).collect();
+    assert_eq!(cycles.len(), 2, "{listing}");
+    assert!(
+        cycles
+            .iter()
+            .all(|l| l.contains("scheduled (noise floor)") && !l.contains("proposer")),
+        "{listing}"
+    );
+}
+
+#[test]
+fn a_run_stopped_by_sigint_mid_cycle_calls_that_cycle_aborted_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("bench-started");
+    // A test double of a slow engine: says it started, then takes a minute.
+    let bench = common::script(
+        dir.path(),
+        "bench-double-that-sleeps.sh",
+        &format!("touch {}; sleep 60", started.display()),
+    );
+    let config = failing_bench_config(dir.path(), &bench);
+    let bin = assert_cmd::cargo::cargo_bin("orchestrator");
+    let child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--cycles", "3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bench never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("cycle")).collect();
+    assert_eq!(lines.len(), 1, "{stdout}\n{stderr}");
+    assert!(
+        lines[0].contains("  aborted ") && !lines[0].contains("  failed "),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        stderr.contains("stopped after 1 cycle(s) (0 failed, 1 aborted)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "an interrupted cycle is not a failed one: {stderr}"
+    );
 }
 
 #[test]

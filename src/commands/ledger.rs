@@ -44,13 +44,18 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
                 .ended_at
                 .map(|e| format!("{:.1}s", (e - c.cycle.started_at).as_seconds_f64()))
                 .unwrap_or_else(|| "-".into());
+            // The stored proposer is the daemon's; a cycle whose experiment
+            // the orchestrator scheduled itself asked no proposer.
+            let chooser = match c.verdicts.iter().find_map(|v| v.scheduled()) {
+                Some(why) => format!("scheduled ({why})"),
+                None => format!("proposer {}", c.cycle.proposer),
+            };
             println!(
-                "cycle {:>5}  {}  {:<9} {:>8}  proposer {}{}",
+                "cycle {:>5}  {}  {:<9} {:>8}  {chooser}{}",
                 c.cycle.id.0,
                 c.cycle.started_at.format("%Y-%m-%d %H:%M:%S"),
                 c.cycle.status.as_str(),
                 took,
-                c.cycle.proposer,
                 c.cycle
                     .error
                     .as_deref()
