@@ -163,6 +163,16 @@ fn a_stack_whose_program_and_model_exist_passes_and_fails_once_the_model_is_gone
         )),
         "{stdout}"
     );
+
+    // Without its live profile a real stack's every cycle would fail.
+    std::fs::remove_file(dir.path().join("live.toml")).unwrap();
+    let out = check(&config);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("profile  FAILED") && stdout.contains("[stack] live_profile"),
+        "{stdout}"
+    );
 }
 
 #[test]

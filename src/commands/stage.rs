@@ -140,12 +140,20 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         return Ok(());
     }
     print_detail(config, &detail, live.as_ref(), &diff);
-    if let Some(lines) = restart {
-        println!();
-        println!(
-            "after `orchestrator stage approve {id}`, {}",
-            lines.join("\n")
-        );
+    match (detail.stage.state, restart) {
+        (StageState::Staged, Some(lines)) => {
+            println!();
+            println!(
+                "after `orchestrator stage approve {id}`, {}",
+                lines.join("\n")
+            );
+        }
+        (StageState::Approved, Some(lines)) => {
+            println!();
+            println!("{}", lines.join("\n"));
+        }
+        // A rejected or expired profile is not one to run.
+        _ => {}
     }
     Ok(())
 }

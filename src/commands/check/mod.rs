@@ -78,18 +78,28 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
             );
         }
         profile_for_memory = Some((profile, live.clone()));
-    } else {
+    } else if let Some(e) = &config.embedded {
         println!(
-            "profile  {}: not created yet (on the embedded default `orchestrator run` creates it; \
-             for a real stack write it from examples/)",
-            live.display()
+            "profile  {}: not created yet (`orchestrator run` copies it from {})",
+            live.display(),
+            e.starting_profile.display()
         );
         // The embedded default's first live profile is its starting one.
-        if let Some(e) = &config.embedded
-            && let Ok(p) = Profile::load(&e.starting_profile)
-        {
+        if let Ok(p) = Profile::load(&e.starting_profile) {
             profile_for_memory = Some((p, e.starting_profile.clone()));
         }
+    } else {
+        // Every cycle of a run would fail on it.
+        found.fail(
+            "profile",
+            "live profile",
+            &format!(
+                "{} does not exist: write the settings your stack runs with there (start from \
+                 examples/profiles/), or correct [stack] live_profile in {}",
+                live.display(),
+                config.path.display()
+            ),
+        );
     }
     if let Some((profile, path)) = &profile_for_memory
         && (config.stack.bench.is_some() || config.stack.shadow.is_some())
@@ -205,11 +215,16 @@ fn check_command(
                 format!("{label} file {}", file.written),
                 &format!(
                     "{} (in {section} {}) does not exist (resolved against {}): put the file \
-                     there, or correct the path in {section} {}",
+                     there, or correct the path in {section} {}{}",
                     file.written,
                     file.place,
                     config.base_dir.display(),
-                    file.place
+                    file.place,
+                    if label == "bench" {
+                        "; a directory the engine writes into belongs in [stack.bench] create_dirs"
+                    } else {
+                        ""
+                    }
                 ),
             );
         }
