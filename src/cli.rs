@@ -128,9 +128,10 @@ pub enum ReportFormat {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 1 when the last cycle failed, or when every cycle that ran \
-to its end failed (a cycle cut short by SIGINT/SIGTERM is `aborted`, neither failed nor a \
-success); 0 otherwise; 2 for a configuration or usage error; 1 when the ledger cannot be written."
+    after_help = "Exit status: with --cycles or --once, 1 when the last cycle failed, or when \
+every cycle that ran to its end failed (a cycle cut short by SIGINT/SIGTERM is `aborted`, neither \
+failed nor a success), else 0; without a bound, 0 when stopped by SIGINT/SIGTERM; always 2 for a \
+configuration or usage error and 1 when the ledger cannot be written."
 )]
 pub struct RunArgs {
     /// Stop after N cycles [default: run until SIGINT/SIGTERM]

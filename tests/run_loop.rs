@@ -239,7 +239,7 @@ fn run_help_states_the_exit_rule() {
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
-        help.contains("Exit status: 1 when the last cycle failed")
+        help.contains("Exit status: with --cycles or --once, 1 when the last cycle failed")
             && help.contains("every cycle that ran to its end failed"),
         "{help}"
     );
