@@ -53,27 +53,35 @@ pub enum StageCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The profile diff against the live profile, and the evidence
+    /// The profile diff against the live profile, the evidence, and the
+    /// command line that runs the stack with the staged profile
     Show {
         /// The stage id (from `stage list`)
         id: i64,
+        /// Print JSON (the stage, its runs and verdicts, the diff against the live profile)
         #[arg(long)]
         json: bool,
     },
-    /// Write the staged profile to the live profile path (restart is yours)
+    /// Write the staged profile to the live profile path and print the
+    /// command line to restart the stack with (the restart is yours)
     Approve {
+        /// The stage id (from `stage list`)
         id: i64,
-        /// Who approves [default: $USER]
+        /// Who approves [default: $USER, else the login name, else this user's passwd name]
         #[arg(long, value_name = "NAME")]
         by: Option<String>,
+        /// A note recorded with the approval
         #[arg(long, value_name = "TEXT")]
         note: Option<String>,
     },
     /// Refuse a staged win
     Reject {
+        /// The stage id (from `stage list`)
         id: i64,
+        /// Why the stage is refused (recorded with the decision)
         #[arg(long, value_name = "TEXT")]
         reason: String,
+        /// Who rejects [default: $USER, else the login name, else this user's passwd name]
         #[arg(long, value_name = "NAME")]
         by: Option<String>,
     },
@@ -120,11 +128,17 @@ pub enum ReportFormat {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: with --cycles or --once, 1 when the last cycle failed, or when \
+every cycle that ran to its end failed (a cycle cut short by SIGINT/SIGTERM is `aborted`, neither \
+failed nor a success), else 0; without a bound, 0 when stopped by SIGINT/SIGTERM; always 2 for a \
+configuration or usage error and 1 when the ledger cannot be written."
+)]
 pub struct RunArgs {
     /// Stop after N cycles [default: run until SIGINT/SIGTERM]
     #[arg(long, value_name = "N", conflicts_with = "once")]
     pub cycles: Option<u64>,
-    /// Run one cycle; exit 1 if it failed
+    /// Run one cycle (exit 1 if it failed)
     #[arg(long)]
     pub once: bool,
 }
@@ -134,7 +148,7 @@ pub struct RebaselineArgs {
     /// Why the output changed (recorded with the new reference)
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
-    /// Who re-pins [default: $USER]
+    /// Who re-pins [default: $USER, else the login name, else this user's passwd name]
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
 }
@@ -162,4 +176,39 @@ pub struct TraceArgs {
 pub enum TraceProtocol {
     Bench,
     Surface,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option and argument of every subcommand, as `(path, id)`,
+    /// without help text.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if ["help", "version"].contains(&id) {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() {
+                out.push(format!("{path} {} (the subcommand)", sub.get_name()));
+            }
+            undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_option_argument_and_subcommand_has_help() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        undocumented(&cmd, "orchestrator", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
 }

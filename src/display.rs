@@ -42,6 +42,23 @@ pub fn age(d: Duration) -> String {
     }
 }
 
+/// `text` cut to at most `max` characters by dropping its middle: a
+/// message's cause comes first and what to do about it last, so both ends
+/// are kept (two thirds of the room for the end).
+pub fn shorten_middle(text: &str, max: usize) -> String {
+    const GAP: &str = " … ";
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let room = max.saturating_sub(GAP.chars().count());
+    let tail = room * 2 / 3;
+    let head = room - tail;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(n - tail).collect();
+    format!("{start}{GAP}{end}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +76,19 @@ mod tests {
             effect((0.9f64).ln(), (0.85f64).ln(), (0.95f64).ln()),
             "-10.0% [-15.0%, -5.0%]"
         );
+    }
+
+    #[test]
+    fn shortening_keeps_both_ends() {
+        assert_eq!(shorten_middle("short", 10), "short");
+        let long = format!("cause{}fix it like this", "x".repeat(500));
+        let s = shorten_middle(&long, 60);
+        assert_eq!(s.chars().count(), 60, "{s}");
+        assert!(
+            s.starts_with("cause") && s.ends_with("fix it like this"),
+            "{s}"
+        );
+        assert!(s.contains(" … "), "{s}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", commands::render_error(&err));
             ExitCode::from(commands::exit_code(&err))
         }
     }

@@ -336,6 +336,7 @@ async fn a_failed_candidate_run_ends_the_experiment_failed_with_its_cause() {
         arm,
         order_index,
         reason,
+        ..
     } = &report.verdict
     else {
         panic!("{:?}", report.verdict);

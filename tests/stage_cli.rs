@@ -120,6 +120,11 @@ fn list_show_and_approve_a_staged_win() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("restart it"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("restart `orchestrator run`"),
+        "the embedded stack restarts with the daemon: {}",
+        stdout(&out)
+    );
     assert_eq!(f.live().memory.cache_gb, 0.75);
 
     let out = f
@@ -350,11 +355,17 @@ fn ledger_lists_cycles_with_their_verdicts() {
 fn check_explains_what_it_found_on_a_fresh_config() {
     let f = Fixture::new();
     let out = f.cmd().arg("check").output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    // The fixture's config names target/release/tinyk3 beside it, which
+    // is not there: that fails the check (exit 1), not the config (2).
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("menu"), "{text}");
     assert!(text.contains("5 entries"), "{text}");
     assert!(text.contains("profile"), "{text}");
+    assert!(
+        text.contains("bench    FAILED target/release/tinyk3: NOT FOUND"),
+        "{text}"
+    );
     assert!(text.contains("no answer"), "endpoints are probed: {text}");
 }
 
@@ -380,6 +391,160 @@ fn config_comes_from_the_environment_when_no_flag_is_given() {
         .arg("check")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stdout(&out).contains(&f.path("config.toml").display().to_string()));
+}
+
+#[test]
+fn only_run_creates_a_ledger_every_other_command_refuses_a_missing_one() {
+    let f = Fixture::new();
+    let text = std::fs::read_to_string(f.path("config.toml"))
+        .unwrap()
+        .replace(
+            "path = \"ledger/orchestrator.db\"",
+            "path = \"ledgr/orchestrator.db\"",
+        );
+    std::fs::write(f.path("config.toml"), text).unwrap();
+    let missing = f.path("ledgr/orchestrator.db");
+    let commands: &[&[&str]] = &[
+        &["ledger"],
+        &["ledger", "--json"],
+        &["ledger", "--check"],
+        &["stage", "list"],
+        &["stage", "list", "--all", "--json"],
+        &["stage", "show", "1"],
+        &["stage", "approve", "1", "--by", "ann"],
+        &["stage", "reject", "1", "--reason", "no", "--by", "ann"],
+        &["report", "--week", "2026-W47"],
+        &["rebaseline", "--reason", "new engine", "--by", "ann"],
+    ];
+    for args in commands {
+        let out = f.cmd().args(*args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("there is no ledger at {}", missing.display()))
+                && err.contains("`orchestrator run` creates it")
+                && err.contains(&format!(
+                    "check `ledger.path` in {}",
+                    f.path("config.toml").display()
+                )),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.matches("no ledger").count(), 1, "said once: {err}");
+        assert!(
+            !stdout(&out).contains("no cycles recorded"),
+            "{args:?} reported an empty ledger"
+        );
+        assert!(
+            !f.path("ledgr").exists(),
+            "{args:?} created the mistyped ledger's directory"
+        );
+    }
+}
+
+#[test]
+fn show_and_approve_print_the_command_line_that_runs_the_staged_profile() {
+    let f = Fixture::new();
+    // A stack run by a person, not the embedded default: its serve command
+    // is the `[stack.shadow]` argv, on the live surface's port.
+    let text = std::fs::read_to_string(f.path("config.toml")).unwrap();
+    let text = &text[..text.find("[embedded]").unwrap()];
+    std::fs::write(f.path("config.toml"), text).unwrap();
+    let id = f.stage_win(0.75).0.to_string();
+    let live = f.path("ledger/profiles/live.toml");
+    let serve = format!(
+        "target/release/tinyk3 serve ledger/tinyk3-model --profile {} --listen 127.0.0.1:8181",
+        live.display()
+    );
+
+    let out = f.cmd().args(["stage", "show", &id]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "after `orchestrator stage approve {id}`, restart the serving stack with"
+        )),
+        "{text}"
+    );
+    let cd = format!("cd {} && ", f.dir.path().display());
+    assert!(text.contains(&format!("{cd}{serve}")), "{text}");
+
+    let out = f
+        .cmd()
+        .args(["stage", "show", &id, "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["restart_after_approval"][1]
+            .as_str()
+            .is_some_and(|l| l.contains(&serve)),
+        "{v:#}"
+    );
+
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &id, "--by", "ada"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("restart the serving stack with") && text.contains(&serve),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_user_the_decider_is_the_login_or_passwd_name_and_is_said() {
+    let f = Fixture::new();
+    let id = f.stage_win(0.75).0.to_string();
+    let out = f
+        .cmd()
+        .env_remove("USER")
+        .args(["stage", "reject", &id, "--reason", "not now"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // SAFETY: getpwuid reads the password database; the name is copied at once.
+    let passwd = unsafe {
+        let pw = libc::getpwuid(libc::geteuid());
+        std::ffi::CStr::from_ptr((*pw).pw_name)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let text = stdout(&out);
+    let by = text
+        .strip_prefix(&format!("stage {id} rejected by "))
+        .and_then(|t| t.split(':').next())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_ne!(by, "unknown", "{text}");
+    let err = stderr(&out);
+    if err.contains("from the password entry") {
+        assert_eq!(by, passwd);
+    } else {
+        assert!(err.contains("from the login name"), "{err}");
+    }
+    assert!(
+        err.contains(&format!("recording the decision as {by:?}")),
+        "what it used is said: {err}"
+    );
+}
+
+#[test]
+fn a_missing_config_file_names_its_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let out = Command::cargo_bin("orchestrator")
+        .unwrap()
+        .arg("--config")
+        .arg(&missing)
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }

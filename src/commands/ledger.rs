@@ -26,7 +26,7 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
         return check(&config, args.json);
     }
     super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let cycles = ledger.recent_cycles(args.limit).await;
         ledger.close().await;
         let cycles = cycles?;
@@ -44,13 +44,18 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
                 .ended_at
                 .map(|e| format!("{:.1}s", (e - c.cycle.started_at).as_seconds_f64()))
                 .unwrap_or_else(|| "-".into());
+            // The stored proposer is the daemon's; a cycle whose experiment
+            // the orchestrator scheduled itself asked no proposer.
+            let chooser = match c.verdicts.iter().find_map(|v| v.scheduled()) {
+                Some(why) => format!("scheduled ({why})"),
+                None => format!("proposer {}", c.cycle.proposer),
+            };
             println!(
-                "cycle {:>5}  {}  {:<9} {:>8}  proposer {}{}",
+                "cycle {:>5}  {}  {:<9} {:>8}  {chooser}{}",
                 c.cycle.id.0,
                 c.cycle.started_at.format("%Y-%m-%d %H:%M:%S"),
                 c.cycle.status.as_str(),
                 took,
-                c.cycle.proposer,
                 c.cycle
                     .error
                     .as_deref()
@@ -86,13 +91,7 @@ pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
 /// ledger's lock. The live profile must parse (a torn file would not).
 fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     let path = &config.ledger_path;
-    if !path.exists() {
-        anyhow::bail!(
-            "there is no ledger at {} (`ledger.path` in {}); nothing to check",
-            path.display(),
-            config.path.display()
-        );
-    }
+    super::require_ledger(config)?;
     let holder = lock::holder(path)?;
     let mut violations: Vec<Violation> = Vec::new();
     let live = &config.stack.live_profile;
@@ -114,7 +113,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     };
     let found = super::runtime()?
         .block_on(async {
-            let ledger = Ledger::open(path).await?;
+            let ledger = Ledger::open_existing(path).await?;
             let found = ledger.check(&ctx).await;
             ledger.close().await;
             found

@@ -3,13 +3,16 @@
 
 use crate::cli::{Cli, Command};
 use crate::config::{Config, ConfigError};
+use crate::ledger::Ledger;
 use crate::menu::MenuError;
 use crate::profile::ProfileError;
 
 pub mod check;
+mod decider;
 pub mod ledger;
 pub mod rebaseline;
 pub mod report;
+mod restart;
 pub mod run;
 pub mod stage;
 pub mod trace;
@@ -19,6 +22,28 @@ pub mod trace;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// Opens the config's ledger for every command but `run`: only `run`
+/// creates a ledger, so a missing one is refused (exit 2) with its path and
+/// the fix, never created empty behind a mistyped `ledger.path`.
+pub async fn open_ledger(config: &Config) -> anyhow::Result<Ledger> {
+    require_ledger(config)?;
+    Ok(Ledger::open_existing(&config.ledger_path).await?)
+}
+
+/// The refusal of [`open_ledger`], for a command that must refuse before
+/// it does anything else with the ledger's path.
+pub fn require_ledger(config: &Config) -> Result<(), UsageError> {
+    match std::fs::metadata(&config.ledger_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(UsageError(format!(
+            "there is no ledger at {}: `orchestrator run` creates it; check `ledger.path` in {}",
+            config.ledger_path.display(),
+            config.path.display()
+        ))),
+        // Present, or unreadable: opening it says which.
+        _ => Ok(()),
+    }
+}
 
 /// Runs one command to completion.
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
@@ -32,6 +57,21 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Report(args) => report::run(&config_path, args),
         Command::Trace(args) => trace::run(&config_path, args),
     }
+}
+
+/// The error and its causes on one line, each cause once: an error whose
+/// message already quotes its source (`cannot read X: No such file`) would
+/// otherwise print that source twice.
+pub fn render_error(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// 2 for usage and configuration errors anywhere in the chain, else 1.
@@ -54,4 +94,23 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let err = anyhow::Error::new(ConfigError::Read {
+            path: "/nope.toml".into(),
+            source: io,
+        });
+        let text = render_error(&err);
+        let cause = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+        assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        let wrapped = anyhow::anyhow!("inner cause").context("outer");
+        assert_eq!(render_error(&wrapped), "outer: inner cause");
+    }
 }

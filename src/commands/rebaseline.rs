@@ -9,7 +9,7 @@ use super::UsageError;
 use crate::cli::RebaselineArgs;
 use crate::config::Config;
 use crate::cycle::{Scorers, StackScorer};
-use crate::ledger::{Ledger, NewReferenceHash};
+use crate::ledger::NewReferenceHash;
 use crate::measure::cancel::Cancel;
 use crate::measure::scorer::{ProfileFile, Scorer};
 
@@ -17,8 +17,11 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
     if args.reason.trim().is_empty() {
         return Err(UsageError("--reason must say why the output changed".into()).into());
     }
-    let by = super::stage::decider(args.by)?;
+    let by = super::decider::decider(args.by)?;
     let config = Config::load(config_path)?;
+    // Pinning into a new empty ledger would help no daemon: only `run`
+    // creates one, and refuse before measuring anything.
+    super::require_ledger(&config)?;
     let live = ProfileFile::load(&config.stack.live_profile)?;
     let scorers = Scorers::from_config(&config);
     let targets: Vec<StackScorer> = [
@@ -29,7 +32,7 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
     .flatten()
     .collect();
     super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let mut pinned = 0;
         for scorer in &targets {
             let prompt_set = scorer.prompt_set(&config);

@@ -9,7 +9,6 @@ use chrono::Utc;
 use super::UsageError;
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::config::Config;
-use crate::ledger::Ledger;
 use crate::report::redact::Redactor;
 use crate::report::{self, BuildOptions, Period};
 
@@ -26,16 +25,8 @@ pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
         check_out(out)?;
     }
     let config = Config::load(config_path)?;
-    if !config.ledger_path.exists() {
-        // Opening would create an empty ledger; a report of nothing from a
-        // mistyped path would look like a quiet week.
-        return Err(UsageError(format!(
-            "there is no ledger at {} (`ledger.path` in {}); point it at the daemon's ledger",
-            config.ledger_path.display(),
-            config.path.display()
-        ))
-        .into());
-    }
+    // A report of nothing from a mistyped path would look like a quiet week.
+    super::require_ledger(&config)?;
     // The model's API key is the one secret the orchestrator knows; hide it
     // wherever a stored error message happens to quote it.
     let secrets = config
@@ -51,7 +42,7 @@ pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
     );
     options.redactor = Redactor::new(secrets);
     let report = super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let built = report::build(&ledger, &options).await;
         ledger.close().await;
         anyhow::Ok(built?)

@@ -19,36 +19,22 @@ use crate::vocab::{Digest, StageState};
 pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&config.ledger_path).await?;
+        let ledger = super::open_ledger(&config).await?;
         let result = match cmd {
             StageCommand::List { all, json } => list(&ledger, all, json).await,
             StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
             StageCommand::Approve { id, by, note } => {
-                let by = decider(by)?;
+                let by = super::decider::decider(by)?;
                 approve(&config, &ledger, StageId(id), &by, note.as_deref()).await
             }
             StageCommand::Reject { id, reason, by } => {
-                let by = decider(by)?;
+                let by = super::decider::decider(by)?;
                 reject(&ledger, StageId(id), &by, &reason).await
             }
         };
         ledger.close().await;
         result
     })
-}
-
-/// Who decides: `--by`, else `$USER`; a bounded, printable name.
-pub(crate) fn decider(by: Option<String>) -> anyhow::Result<String> {
-    let name = by
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "unknown".to_string());
-    let name = name.trim().to_string();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(
-            UsageError("--by must be a name of 1 to 64 printable characters".to_string()).into(),
-        );
-    }
-    Ok(name)
 }
 
 async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
@@ -141,17 +127,34 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
             .collect(),
         None => vec![],
     };
+    let restart = super::restart::restart_lines(config, &candidate);
     if json {
         let out = json!({
             "detail": detail,
             "live_profile": config.stack.live_profile,
             "live_digest": live.as_ref().map(|p| p.digest()),
             "diff_against_live": diff,
+            "restart_after_approval": restart,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     print_detail(config, &detail, live.as_ref(), &diff);
+    match (detail.stage.state, restart) {
+        (StageState::Staged, Some(lines)) => {
+            println!();
+            println!(
+                "after `orchestrator stage approve {id}`, {}",
+                lines.join("\n")
+            );
+        }
+        (StageState::Approved, Some(lines)) => {
+            println!();
+            println!("{}", lines.join("\n"));
+        }
+        // A rejected or expired profile is not one to run.
+        _ => {}
+    }
     Ok(())
 }
 
@@ -351,6 +354,11 @@ async fn approve(
         "The serving stack reads its profile at start: restart it for this to take effect. \
          Nothing was restarted or signalled."
     );
+    if let Some(lines) = super::restart::restart_lines(config, &candidate) {
+        for line in lines {
+            println!("{line}");
+        }
+    }
     print_superseded(&expired);
     Ok(())
 }

@@ -13,6 +13,9 @@ use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, VerdictKind};
 
+/// The longest reason a cycle line shows (the ledger keeps it whole).
+const MAX_REASON: usize = 600;
+
 /// The outcome of one cycle, as recorded.
 #[derive(Debug, Clone)]
 pub struct CycleReport {
@@ -101,7 +104,13 @@ impl fmt::Display for CycleReport {
         if let Some(s) = self.scheduled {
             write!(f, " [{s}]")?;
         }
-        let verdict = self.verdict.map(|v| v.as_str()).unwrap_or("-");
+        // An interrupted cycle is `aborted`, as the ledger's cycle status and
+        // the run's summary count it, though its verdict is `failed`.
+        let verdict = match (self.status, self.verdict) {
+            (Some(CycleStatus::Aborted), _) => "aborted",
+            (_, Some(v)) => v.as_str(),
+            (_, None) => "-",
+        };
         write!(f, "  {verdict:<13}")?;
         if let Some((e, i)) = self.effect {
             write!(f, " {}", display::effect(e, i.low, i.high))?;
@@ -134,9 +143,46 @@ impl fmt::Display for CycleReport {
                 Some(VerdictKind::Failed | VerdictKind::Rejected | VerdictKind::HashMismatch)
             )
         {
-            let short: String = reason.chars().take(160).collect();
-            write!(f, "  ({short})")?;
+            // What to do comes at the end of a reason: never cut it off.
+            write!(f, "  ({})", display::shorten_middle(reason, MAX_REASON))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(status: CycleStatus, reason: &str) -> CycleReport {
+        let mut r = CycleReport::new(CycleId(7));
+        r.status = Some(status);
+        r.verdict = Some(VerdictKind::Failed);
+        r.reason = Some(reason.to_string());
+        r
+    }
+
+    #[test]
+    fn a_long_reason_keeps_its_actionable_end() {
+        let reason = format!(
+            "run #3 (candidate) could not be measured: the bench command exited with code 1: {}; \
+             lower memory.budget_gb in the profile",
+            "loading layer ".repeat(40)
+        );
+        let line = failed(CycleStatus::Failed, &reason).to_string();
+        assert!(
+            line.contains("run #3 (candidate)")
+                && line.ends_with("lower memory.budget_gb in the profile)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn an_interrupted_cycle_reads_aborted_not_failed() {
+        let line = failed(CycleStatus::Aborted, "aborted: shutdown while measuring").to_string();
+        assert!(line.contains("  aborted "), "{line}");
+        assert!(!line.contains("failed"), "{line}");
+        let line = failed(CycleStatus::Failed, "the bench broke").to_string();
+        assert!(line.contains("  failed "), "{line}");
     }
 }

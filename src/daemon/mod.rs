@@ -56,11 +56,37 @@ pub struct RunOptions {
 /// How the loop ended.
 #[derive(Debug, Clone, Default)]
 pub struct RunSummary {
+    /// Cycles recorded, whatever their status.
     pub cycles: u64,
     pub failed: u64,
+    /// Cycles cut short by SIGINT/SIGTERM (recorded `aborted`).
+    pub aborted: u64,
     pub interrupted: bool,
-    /// The last cycle failed (what `--once` reports as exit 1).
+    /// The last cycle failed (an aborted one did not).
     pub last_failed: bool,
+}
+
+impl RunSummary {
+    /// The exit rule of `orchestrator run`: the run failed when its last
+    /// cycle failed, or when every cycle that ran to its end failed (a run
+    /// interrupted after failing throughout is still a failure). An
+    /// interrupted cycle is neither failed nor a success. `None` is exit 0.
+    pub fn failure(&self) -> Option<String> {
+        let finished = self.cycles - self.aborted;
+        if self.last_failed {
+            Some(format!(
+                "the last cycle failed ({} of {} cycle(s) failed)",
+                self.failed, self.cycles
+            ))
+        } else if finished > 0 && self.failed == finished {
+            Some(format!(
+                "{} of {} cycle(s) failed",
+                self.failed, self.cycles
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// The judge's policy from the config's measurement section (validated
@@ -299,6 +325,7 @@ async fn run_loop(
             daemon_metrics.set_staged_waiting(staged.len() as u64);
         }
         if report.status == Some(CycleStatus::Aborted) {
+            summary.aborted += 1;
             summary.interrupted = true;
             break;
         }
@@ -338,6 +365,39 @@ async fn watch_signals(handle: CancelHandle) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(statuses: &[CycleStatus]) -> RunSummary {
+        let mut s = RunSummary::default();
+        for st in statuses {
+            s.cycles += 1;
+            s.last_failed = *st == CycleStatus::Failed;
+            match st {
+                CycleStatus::Failed => s.failed += 1,
+                CycleStatus::Aborted => s.aborted += 1,
+                _ => {}
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn a_run_fails_when_its_last_cycle_or_every_cycle_failed() {
+        use CycleStatus::{Aborted, Completed, Failed};
+        assert!(summary(&[]).failure().is_none());
+        assert!(summary(&[Completed, Completed]).failure().is_none());
+        assert!(summary(&[Failed, Completed]).failure().is_none());
+        assert!(summary(&[Failed, Completed, Aborted]).failure().is_none());
+        assert!(summary(&[Completed, Aborted]).failure().is_none());
+        assert!(summary(&[Aborted]).failure().is_none());
+        let last = summary(&[Completed, Failed]).failure().unwrap();
+        assert!(
+            last.contains("last cycle failed") && last.contains("1 of 2"),
+            "{last}"
+        );
+        let all = summary(&[Failed, Failed, Aborted]).failure().unwrap();
+        assert!(all.contains("2 of 3 cycle(s) failed"), "{all}");
+        assert!(summary(&[Failed]).failure().is_some());
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

@@ -9,7 +9,7 @@ use sqlx::{FromRow, Row};
 
 use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
 use super::error::Ctx;
-use super::ids::{CycleId, ObservationId};
+use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
 use super::verdicts::{self, Verdict};
 use super::{Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
@@ -103,6 +103,24 @@ pub struct CycleVerdict {
     pub verdict: Verdict,
     pub menu_id: Option<MenuId>,
     pub parameters: Option<Value>,
+    /// The proposal that chose the experiment; `None` when the orchestrator
+    /// scheduled it (a noise floor, a confirmation) or there is none.
+    pub proposal_id: Option<ProposalId>,
+    /// The win this experiment re-tests, when it is a confirmation.
+    pub confirmation_of: Option<ExperimentId>,
+}
+
+impl CycleVerdict {
+    /// Why the orchestrator ran this experiment itself, without asking the
+    /// proposer; `None` when the proposer chose it (or nothing was tried).
+    pub fn scheduled(&self) -> Option<&'static str> {
+        match (self.menu_id, self.proposal_id, self.confirmation_of) {
+            (Some(_), None, Some(_)) => Some("confirmation"),
+            (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
+            (Some(_), None, None) => Some("scheduled"),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = max(?1, started_at), error = ?2 \
@@ -111,7 +129,8 @@ pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted'
 pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
      ORDER BY started_at DESC, id DESC LIMIT ?1";
 
-pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters \
+pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
+     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
      FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
      WHERE v.cycle_id IN (SELECT value FROM json_each(?1)) ORDER BY v.cycle_id, v.id";
 
@@ -272,11 +291,16 @@ async fn recent_cycles(
         let verdict = verdicts::from_row(&row).map_err(cx.err(op))?;
         let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
         let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
+        let proposal_id: Option<ProposalId> = row.try_get("e_proposal_id").map_err(cx.err(op))?;
+        let confirmation_of: Option<ExperimentId> =
+            row.try_get("e_confirmation_of").map_err(cx.err(op))?;
         if let Some(s) = out.iter_mut().find(|s| s.cycle.id == verdict.cycle_id) {
             s.verdicts.push(CycleVerdict {
                 verdict,
                 menu_id,
                 parameters,
+                proposal_id,
+                confirmation_of,
             });
         }
     }

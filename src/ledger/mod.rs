@@ -159,12 +159,32 @@ impl Ledger {
         busy_timeout: Duration,
         max_bytes: Option<u64>,
     ) -> Result<Ledger> {
-        let path = path.as_ref();
+        Ledger::connect(path.as_ref(), busy_timeout, max_bytes, true).await
+    }
+
+    /// Opens the ledger at `path` only if it exists (and applies pending
+    /// migrations): never creates a file or a directory, so a command that
+    /// only reads or decides cannot leave an empty ledger behind a mistyped
+    /// path. Callers refuse a missing file first, with the fix; this is the
+    /// guarantee when the file vanishes in between.
+    pub async fn open_existing(path: impl AsRef<Path>) -> Result<Ledger> {
+        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false).await
+    }
+
+    async fn connect(
+        path: &Path,
+        busy_timeout: Duration,
+        max_bytes: Option<u64>,
+        create: bool,
+    ) -> Result<Ledger> {
         let ctx = Ctx {
             path: Arc::from(path),
             busy_timeout,
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| create && !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|source| LedgerError::CreateDir {
                 path: path.to_path_buf(),
                 dir: dir.to_path_buf(),
@@ -173,7 +193,7 @@ impl Ledger {
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
-            .create_if_missing(true)
+            .create_if_missing(create)
             .journal_mode(SqliteJournalMode::Wal)
             // NORMAL is durable across application crashes in WAL mode and
             // only risks the last commits on power loss; FULL would fsync on

@@ -66,7 +66,10 @@ pub enum AbVerdict {
     },
     /// A run could not be measured.
     Failed {
+        /// The profile it ran.
         arm: Arm,
+        /// A warmup (stored with `arm = warmup`), not a measured run.
+        warmup: bool,
         order_index: u32,
         reason: String,
     },
@@ -120,11 +123,20 @@ impl AbVerdict {
             )),
             AbVerdict::Failed {
                 arm,
+                warmup,
                 order_index,
                 reason,
-            } => refusal(format!(
-                "run #{order_index} ({arm}) could not be measured: {reason}"
-            )),
+            } => {
+                // Named as the ledger stores the run: a warmup is `warmup`.
+                let run = if *warmup {
+                    format!("warmup of the {arm}")
+                } else {
+                    arm.to_string()
+                };
+                refusal(format!(
+                    "run #{order_index} ({run}) could not be measured: {reason}"
+                ))
+            }
         }
     }
 }
@@ -517,6 +529,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 }
                 return Ok(Ran::Ended(AbVerdict::Failed {
                     arm: slot.profile,
+                    warmup: slot.warmup,
                     order_index,
                     reason: error.to_string(),
                 }));

@@ -3,6 +3,26 @@
 use super::*;
 
 #[tokio::test]
+async fn open_existing_never_creates_a_ledger_or_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub").join("orchestrator.db");
+    assert!(Ledger::open_existing(&path).await.is_err());
+    assert!(!dir.path().join("sub").exists(), "no directory made");
+    let flat = dir.path().join("orchestrator.db");
+    assert!(Ledger::open_existing(&flat).await.is_err());
+    assert!(!flat.exists(), "no file made");
+    let made = Ledger::open(&flat).await.unwrap();
+    let id = made.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+    made.close().await;
+    let again = Ledger::open_existing(&flat).await.unwrap();
+    assert_eq!(
+        again.cycle(id).await.unwrap().proposer,
+        ProposerKind::Bandit
+    );
+    again.close().await;
+}
+
+#[tokio::test]
 async fn file_ledger_sets_its_pragmas_and_reopens() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sub").join("orchestrator.db");
