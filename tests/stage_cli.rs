@@ -454,7 +454,7 @@ fn show_and_approve_print_the_command_line_that_runs_the_staged_profile() {
     let id = f.stage_win(0.75).0.to_string();
     let live = f.path("ledger/profiles/live.toml");
     let serve = format!(
-        "target/release/tinyk3 serve ledger/tinyk3-model --profile {} --listen 127.0.0.1:8181",
+        "target/release/tinyk3 serve ledger/tinyk3-demo --profile {} --listen 127.0.0.1:8181",
         live.display()
     );
 
