@@ -14,8 +14,9 @@ fi
 
 # The llama-server tier (tests/llama_server.rs) needs a real llama.cpp
 # llama-server and a small real GGUF model: built and fetched once into a
-# cache outside the checkout (about 10 minutes on 2 cores the first time, a
-# no-op after), then handed to the tests through the environment.
+# cache outside the checkout (15 to 41 minutes on 2 cores the first time,
+# depending on load, README "Disk and time"; a no-op after), then handed to
+# the tests through the environment.
 llama_env="$(bash scripts/llama-server.sh)"
 eval "$llama_env"
 export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF
