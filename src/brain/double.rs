@@ -264,3 +264,10 @@ impl<'a> MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// The stack the brain's tests describe: tiered, with experts.
+pub(crate) static MOE_STACK: std::sync::LazyLock<super::StackDescription> =
+    std::sync::LazyLock::new(|| super::StackDescription {
+        name: "tinyk3".into(),
+        experts: true,
+    });

@@ -20,6 +20,7 @@
 pub mod bandit;
 pub mod client;
 pub mod error;
+pub mod exclusions;
 pub mod model;
 pub mod prompt;
 
@@ -37,19 +38,27 @@ use crate::ledger::{
     CycleId, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal, ProposalRejection,
 };
 use crate::menu::{Menu, MenuId, Proposal, Rejection};
+use crate::profile::{Knob, KnobValue};
 use crate::vocab::{Digest, ProposerKind};
 
 pub use bandit::{BanditAlgorithm, BanditProposer};
 pub use client::{ChatClient, Message, Role};
 pub use error::BrainError;
 pub use model::{Backoff, ModelProposer};
-pub use prompt::{LiveMetrics, NoiseFloorState};
+pub use prompt::{LiveMetrics, NoiseFloorState, StackDescription};
 
 /// What a proposer knows when it chooses: all of it is the orchestrator's
 /// own data (config, metrics, the ledger), none of it the model's words.
 #[derive(Debug, Clone, Copy)]
 pub struct Situation<'a> {
+    /// The menu with the values excluded on the live profile (see
+    /// [`exclusions`]): the schema, the validator and the bandit's grid
+    /// come from it.
     pub menu: &'a Menu,
+    /// What the stack is, as config tells it.
+    pub stack: &'a StackDescription,
+    /// The live profile's value of every knob the menu's entries touch.
+    pub live_knobs: &'a [(Knob, KnobValue)],
     /// The objective from config, seconds per token.
     pub target_seconds_per_token: f64,
     pub metrics: &'a LiveMetrics,
@@ -124,12 +133,18 @@ pub(crate) async fn duplicate_of(
         return Ok(None);
     }
     if let Some(prev) = check.previous(proposal).await? {
-        return Ok(Some(Rejection::Duplicate { previous: prev.0 }));
+        return Ok(Some(Rejection::Duplicate {
+            what: proposal.describe(),
+            previous: prev.0,
+        }));
     }
     Ok(check
         .refused_by_planner(proposal)
         .await?
-        .map(|cycle| Rejection::RefusedByPlanner { cycle: cycle.0 }))
+        .map(|cycle| Rejection::RefusedByPlanner {
+            what: proposal.describe(),
+            cycle: cycle.0,
+        }))
 }
 
 /// A proposer: the served model or the bandit.
@@ -293,7 +308,10 @@ mod tests {
         record(Digest::of(b"old live"), None, VerdictKind::Rejected).await;
         record(
             live.clone(),
-            Some(Rejection::Duplicate { previous: 1 }),
+            Some(Rejection::Duplicate {
+                what: "rerank_pins pin_count 64".into(),
+                previous: 1,
+            }),
             VerdictKind::Rejected,
         )
         .await;
@@ -306,8 +324,27 @@ mod tests {
             check.refused_by_planner(&pins).await.unwrap(),
             Some(refused)
         );
+        // The prompt and the schema learn of it too, with the cycle.
+        let refused_values = check.refused(&menu).await.unwrap();
+        assert_eq!(
+            refused_values,
+            vec![crate::menu::Excluded {
+                experiment: MenuId::RerankPins,
+                param: "pin_count".into(),
+                value: crate::menu::ParamValue::Integer(64),
+                why: crate::menu::Why::RefusedByPlanner {
+                    cycle: Some(refused.0)
+                },
+            }]
+        );
         let rejection = duplicate_of(&check, &pins).await.unwrap().unwrap();
-        assert_eq!(rejection, Rejection::RefusedByPlanner { cycle: refused.0 });
+        assert_eq!(
+            rejection,
+            Rejection::RefusedByPlanner {
+                what: "rerank_pins pin_count 64".into(),
+                cycle: refused.0
+            }
+        );
         assert_eq!(rejection.kind(), "duplicate");
         assert!(
             rejection.to_string().contains("planner already refused"),
@@ -355,6 +392,8 @@ mod tests {
         let metrics = LiveMetrics::default();
         let situation = Situation {
             menu: &menu,
+            stack: &crate::brain::double::MOE_STACK,
+            live_knobs: &[],
             target_seconds_per_token: 1.0,
             metrics: &metrics,
             noise_floor: &floor,
@@ -399,7 +438,10 @@ mod tests {
                     prompt: Some("[user]\nchoose\n".into()),
                     raw_answer: Some(split.into()),
                     parsed: Some(proposal_value(&proposal)),
-                    rejection: Some(Rejection::Duplicate { previous: 1 }),
+                    rejection: Some(Rejection::Duplicate {
+                what: "rerank_pins pin_count 64".into(),
+                previous: 1,
+            }),
                 },
                 Attempt {
                     number: 3,
@@ -468,6 +510,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(check.previous(&proposal).await.unwrap(), Some(experiment));
+        let refused = check.refused(&menu).await.unwrap();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            refused[0].why,
+            crate::menu::Why::Decided {
+                experiment: experiment.0
+            }
+        );
+        assert_eq!(
+            refused[0].value,
+            crate::menu::ParamValue::Number(0.35)
+        );
         let other = Digest::of(b"another base");
         let elsewhere = LedgerDuplicates {
             ledger: &ledger,

@@ -46,6 +46,8 @@ async fn ask(p: &mut ModelProposer, decided: &Decided) -> Outcome {
     };
     let s = Situation {
         menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics: &metrics,
         noise_floor: &NoiseFloorState::Missing,
@@ -270,7 +272,10 @@ async fn a_duplicate_is_refused_and_retried() {
     assert_eq!(kinds(&o), ["duplicate", "accepted"]);
     assert_eq!(
         o.attempts[0].rejection,
-        Some(crate::menu::Rejection::Duplicate { previous: 77 })
+        Some(crate::menu::Rejection::Duplicate {
+            what: "rerank_pins pin_count 64".into(),
+            previous: 77,
+        })
     );
     assert!(
         o.attempts[0].parsed.is_some(),

@@ -212,16 +212,27 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             .recent_experiments(cfg.cycle.history.max(64))
             .await?;
         let floor_state = bench_floor.state(self.policy.min_floor, now);
+        let duplicates = LedgerDuplicates {
+            ledger: self.ledger,
+            base_digest: &live_digest,
+        };
+        // The live profile's own values and what was decided or refused on
+        // it leave the schema, the validator and the bandit's grid.
+        let menu = self
+            .menu
+            .clone()
+            .excluding(brain::exclusions::live(plan::unchanged(&live.profile)))
+            .excluding(duplicates.refused(self.menu).await?);
+        let stack = brain::StackDescription::of(cfg, self.menu);
+        let live_knobs = live_knobs(self.menu, &live.profile);
         let situation = Situation {
-            menu: self.menu,
+            menu: &menu,
+            stack: &stack,
+            live_knobs: &live_knobs,
             target_seconds_per_token: cfg.objective.target_seconds_per_token.get(),
             metrics: &obs.metrics,
             noise_floor: &floor_state,
             history: &history,
-        };
-        let duplicates = LedgerDuplicates {
-            ledger: self.ledger,
-            base_digest: &live_digest,
         };
         tracing::debug!(cycle = %id, "phase propose");
         // The proposer's HTTP call is abandoned on shutdown (dropping the
@@ -763,6 +774,18 @@ fn warn_new_gaps(gaps: &[String]) {
             tracing::warn!("observe: {gap}");
         }
     }
+}
+
+/// The live value of every knob the menu's entries touch, in knob order.
+fn live_knobs(menu: &Menu, live: &Profile) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
+    let mut knobs: Vec<crate::profile::Knob> = menu
+        .entries()
+        .iter()
+        .flat_map(|e| e.touches.iter().copied())
+        .collect();
+    knobs.sort();
+    knobs.dedup();
+    knobs.into_iter().map(|k| (k, live.get(k))).collect()
 }
 
 /// Runs whose pressure says what the machine is like now (two blocks).
