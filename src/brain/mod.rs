@@ -90,6 +90,17 @@ pub trait DuplicateCheck {
     ) -> impl Future<Output = Result<Option<CycleId>, LedgerError>> + Send {
         async { Ok(None) }
     }
+
+    /// Why the planner would measure nothing of this valid, new proposal
+    /// (the candidate equals the live profile, it is predicted not to help,
+    /// an input is missing), in the planner's own words, or `None` when it
+    /// plans. The model proposer asks before it settles on an answer, so a
+    /// refusal is told to the model and asked again within the cycle. The
+    /// cycle implements it by planning; checks without a planner (the test
+    /// doubles) refuse nothing.
+    fn planner_refusal(&self, _proposal: &Proposal) -> Option<String> {
+        None
+    }
 }
 
 /// [`DuplicateCheck`] over [`Ledger::already_decided`] for one base profile.
@@ -410,6 +421,72 @@ mod tests {
                 d => panic!("the bandit chose nothing: {d:?}"),
             }
         }
+    }
+
+    /// An answer the planner refused inside the proposer's loop (stored
+    /// `not_measured`) is excluded on that live profile in later cycles,
+    /// and only there.
+    #[tokio::test]
+    async fn a_refusal_inside_the_loop_is_excluded_on_that_live_profile() {
+        use crate::ledger::NewObservation;
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
+        let menu = repo_menu();
+        let live = Digest::of(b"live");
+        let zero = menu
+            .validate(r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#)
+            .unwrap();
+        let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
+        ledger
+            .insert_observation(&NewObservation {
+                cycle_id: cycle,
+                observed_at: at,
+                metrics: serde_json::json!({}),
+                heat: None,
+                live_profile_digest: live.clone(),
+            })
+            .await
+            .unwrap();
+        let attempt = Attempt {
+            number: 1,
+            prompt: Some("[user]\nchoose\n".into()),
+            raw_answer: Some("{}".into()),
+            parsed: Some(proposal_value(&zero)),
+            rejection: Some(Rejection::NotMeasured {
+                reason: "stage_speculative draft_len 0: the candidate equals the live profile"
+                    .into(),
+            }),
+        };
+        let row = attempt.to_new_proposal(cycle, ProposerKind::Model, at);
+        assert_eq!(row.rejection.as_ref().unwrap().kind, "not_measured");
+        ledger.insert_proposal(&row).await.unwrap();
+        let check = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &live,
+        };
+        let refused = check.refused(&menu).await.unwrap();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            refused[0].why,
+            crate::menu::Why::RefusedByPlanner {
+                cycle: Some(cycle.0)
+            }
+        );
+        let excluded = menu.clone().excluding(refused);
+        let err = excluded
+            .validate(r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("draft_len 0 was already refused by the planner on this live profile"),
+            "{err}"
+        );
+        let other = Digest::of(b"another live");
+        let elsewhere = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &other,
+        };
+        assert!(elsewhere.refused(&menu).await.unwrap().is_empty());
     }
 
     /// The rows an outcome produces satisfy the ledger's schema, and the

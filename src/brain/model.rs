@@ -1,6 +1,8 @@
 //! The model proposer: asks the served model, validates the answer with
-//! [`Menu::validate`](crate::menu::Menu::validate), refuses duplicates, and
-//! asks again (showing our own refusal messages) up to `max_attempts`.
+//! [`Menu::validate`](crate::menu::Menu::validate), refuses duplicates and
+//! what the planner would not measure, and asks again (showing our own
+//! refusal messages, with a planner-refused value left out of the schema)
+//! up to `max_attempts`.
 //! Transient HTTP failures are retried inside the same budget after an
 //! exponential backoff with full jitter.
 
@@ -15,7 +17,8 @@ use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
     proposal_value,
 };
-use crate::menu::Rejection;
+use super::exclusions;
+use crate::menu::{Rejection, Why};
 use crate::vocab::ProposerKind;
 
 /// Exponential backoff with "full jitter": before retry `k` (0-based) sleep
@@ -77,12 +80,16 @@ impl<R: Rng + Send> ModelProposer<R> {
         s: &Situation<'_>,
         duplicates: &D,
     ) -> (Vec<Attempt>, Decision) {
-        let schema = s.menu.json_schema();
+        // What the planner refuses in this cycle leaves the menu for the
+        // next request: its schema, its validator and its prompt.
+        let mut menu = s.menu.clone();
         let mut attempts = Vec::new();
         let mut refusals: Vec<Rejection> = Vec::new();
         let mut retries = 0u32;
         for number in 1..=self.max_attempts {
-            let messages = prompt::messages(s, &refusals);
+            let situation = Situation { menu: &menu, ..*s };
+            let schema = menu.json_schema();
+            let messages = prompt::messages(&situation, &refusals);
             let raw = match self.client.complete(&messages, &schema).await {
                 Ok(raw) => raw,
                 Err(e) if e.is_transient() && number < self.max_attempts => {
@@ -100,7 +107,7 @@ impl<R: Rng + Send> ModelProposer<R> {
                 Err(e) => return (attempts, Decision::Failed(e)),
             };
             let prompt = Some(prompt::render(&messages));
-            let refusal = match s.menu.validate(&raw) {
+            let refusal = match menu.validate(&raw) {
                 Err(rejection) => {
                     attempts.push(Attempt {
                         number,
@@ -117,6 +124,19 @@ impl<R: Rng + Send> ModelProposer<R> {
                             attempts,
                             Decision::Failed(BrainError::DuplicateCheck { source }),
                         );
+                    }
+                    Ok(None) if let Some(reason) = duplicates.planner_refusal(&proposal) => {
+                        let refusal = Rejection::NotMeasured { reason };
+                        attempts.push(Attempt {
+                            number,
+                            prompt,
+                            raw_answer: Some(raw),
+                            parsed: Some(proposal_value(&proposal)),
+                            rejection: Some(refusal.clone()),
+                        });
+                        let why = Why::RefusedByPlanner { cycle: None };
+                        menu = menu.excluding(exclusions::of_proposal(&proposal, &why));
+                        refusal
                     }
                     Ok(None) => {
                         attempts.push(Attempt {

@@ -495,3 +495,90 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
     let none = model_config("http://127.0.0.1:9/v1".parse().unwrap(), None, 1.0, 1);
     assert!(ChatClient::with_env(&none, |_| panic!("no lookup without api_key_env")).is_ok());
 }
+
+/// Stands in for the cycle's planner: refuses one proposal as the live
+/// profile, as the planner does for the live `draft_len`.
+struct PlannerRefuses(Proposal);
+
+impl DuplicateCheck for PlannerRefuses {
+    async fn previous(&self, _: &Proposal) -> Result<Option<crate::ledger::ExperimentId>, crate::ledger::LedgerError> {
+        Ok(None)
+    }
+
+    fn planner_refusal(&self, p: &Proposal) -> Option<String> {
+        (*p == self.0).then(|| {
+            format!(
+                "{}: the candidate equals the live profile: nothing to measure; choose other parameters",
+                p.describe()
+            )
+        })
+    }
+}
+
+/// A planner refusal is one more refused answer: told to the model (with
+/// the value it named) and asked again within the cycle, its value left out
+/// of the next request's schema and listed in its prompt; the cycle ends
+/// with the answer that plans.
+#[tokio::test]
+async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
+    let menu = repo_menu();
+    let live = json!({"experiment": "stage_speculative", "params": {"draft_len": 0}, "rationale": "x"})
+        .to_string();
+    let other = json!({"experiment": "stage_speculative", "params": {"draft_len": 2}, "rationale": "x"})
+        .to_string();
+    let refused = menu.validate(&live).unwrap();
+    let server = ScriptedModelServerDouble::start(vec![
+        Reply::Content(live.clone()),
+        Reply::Content(other.clone()),
+    ])
+    .await;
+    let mut p = proposer(server.base_url(), 5.0, 3);
+    let metrics = LiveMetrics::default();
+    let s = Situation {
+        menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &NoiseFloorState::Missing,
+        history: &[],
+    };
+    let o = p.propose(&s, &PlannerRefuses(refused.clone())).await;
+    assert_eq!(kinds(&o), ["not_measured", "accepted"]);
+    assert_eq!(o.attempts[0].parsed, Some(proposal_value(&refused)));
+    match &o.decision {
+        Decision::Chosen(c) => assert_eq!(c, &menu.validate(&other).unwrap()),
+        d => panic!("{d:?}"),
+    }
+    let sent = server.received();
+    assert_eq!(sent.len(), 2);
+    let followup = sent[1].message_contents().join("\n");
+    assert!(
+        followup.contains(
+            "not_measured: not measured: stage_speculative draft_len 0: the candidate equals the live profile"
+        ),
+        "{followup}"
+    );
+    assert!(
+        followup.contains("  - draft_len 0 was refused by the planner earlier in this cycle"),
+        "{followup}"
+    );
+    let schema = &sent[1].body["response_format"]["json_schema"]["schema"];
+    let spec = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "stage_speculative")
+        .unwrap();
+    assert_eq!(
+        spec["properties"]["params"]["properties"]["draft_len"]["minimum"],
+        json!(1),
+        "{spec}"
+    );
+    // A model that repeats the refused value is refused by the validator.
+    let server = ScriptedModelServerDouble::start(vec![Reply::Content(live.clone()); 3]).await;
+    let mut p = proposer(server.base_url(), 5.0, 3);
+    let o = p.propose(&s, &PlannerRefuses(refused)).await;
+    assert_eq!(kinds(&o), ["not_measured", "duplicate", "duplicate"]);
+    assert!(matches!(o.decision, Decision::Rejected));
+}

@@ -14,6 +14,7 @@
 mod floor;
 mod line;
 mod scorer;
+mod screen;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,8 +37,8 @@ use crate::measure::cancel::Cancel;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::{ProfileFile, Scorer};
 use crate::menu::{Menu, MenuId, Proposal};
-use crate::observe::{self, Observation};
-use crate::plan::{self, PinList, PlanContext};
+use crate::observe;
+use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
 use crate::profile::Profile;
 use crate::vocab::{Arm, Digest, Method, VerdictKind};
 
@@ -234,6 +235,19 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             noise_floor: &floor_state,
             history: &history,
         };
+        let current_pins = live_pins(&live);
+        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
+        let ctx = PlanContext {
+            live: &live.profile,
+            live_path: &live.path,
+            profiles_dir: &profiles_dir,
+            expert_bytes: cfg.stack.expert_bytes,
+            heat: obs.heat.as_ref(),
+            trace: obs.trace.as_ref(),
+            current_pins: current_pins.as_ref(),
+            top_k: None,
+        };
+        let screen = screen::Screen::new(duplicates, &ctx);
         tracing::debug!(cycle = %id, "phase propose");
         // The proposer's HTTP call is abandoned on shutdown (dropping the
         // future closes the connection); nothing of it is half-recorded.
@@ -242,7 +256,7 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             _ = self.cancel.cancelled() => {
                 return Err(Stop::Aborted("shutdown while the proposer was choosing".into()));
             }
-            outcome = self.proposer.propose(&situation, &duplicates) => outcome,
+            outcome = self.proposer.propose(&situation, &screen) => outcome,
         };
         let mut last_proposal: Option<ProposalId> = None;
         for p in outcome.new_proposals(id, self.clock.now()) {
@@ -277,7 +291,9 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
             return self.remeasure(id, last_proposal, &live, &scorer, r).await;
         }
-        self.experiment(id, last_proposal, &proposal, &live, &obs, r)
+        tracing::debug!(cycle = %id, "phase plan");
+        let plan = screen.plan(&proposal);
+        self.experiment(id, last_proposal, &proposal, plan, &live, r)
             .await
     }
 
@@ -396,40 +412,16 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         id: CycleId,
         proposal_id: Option<ProposalId>,
         proposal: &Proposal,
+        plan: Result<Plan, PlanRefusal>,
         live: &ProfileFile,
-        obs: &Observation,
         r: &mut CycleReport,
     ) -> Result<(), Stop> {
-        let cfg = self.config;
-        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
-        let current_pins = match live.profile.pins_path(&live.path) {
-            Some(p) => match PinList::load(&p) {
-                Ok(list) => Some(list),
-                Err(e) => {
-                    tracing::warn!("the live pin list cannot be read: {e}");
-                    None
-                }
-            },
-            None => None,
-        };
-        let ctx = PlanContext {
-            live: &live.profile,
-            live_path: &live.path,
-            profiles_dir: &profiles_dir,
-            expert_bytes: cfg.stack.expert_bytes,
-            heat: obs.heat.as_ref(),
-            trace: obs.trace.as_ref(),
-            current_pins: current_pins.as_ref(),
-            top_k: None,
-        };
-        tracing::debug!(cycle = %id, "phase plan");
-        let plan = match plan::plan(&ctx, proposal) {
+        // The model's answers were screened by the planner already; a
+        // bandit's choice is refused here.
+        let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {
-                let why = match refusal.notes() {
-                    Some(notes) => format!("not measured: {refusal} (planner notes: {notes})"),
-                    None => format!("not measured: {refusal}"),
-                };
+                let why = format!("not measured: {}", screen::refusal_text(proposal, &refusal));
                 self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
                 return Ok(());
             }
@@ -772,6 +764,18 @@ fn warn_new_gaps(gaps: &[String]) {
             tracing::debug!("observe: {gap}");
         } else {
             tracing::warn!("observe: {gap}");
+        }
+    }
+}
+
+/// The live pin list, when the live profile names one that can be read.
+fn live_pins(live: &ProfileFile) -> Option<PinList> {
+    let path = live.profile.pins_path(&live.path)?;
+    match PinList::load(&path) {
+        Ok(list) => Some(list),
+        Err(e) => {
+            tracing::warn!("the live pin list cannot be read: {e}");
+            None
         }
     }
 }
