@@ -358,6 +358,7 @@ impl<R: Rng + Send> Proposer for BanditProposer<R> {
             proposer: ProposerKind::Bandit,
             attempts,
             decision,
+            note: None,
         }
     }
 }

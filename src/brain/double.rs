@@ -196,6 +196,7 @@ pub(crate) fn model_config(
         max_attempts,
         max_tokens: super::client::MAX_TOKENS,
         rationale_max_chars: crate::menu::RATIONALE_MAX_CHARS,
+        bandit_fallback_after: 3,
     }
 }
 

@@ -197,6 +197,17 @@ impl Attempt {
         proposer: ProposerKind,
         created_at: DateTime<Utc>,
     ) -> NewProposal {
+        self.to_new_proposal_noted(cycle_id, proposer, created_at, None)
+    }
+
+    /// [`Attempt::to_new_proposal`] with the outcome's note.
+    fn to_new_proposal_noted(
+        &self,
+        cycle_id: CycleId,
+        proposer: ProposerKind,
+        created_at: DateTime<Utc>,
+        note: Option<&str>,
+    ) -> NewProposal {
         NewProposal {
             cycle_id,
             proposer,
@@ -209,6 +220,7 @@ impl Attempt {
                 kind: r.kind().to_string(),
                 reason: r.to_string(),
             }),
+            note: note.map(str::to_string),
         }
     }
 }
@@ -231,6 +243,9 @@ pub struct Outcome {
     pub proposer: ProposerKind,
     pub attempts: Vec<Attempt>,
     pub decision: Decision,
+    /// Why this proposer answered when it is not the configured one (the
+    /// bandit standing in for the model); stored with every attempt.
+    pub note: Option<String>,
 }
 
 impl Outcome {
@@ -238,7 +253,9 @@ impl Outcome {
     pub fn new_proposals(&self, cycle_id: CycleId, created_at: DateTime<Utc>) -> Vec<NewProposal> {
         self.attempts
             .iter()
-            .map(|a| a.to_new_proposal(cycle_id, self.proposer, created_at))
+            .map(|a| {
+                a.to_new_proposal_noted(cycle_id, self.proposer, created_at, self.note.as_deref())
+            })
             .collect()
     }
 }
@@ -305,6 +322,7 @@ mod tests {
                     proposer: ProposerKind::Bandit,
                     attempts: vec![attempt],
                     decision: Decision::Chosen(pins.clone()),
+                    note: None,
                 };
                 for row in outcome.new_proposals(cycle, at) {
                     ledger.insert_proposal(&row).await.unwrap();
@@ -529,6 +547,7 @@ mod tests {
                 },
             ],
             decision: Decision::Chosen(proposal.clone()),
+            note: None,
         };
         let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
         let mut last = None;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 
+use super::bandit::BanditProposer;
 use super::client::ChatClient;
 use super::error::BrainError;
 use super::{
@@ -61,6 +62,25 @@ pub struct ModelProposer<R = StdRng> {
     backoff: Backoff,
     /// Only draws backoff jitter; injected so tests are deterministic.
     rng: R,
+    fallback: Option<Fallback<R>>,
+}
+
+/// The bandit that chooses for one cycle after the model's answers were
+/// all refused in `after` cycles in a row, so a model stuck on one refused
+/// answer cannot stall the loop.
+#[derive(Debug)]
+struct Fallback<R> {
+    bandit: BanditProposer<R>,
+    after: u32,
+    /// The model's cycles in a row that ended with every answer refused,
+    /// since the daemon started (a restart gives the model a fresh run).
+    rejected_in_a_row: u32,
+}
+
+impl<R> Fallback<R> {
+    fn due(&self) -> bool {
+        self.rejected_in_a_row >= self.after
+    }
 }
 
 impl<R: Rng + Send> ModelProposer<R> {
@@ -72,7 +92,21 @@ impl<R: Rng + Send> ModelProposer<R> {
             max_attempts: max_attempts.max(1),
             backoff,
             rng,
+            fallback: None,
         }
+    }
+
+    /// Hands one cycle to `bandit` after `after` (at least 1) cycles in a
+    /// row in which every answer was refused (`[model]
+    /// bandit_fallback_after`). That cycle is recorded as the bandit's, with
+    /// a note saying it is a fallback; the model chooses again after it.
+    pub fn with_fallback(mut self, bandit: BanditProposer<R>, after: u32) -> Self {
+        self.fallback = Some(Fallback {
+            bandit,
+            after: after.max(1),
+            rejected_in_a_row: 0,
+        });
+        self
     }
 
     async fn run<D: DuplicateCheck + Sync>(
@@ -180,8 +214,13 @@ impl<R: Rng + Send> ModelProposer<R> {
 }
 
 impl<R: Rng + Send> Proposer for ModelProposer<R> {
+    /// The bandit's when its fallback cycle is due: the cycle is opened
+    /// (and recorded) under the proposer that will choose in it.
     fn kind(&self) -> ProposerKind {
-        ProposerKind::Model
+        match &self.fallback {
+            Some(f) if f.due() => ProposerKind::Bandit,
+            _ => ProposerKind::Model,
+        }
     }
 
     async fn propose<D: DuplicateCheck + Sync>(
@@ -189,11 +228,31 @@ impl<R: Rng + Send> Proposer for ModelProposer<R> {
         situation: &Situation<'_>,
         duplicates: &D,
     ) -> Outcome {
+        if let Some(f) = self.fallback.as_mut().filter(|f| f.due()) {
+            let note = format!(
+                "fallback to the bandit: every answer of the served model was refused in {} cycles in a row ([model] bandit_fallback_after = {}); the model chooses again next cycle",
+                f.rejected_in_a_row, f.after
+            );
+            tracing::warn!("{note}");
+            f.rejected_in_a_row = 0;
+            let mut outcome = f.bandit.propose(situation, duplicates).await;
+            outcome.note = Some(note);
+            return outcome;
+        }
         let (attempts, decision) = self.run(situation, duplicates).await;
+        if let Some(f) = &mut self.fallback {
+            match decision {
+                Decision::Rejected => f.rejected_in_a_row += 1,
+                Decision::Chosen(_) => f.rejected_in_a_row = 0,
+                // Unreachable or too slow: says nothing of its answers.
+                Decision::Failed(_) => {}
+            }
+        }
         Outcome {
             proposer: ProposerKind::Model,
             attempts,
             decision,
+            note: None,
         }
     }
 }

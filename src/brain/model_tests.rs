@@ -582,3 +582,58 @@ async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     assert_eq!(kinds(&o), ["not_measured", "duplicate", "duplicate"]);
     assert!(matches!(o.decision, Decision::Rejected));
 }
+
+/// After `bandit_fallback_after` cycles whose every answer was refused, the
+/// bandit chooses one cycle: the cycle opens under the bandit's name, the
+/// model is not asked, and every row says it is a fallback; then the model
+/// chooses again, and a cycle in which it chose resets the count.
+#[tokio::test]
+async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
+    use crate::ledger::Ledger;
+    use chrono::Utc;
+    let off_menu = json!({"experiment": "format_disk", "params": {}, "rationale": "x"}).to_string();
+    let good = json!({"experiment": "remeasure", "params": {}, "rationale": "x"}).to_string();
+    let mut script = vec![Reply::Content(off_menu.clone()); 4];
+    script.push(Reply::Content(good.clone()));
+    script.extend(vec![Reply::Content(off_menu.clone()); 2]);
+    let server = ScriptedModelServerDouble::start(script).await;
+    let bandit = crate::brain::BanditProposer::new(
+        crate::brain::BanditAlgorithm::Ucb1,
+        StdRng::seed_from_u64(3),
+    );
+    let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 2);
+    let decided = Decided::default();
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    // Two cycles, every answer refused: still the model's.
+    for _ in 0..2 {
+        assert_eq!(p.kind(), ProposerKind::Model);
+        let o = ask(&mut p, &decided).await;
+        assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);
+        assert_eq!(o.note, None);
+    }
+    assert_eq!(server.received().len(), 4);
+    // The third is the bandit's, recorded as such, and asks no model.
+    assert_eq!(p.kind(), ProposerKind::Bandit);
+    let cycle = ledger.open_cycle(Utc::now(), p.kind()).await.unwrap();
+    let o = ask(&mut p, &decided).await;
+    assert_eq!(o.proposer, ProposerKind::Bandit);
+    assert!(matches!(o.decision, Decision::Chosen(_)), "{:?}", o.decision);
+    assert_eq!(server.received().len(), 4, "the model was not asked");
+    for row in o.new_proposals(cycle, Utc::now()) {
+        ledger.insert_proposal(&row).await.unwrap();
+    }
+    let stored = ledger.proposals(cycle).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].proposer, ProposerKind::Bandit);
+    let note = stored[0].note.as_deref().unwrap();
+    assert!(note.starts_with("fallback to the bandit"), "{note}");
+    assert!(note.contains("2 cycles in a row ([model] bandit_fallback_after = 2)"), "{note}");
+    assert_eq!(ledger.cycle(cycle).await.unwrap().proposer, ProposerKind::Bandit);
+    // Then the model again; a cycle in which it chose resets the count.
+    assert_eq!(p.kind(), ProposerKind::Model);
+    let o = ask(&mut p, &decided).await;
+    assert!(matches!(o.decision, Decision::Chosen(_)), "{:?}", o.decision);
+    let o = ask(&mut p, &decided).await;
+    assert!(matches!(o.decision, Decision::Rejected));
+    assert_eq!(p.kind(), ProposerKind::Model, "one rejected cycle since the choice");
+}

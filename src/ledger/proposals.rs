@@ -37,6 +37,9 @@ pub struct NewProposal {
     pub raw_answer: Option<String>,
     pub parsed: Option<Value>,
     pub rejection: Option<ProposalRejection>,
+    /// Why this proposer answered when it is not the configured one (the
+    /// bandit as the model's fallback); `None` otherwise.
+    pub note: Option<String>,
 }
 
 /// A stored proposal.
@@ -51,6 +54,7 @@ pub struct Proposal {
     pub raw_answer: Option<String>,
     pub parsed: Option<Value>,
     pub rejection: Option<ProposalRejection>,
+    pub note: Option<String>,
 }
 
 impl FromRow<'_, SqliteRow> for Proposal {
@@ -69,6 +73,7 @@ impl FromRow<'_, SqliteRow> for Proposal {
             rejection: kind
                 .zip(reason)
                 .map(|(kind, reason)| ProposalRejection { kind, reason }),
+            note: row.try_get("note")?,
         })
     }
 }
@@ -76,8 +81,8 @@ impl FromRow<'_, SqliteRow> for Proposal {
 async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
     sqlx::query_scalar(
         "INSERT INTO proposals \
-         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
+         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
     )
     .bind(p.cycle_id)
     .bind(p.proposer)
@@ -88,6 +93,7 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<P
     .bind(p.parsed.as_ref().map(canonical_json))
     .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
     .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
+    .bind(p.note.as_deref())
     .fetch_one(c)
     .await
     .map_err(cx.err("record a proposal"))
