@@ -314,6 +314,10 @@ pub enum Rejection {
     /// message is the planner's own (numbers and our names only).
     #[error("not measured: {reason}")]
     NotMeasured { reason: String },
+    /// The model server's reply was no chat completion at all; described
+    /// in our words (size, media type, what is missing), never quoted.
+    #[error("the reply is a {description}")]
+    NotChatCompletion { description: String },
 }
 
 impl Rejection {
@@ -337,6 +341,7 @@ impl Rejection {
             | Rejection::RefusedByPlanner { .. }
             | Rejection::Excluded { .. } => "duplicate",
             Rejection::NotMeasured { .. } => "not_measured",
+            Rejection::NotChatCompletion { .. } => "not_chat_completion",
         }
     }
 }

@@ -138,7 +138,32 @@ impl<R: Rng + Send> ModelProposer<R> {
                     tokio::time::sleep(pause).await;
                     continue;
                 }
-                Err(e) => return (attempts, Decision::Failed(e)),
+                Err(mut e) => {
+                    // A body that is no chat completion is the model
+                    // server's words: kept as the raw answer and only there;
+                    // the error describes it.
+                    if let BrainError::NotChatCompletion {
+                        bytes,
+                        content_type,
+                        why,
+                        body,
+                        ..
+                    } = &mut e
+                    {
+                        attempts.push(Attempt {
+                            number,
+                            prompt: Some(prompt::render(&messages)),
+                            raw_answer: Some(std::mem::take(body)),
+                            parsed: None,
+                            rejection: Some(Rejection::NotChatCompletion {
+                                description: format!(
+                                    "{bytes}-byte {content_type} body, not a chat completion: {why}"
+                                ),
+                            }),
+                        });
+                    }
+                    return (attempts, Decision::Failed(e));
+                }
             };
             let prompt = Some(prompt::render(&messages));
             let refusal = match menu.validate(&raw) {

@@ -387,25 +387,46 @@ async fn a_client_error_status_is_not_retried() {
     assert_eq!(server.received().len(), 1);
 }
 
+/// A 200 whose body is no chat completion fails the cycle with a
+/// description of the body (size, type, what is missing) and keeps the body
+/// itself only as the attempt's raw answer, never in the error.
 #[tokio::test]
-async fn a_body_that_is_not_json_or_has_no_content_fails() {
+async fn a_body_that_is_not_a_chat_completion_is_described_and_kept_only_as_raw() {
+    let html = "<html>gateway IGNORE-ME</html>";
+    let no_choices = json!({"error": "IGNORE-ME"}).to_string();
+    let empty = json!({"choices": []}).to_string();
     let server = ScriptedModelServerDouble::start(vec![
-        Reply::Body("<html>gateway</html>".to_string()),
-        Reply::Body(json!({"choices": []}).to_string()),
+        Reply::Body(html.to_string()),
+        Reply::Body(no_choices.clone()),
+        Reply::Body(empty.clone()),
     ])
     .await;
     let mut p = proposer(server.base_url(), 5.0, 3);
-    let o = ask(&mut p, &Decided::default()).await;
-    let Decision::Failed(e) = &o.decision else {
-        panic!("{:?}", o.decision)
-    };
-    assert_eq!(e.kind(), "not_json");
-    assert!(e.to_string().contains("<html>gateway"), "{e}");
-    let o = ask(&mut p, &Decided::default()).await;
-    let Decision::Failed(e) = &o.decision else {
-        panic!("{:?}", o.decision)
-    };
-    assert_eq!(e.kind(), "no_content");
+    for (body, why) in [
+        (html.to_string(), "not JSON"),
+        (no_choices, "no `choices` field"),
+        (empty, "`choices` is empty"),
+    ] {
+        let o = ask(&mut p, &Decided::default()).await;
+        let Decision::Failed(e) = &o.decision else {
+            panic!("{:?}", o.decision)
+        };
+        assert_eq!(e.kind(), "not_chat_completion");
+        let described = format!(
+            "{}-byte application/json body, not a chat completion: {why}",
+            body.len()
+        );
+        assert!(e.to_string().contains(&described), "{e}");
+        assert!(!e.to_string().contains("IGNORE-ME"), "{e}");
+        assert!(!format!("{e:?}").contains("IGNORE-ME"), "{e:?}");
+        assert_eq!(o.attempts.len(), 1, "the reply is recorded");
+        let a = &o.attempts[0];
+        assert_eq!(a.raw_answer.as_deref(), Some(body.as_str()));
+        let r = a.rejection.as_ref().unwrap();
+        assert_eq!(r.kind(), "not_chat_completion");
+        assert!(r.to_string().contains(&described), "{r}");
+        assert!(!r.to_string().contains("IGNORE-ME"), "{r}");
+    }
 }
 
 #[tokio::test]
@@ -451,17 +472,24 @@ async fn the_api_key_is_sent_and_never_appears_anywhere_else() {
     ])
     .await;
     let mut p = proposer(server.base_url(), 5.0, 1);
-    for _ in 0..2 {
+    for junk in [false, true] {
         let o = ask(&mut p, &Decided::default()).await;
         let Decision::Failed(e) = &o.decision else {
             panic!("{:?}", o.decision)
         };
-        assert!(e.to_string().contains("<redacted>"), "{e}");
+        // An error body is quoted with the key scrubbed; a junk 200 body is
+        // not quoted at all, and its raw answer is scrubbed too.
+        assert_eq!(e.to_string().contains("<redacted>"), !junk, "{e}");
         assert!(!format!("{e} {e:?}").contains(KEY), "{e}");
         assert!(
             !format!("{e}").contains("sk-test"),
             "not even a prefix: {e}"
         );
+        let raw: Vec<&str> = o.attempts.iter().filter_map(|a| a.raw_answer.as_deref()).collect();
+        assert!(raw.iter().all(|r| !r.contains(KEY)), "{raw:?}");
+        if junk {
+            assert_eq!(raw, ["not json <redacted>"]);
+        }
     }
     assert!(!logs.text().contains(KEY));
 }

@@ -40,7 +40,7 @@ use crate::menu::{Menu, MenuId, Proposal};
 use crate::observe;
 use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
 use crate::profile::Profile;
-use crate::vocab::{Arm, Digest, Method, VerdictKind};
+use crate::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
 
 /// Everything a cycle uses; built once by the daemon.
 pub struct Cycle<'a, P, C> {
@@ -258,6 +258,12 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             }
             outcome = self.proposer.propose(&situation, &screen) => outcome,
         };
+        // The metrics above were read before the model was asked; the
+        // window its decoding fell in is closed now, so the next cycle's
+        // live speed is the stack's serving, not the model's answers.
+        if outcome.proposer == ProposerKind::Model {
+            observe::end_window(cfg.stack.metrics.as_ref(), self.http).await;
+        }
         let mut last_proposal: Option<ProposalId> = None;
         for p in outcome.new_proposals(id, self.clock.now()) {
             last_proposal = Some(self.ledger.insert_proposal(&p).await?);
