@@ -292,7 +292,10 @@ fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
         "{junk_cycle:#}"
     );
     assert!(only_verdict(junk_cycle).1.contains(JUNK_DESCRIBED));
-    assert!(!stderr.contains(junk_marker), "the junk body reached the log");
+    assert!(
+        !stderr.contains(junk_marker),
+        "the junk body reached the log"
+    );
 
     // The rationale is only text: stored once, in the raw-answer column.
     let places = ledger::cells_containing(&db, marker);
@@ -372,7 +375,13 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
     let order: String = server
         .received()
         .iter()
-        .map(|r| if r.head.starts_with("GET /metrics") { 'M' } else { 'C' })
+        .map(|r| {
+            if r.head.starts_with("GET /metrics") {
+                'M'
+            } else {
+                'C'
+            }
+        })
         .collect();
     assert_eq!(order, expected, "{}", daemon.stderr());
 }

@@ -48,17 +48,18 @@ fn content_type(headers: &reqwest::header::HeaderMap) -> String {
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let media = raw.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let media = raw
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let plain = !media.is_empty()
         && media.len() <= 64
         && media
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "/+-.".contains(c));
-    if plain {
-        media
-    } else {
-        "untyped".to_string()
-    }
+    if plain { media } else { "untyped".to_string() }
 }
 
 /// The schema's name in `response_format`.

@@ -452,7 +452,9 @@ mod tests {
         let menu = repo_menu();
         let live = Digest::of(b"live");
         let zero = menu
-            .validate(r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#)
+            .validate(
+                r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#,
+            )
             .unwrap();
         let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
         ledger
@@ -492,7 +494,9 @@ mod tests {
         );
         let excluded = menu.clone().excluding(refused);
         let err = excluded
-            .validate(r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#)
+            .validate(
+                r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#,
+            )
             .unwrap_err();
         assert!(
             err.to_string()
@@ -534,9 +538,9 @@ mod tests {
                     raw_answer: Some(split.into()),
                     parsed: Some(proposal_value(&proposal)),
                     rejection: Some(Rejection::Duplicate {
-                what: "rerank_pins pin_count 64".into(),
-                previous: 1,
-            }),
+                        what: "rerank_pins pin_count 64".into(),
+                        previous: 1,
+                    }),
                 },
                 Attempt {
                     number: 3,
@@ -614,10 +618,7 @@ mod tests {
                 experiment: experiment.0
             }
         );
-        assert_eq!(
-            refused[0].value,
-            crate::menu::ParamValue::Number(0.35)
-        );
+        assert_eq!(refused[0].value, crate::menu::ParamValue::Number(0.35));
         let other = Digest::of(b"another base");
         let elsewhere = LedgerDuplicates {
             ledger: &ledger,

@@ -485,7 +485,11 @@ async fn the_api_key_is_sent_and_never_appears_anywhere_else() {
             !format!("{e}").contains("sk-test"),
             "not even a prefix: {e}"
         );
-        let raw: Vec<&str> = o.attempts.iter().filter_map(|a| a.raw_answer.as_deref()).collect();
+        let raw: Vec<&str> = o
+            .attempts
+            .iter()
+            .filter_map(|a| a.raw_answer.as_deref())
+            .collect();
         assert!(raw.iter().all(|r| !r.contains(KEY)), "{raw:?}");
         if junk {
             assert_eq!(raw, ["not json <redacted>"]);
@@ -529,7 +533,10 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
 struct PlannerRefuses(Proposal);
 
 impl DuplicateCheck for PlannerRefuses {
-    async fn previous(&self, _: &Proposal) -> Result<Option<crate::ledger::ExperimentId>, crate::ledger::LedgerError> {
+    async fn previous(
+        &self,
+        _: &Proposal,
+    ) -> Result<Option<crate::ledger::ExperimentId>, crate::ledger::LedgerError> {
         Ok(None)
     }
 
@@ -550,10 +557,12 @@ impl DuplicateCheck for PlannerRefuses {
 #[tokio::test]
 async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     let menu = repo_menu();
-    let live = json!({"experiment": "stage_speculative", "params": {"draft_len": 0}, "rationale": "x"})
-        .to_string();
-    let other = json!({"experiment": "stage_speculative", "params": {"draft_len": 2}, "rationale": "x"})
-        .to_string();
+    let live =
+        json!({"experiment": "stage_speculative", "params": {"draft_len": 0}, "rationale": "x"})
+            .to_string();
+    let other =
+        json!({"experiment": "stage_speculative", "params": {"draft_len": 2}, "rationale": "x"})
+            .to_string();
     let refused = menu.validate(&live).unwrap();
     let server = ScriptedModelServerDouble::start(vec![
         Reply::Content(live.clone()),
@@ -645,7 +654,11 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
     let cycle = ledger.open_cycle(Utc::now(), p.kind()).await.unwrap();
     let o = ask(&mut p, &decided).await;
     assert_eq!(o.proposer, ProposerKind::Bandit);
-    assert!(matches!(o.decision, Decision::Chosen(_)), "{:?}", o.decision);
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
     assert_eq!(server.received().len(), 4, "the model was not asked");
     for row in o.new_proposals(cycle, Utc::now()) {
         ledger.insert_proposal(&row).await.unwrap();
@@ -655,13 +668,27 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
     assert_eq!(stored[0].proposer, ProposerKind::Bandit);
     let note = stored[0].note.as_deref().unwrap();
     assert!(note.starts_with("fallback to the bandit"), "{note}");
-    assert!(note.contains("2 cycles in a row ([model] bandit_fallback_after = 2)"), "{note}");
-    assert_eq!(ledger.cycle(cycle).await.unwrap().proposer, ProposerKind::Bandit);
+    assert!(
+        note.contains("2 cycles in a row ([model] bandit_fallback_after = 2)"),
+        "{note}"
+    );
+    assert_eq!(
+        ledger.cycle(cycle).await.unwrap().proposer,
+        ProposerKind::Bandit
+    );
     // Then the model again; a cycle in which it chose resets the count.
     assert_eq!(p.kind(), ProposerKind::Model);
     let o = ask(&mut p, &decided).await;
-    assert!(matches!(o.decision, Decision::Chosen(_)), "{:?}", o.decision);
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
     let o = ask(&mut p, &decided).await;
     assert!(matches!(o.decision, Decision::Rejected));
-    assert_eq!(p.kind(), ProposerKind::Model, "one rejected cycle since the choice");
+    assert_eq!(
+        p.kind(),
+        ProposerKind::Model,
+        "one rejected cycle since the choice"
+    );
 }

@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::Situation;
 use super::client::{Message, Role};
-use crate::ledger::ExperimentOutcome;
 use crate::config::Config;
+use crate::ledger::ExperimentOutcome;
 use crate::menu::{Excluded, Menu, MenuEntry, MenuId, ParamKind, Rejection};
 use crate::profile::{Knob, KnobValue};
 
@@ -42,7 +42,10 @@ impl StackDescription {
         let levers = menu.entries().iter().any(|e| {
             matches!(e.id, MenuId::RerankPins | MenuId::DeepenWarmSet)
                 || e.touches.iter().any(|k| {
-                    matches!(k, Knob::PinsFile | Knob::PinsCount | Knob::FarAddr | Knob::FarWarmSet)
+                    matches!(
+                        k,
+                        Knob::PinsFile | Knob::PinsCount | Knob::FarAddr | Knob::FarWarmSet
+                    )
                 })
         });
         StackDescription {
@@ -53,7 +56,10 @@ impl StackDescription {
 
     fn phrase(&self) -> String {
         if self.experts {
-            format!("the tiered mixture-of-experts serving stack `{}`", self.name)
+            format!(
+                "the tiered mixture-of-experts serving stack `{}`",
+                self.name
+            )
         } else {
             format!("the serving stack `{}`", self.name)
         }
@@ -391,11 +397,7 @@ fn menu_entry(t: &mut String, menu: &Menu, e: &MenuEntry) {
             );
         }
         if excluded.len() > MAX_LISTED_EXCLUSIONS {
-            let _ = writeln!(
-                t,
-                "  - and {} more",
-                excluded.len() - MAX_LISTED_EXCLUSIONS
-            );
+            let _ = writeln!(t, "  - and {} more", excluded.len() - MAX_LISTED_EXCLUSIONS);
         }
     }
 }

@@ -288,7 +288,10 @@ fn the_prompt_shows_the_live_values_and_what_is_excluded_on_them() {
     // has no stage_speculative alternative.
     let spec = text.split("## stage_speculative").nth(1).unwrap();
     assert!(
-        spec.split("## ").next().unwrap().contains("Every value of this entry is excluded"),
+        spec.split("## ")
+            .next()
+            .unwrap()
+            .contains("Every value of this entry is excluded"),
         "{spec}"
     );
     let schema = menu.json_schema().to_string();

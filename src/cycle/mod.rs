@@ -787,7 +787,10 @@ fn live_pins(live: &ProfileFile) -> Option<PinList> {
 }
 
 /// The live value of every knob the menu's entries touch, in knob order.
-fn live_knobs(menu: &Menu, live: &Profile) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
+fn live_knobs(
+    menu: &Menu,
+    live: &Profile,
+) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
     let mut knobs: Vec<crate::profile::Knob> = menu
         .entries()
         .iter()

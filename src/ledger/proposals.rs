@@ -189,7 +189,7 @@ impl Ledger {
             .map(read)
             .collect::<Result<Vec<_>, _>>()
             .map_err(self.ctx.err(op))?;
-        out.sort_by(|a, b| b.0.cmp(&a.0));
+        out.sort_by_key(|row| std::cmp::Reverse(row.0));
         Ok(out)
     }
 

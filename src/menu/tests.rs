@@ -477,7 +477,9 @@ fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
     };
     let m = menu().excluding([half]);
     let split = |x: &str| {
-        format!(r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{x}}},"rationale":""}}"#)
+        format!(
+            r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{x}}},"rationale":""}}"#
+        )
     };
     assert_eq!(m.validate(&split("0.5")).unwrap_err().kind(), "no_change");
     assert_eq!(m.validate(&split("0.50")).unwrap_err().kind(), "no_change");
