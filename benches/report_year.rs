@@ -91,6 +91,7 @@ async fn cycle(
             raw_answer: None,
             parsed: Some(json!({"menu_id": menu, "parameters": params})),
             rejection: None,
+            note: None,
         })
         .await
         .unwrap();

@@ -86,8 +86,11 @@ fn main() -> anyhow::Result<()> {
         stale: false,
     };
     let past = history(cycle, config.cycle.history as usize);
+    let stack = orchestrator::brain::StackDescription::of(&config, &menu);
     let situation = Situation {
         menu: &menu,
+        stack: &stack,
+        live_knobs: &[],
         target_seconds_per_token: config.objective.target_seconds_per_token.get(),
         metrics: &metrics,
         noise_floor: &floor,

@@ -268,6 +268,9 @@ pub struct Model {
     pub max_tokens: u32,
     /// The rationale's `maxLength` in the schema and the validator.
     pub rationale_max_chars: usize,
+    /// After this many cycles in a row in which every answer of the model
+    /// was refused, the bandit chooses for one cycle (at least 1).
+    pub bandit_fallback_after: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -669,6 +672,12 @@ struct RawModel {
     max_tokens: u32,
     #[serde(default = "default_rationale_max_chars")]
     rationale_max_chars: usize,
+    #[serde(default = "default_bandit_fallback_after")]
+    bandit_fallback_after: u32,
+}
+
+fn default_bandit_fallback_after() -> u32 {
+    3
 }
 
 fn default_rationale_max_chars() -> usize {
@@ -737,6 +746,7 @@ const KNOWN_KEYS: &[&str] = &[
     "max_attempts",
     "max_tokens",
     "rationale_max_chars",
+    "bandit_fallback_after",
     "cycle",
     "interval_s",
     "proposer",
@@ -942,6 +952,13 @@ impl Config {
                         crate::menu::RATIONALE_MAX_CHARS_LIMIT
                     )));
                 }
+                if m.bandit_fallback_after == 0 {
+                    return Err(semantic(
+                        "[model] bandit_fallback_after = 0 would hand every cycle to the bandit; \
+                         use at least 1 (default 3), or set [cycle] proposer = \"bandit\""
+                            .into(),
+                    ));
+                }
                 Model {
                     base_url: url(&m.base_url, "model", "base_url").map_err(semantic)?,
                     name: m.name,
@@ -951,6 +968,7 @@ impl Config {
                     max_attempts: m.max_attempts,
                     max_tokens: m.max_tokens,
                     rationale_max_chars: m.rationale_max_chars,
+                    bandit_fallback_after: m.bandit_fallback_after,
                 }
             }
             None if raw.cycle.proposer == ProposerChoice::Model => {
@@ -969,6 +987,7 @@ impl Config {
                 max_attempts: default_attempts(),
                 max_tokens: default_model_max_tokens(),
                 rationale_max_chars: default_rationale_max_chars(),
+                bandit_fallback_after: default_bandit_fallback_after(),
             },
         };
         let m = &raw.measure;

@@ -18,6 +18,10 @@ use toml::Spanned;
 use crate::profile::Knob;
 use crate::vocab::Method;
 
+mod exclusions;
+
+pub use exclusions::{Excluded, Why, named as named_value, shown as shown_value};
+
 /// The longest rationale the model may write unless `[model]
 /// rationale_max_chars` says otherwise. It is shown to nobody but kept in the
 /// raw answer, so the bound only stops runaway generations.
@@ -148,6 +152,9 @@ pub struct Menu {
     /// The rationale's bound, in characters: the schema's `maxLength` and
     /// the validator's limit, from the one value so they cannot disagree.
     rationale_max_chars: usize,
+    /// Values no proposal may take on the current live profile: left out
+    /// of the schema and refused by the validator, from this one list.
+    excluded: Vec<Excluded>,
 }
 
 /// Why the menu could not be loaded. Each names the file (and line).
@@ -226,6 +233,17 @@ impl Proposal {
     pub fn params_json(&self) -> String {
         serde_json::to_string(&self.params).expect("params always serialise")
     }
+
+    /// `stage_speculative draft_len 4`: the proposal in our own words, for
+    /// messages (every value is a bounded number or a menu enum string).
+    pub fn describe(&self) -> String {
+        let mut t = self.experiment.to_string();
+        for (name, value) in &self.params {
+            t.push(' ');
+            t.push_str(&named_value(name, value));
+        }
+        t
+    }
 }
 
 /// Why an answer is not a valid proposal. Messages never echo the model's
@@ -273,14 +291,33 @@ pub enum Rejection {
         value: String,
         bounds: String,
     },
+    #[error("{experiment} {what} {why}; choose another value or another experiment")]
+    Excluded {
+        experiment: MenuId,
+        /// The parameter and its value (`draft_len 0`): our own text.
+        what: String,
+        why: Why,
+    },
     #[error(
-        "the same experiment with the same parameters was already decided on this profile (experiment {previous})"
+        "{what}: the same experiment with the same parameters was already decided on this profile (experiment {previous})"
     )]
-    Duplicate { previous: i64 },
+    Duplicate {
+        /// The proposal (`stage_speculative draft_len 4`): our own text.
+        what: String,
+        previous: i64,
+    },
     #[error(
-        "the planner already refused the same experiment with the same parameters on this profile (cycle {cycle}); choose another"
+        "{what}: the planner already refused the same experiment with the same parameters on this profile (cycle {cycle}); choose another"
     )]
-    RefusedByPlanner { cycle: i64 },
+    RefusedByPlanner { what: String, cycle: i64 },
+    /// The planner found nothing to measure in a valid proposal; the
+    /// message is the planner's own (numbers and our names only).
+    #[error("not measured: {reason}")]
+    NotMeasured { reason: String },
+    /// The model server's reply was no chat completion at all; described
+    /// in our words (size, media type, what is missing), never quoted.
+    #[error("the reply is a {description}")]
+    NotChatCompletion { description: String },
 }
 
 impl Rejection {
@@ -298,8 +335,13 @@ impl Rejection {
             Rejection::ExtraParam { .. } => "extra_param",
             Rejection::WrongType { .. } => "wrong_type",
             Rejection::OutOfBounds { .. } => "out_of_bounds",
+            Rejection::Excluded { why: Why::Live, .. } => "no_change",
             // Counted with the duplicates: decided on this profile already.
-            Rejection::Duplicate { .. } | Rejection::RefusedByPlanner { .. } => "duplicate",
+            Rejection::Duplicate { .. }
+            | Rejection::RefusedByPlanner { .. }
+            | Rejection::Excluded { .. } => "duplicate",
+            Rejection::NotMeasured { .. } => "not_measured",
+            Rejection::NotChatCompletion { .. } => "not_chat_completion",
         }
     }
 }
@@ -353,6 +395,7 @@ impl Menu {
             unsupported: Vec::new(),
             stack: None,
             rationale_max_chars: RATIONALE_MAX_CHARS,
+            excluded: Vec::new(),
         })
     }
 
@@ -370,7 +413,38 @@ impl Menu {
             unsupported: unsupported.to_vec(),
             stack: Some(stack.to_string()),
             rationale_max_chars: self.rationale_max_chars,
+            excluded: self.excluded.clone(),
         }
+    }
+
+    /// The same menu with these values excluded too: the schema leaves them
+    /// out and the validator refuses them as [`Rejection::Excluded`]. Values
+    /// outside an entry's parameters or bounds change nothing.
+    pub fn excluding(mut self, more: impl IntoIterator<Item = Excluded>) -> Menu {
+        for x in more {
+            let known = self
+                .entries
+                .iter()
+                .any(|e| e.id == x.experiment && e.params.iter().any(|p| p.name == x.param));
+            let already = self
+                .excluded
+                .iter()
+                .any(|y| y.matches(x.experiment, &x.param, &x.value));
+            if known && !already {
+                self.excluded.push(x);
+            }
+        }
+        self
+    }
+
+    /// The excluded values, in the order they were added.
+    pub fn excluded(&self) -> &[Excluded] {
+        &self.excluded
+    }
+
+    /// Whether some value of every parameter of `id` is still allowed.
+    pub fn offers(&self, id: MenuId) -> bool {
+        entry_schema(self.entry(id), self.rationale_max_chars, &self.excluded).is_some()
     }
 
     /// The same menu with the rationale bounded to `max` characters. The
@@ -416,13 +490,15 @@ impl Menu {
     /// The JSON schema of a valid answer: one alternative per entry, each an
     /// object with the entry's id, its bounded parameters and a rationale.
     /// Uses only what simple constrained decoders support: objects with
-    /// required keys, string enums, integer/number bounds, string maxLength,
-    /// and `anyOf` at the root.
+    /// required keys, string enums, integer/number bounds (exclusive ones
+    /// around an excluded number), string maxLength, and `anyOf` (at the
+    /// root, and over the ranges an excluded value leaves). An entry with
+    /// no value left is not among the alternatives.
     pub fn json_schema(&self) -> Value {
         let alternatives: Vec<Value> = self
             .entries
             .iter()
-            .map(|e| entry_schema(e, self.rationale_max_chars))
+            .filter_map(|e| entry_schema(e, self.rationale_max_chars, &self.excluded))
             .collect();
         json!({ "anyOf": alternatives })
     }
@@ -505,7 +581,19 @@ impl Menu {
                 experiment: id,
                 param: param.name.clone(),
             })?;
-            out.insert(param.name.clone(), check_param(param, v)?);
+            let value = check_param(param, v)?;
+            if let Some(x) = self
+                .excluded
+                .iter()
+                .find(|x| x.matches(id, &param.name, &value))
+            {
+                return Err(Rejection::Excluded {
+                    experiment: id,
+                    what: named_value(&param.name, &value),
+                    why: x.why.clone(),
+                });
+            }
+            out.insert(param.name.clone(), value);
         }
         Ok(Proposal {
             experiment: id,
@@ -571,22 +659,24 @@ fn check_param(param: &Param, v: &Value) -> Result<ParamValue, Rejection> {
     }
 }
 
-fn entry_schema(entry: &MenuEntry, rationale_max_chars: usize) -> Value {
+/// The schema of one entry's answers, or `None` when every value of one of
+/// its parameters is excluded.
+fn entry_schema(
+    entry: &MenuEntry,
+    rationale_max_chars: usize,
+    excluded: &[Excluded],
+) -> Option<Value> {
     let mut props = serde_json::Map::new();
     for p in &entry.params {
-        let s = match &p.kind {
-            ParamKind::Integer { min, max, .. } => {
-                json!({"type": "integer", "minimum": min, "maximum": max})
-            }
-            ParamKind::Number { min, max, .. } => {
-                json!({"type": "number", "minimum": min, "maximum": max})
-            }
-            ParamKind::Enum { values } => json!({"type": "string", "enum": values}),
-        };
-        props.insert(p.name.clone(), s);
+        let out: Vec<&ParamValue> = excluded
+            .iter()
+            .filter(|x| x.experiment == entry.id && x.param == p.name)
+            .map(|x| &x.value)
+            .collect();
+        props.insert(p.name.clone(), exclusions::param_schema(p, &out)?);
     }
     let required: Vec<&str> = entry.params.iter().map(|p| p.name.as_str()).collect();
-    json!({
+    Some(json!({
         "type": "object",
         "properties": {
             "experiment": {"type": "string", "enum": [entry.id.as_str()]},
@@ -600,7 +690,7 @@ fn entry_schema(entry: &MenuEntry, rationale_max_chars: usize) -> Value {
         },
         "required": ["experiment", "params", "rationale"],
         "additionalProperties": false
-    })
+    }))
 }
 
 // ---- loading -------------------------------------------------------------

@@ -87,7 +87,15 @@ async fn brain_against_real_tinyk3_serve() {
     )
     .unwrap();
     let serve = Serve::start(&model, &profile);
-    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")).unwrap();
+    // The live values excluded, as every cycle does: tinyk3's constrained
+    // decoder takes the schema with its ranges cut around them.
+    let live = orchestrator::profile::Profile::load(&profile).unwrap();
+    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+        .unwrap()
+        .excluding(orchestrator::brain::exclusions::live(
+            orchestrator::plan::unchanged(&live),
+        ));
+    assert_eq!(menu.excluded().len(), 3, "{:?}", menu.excluded());
     let cfg = Model {
         base_url: format!("http://{}/v1", serve.addr).parse().unwrap(),
         name: "tinyk3".to_string(),
@@ -97,6 +105,7 @@ async fn brain_against_real_tinyk3_serve() {
         max_attempts: 3,
         max_tokens: orchestrator::brain::client::MAX_TOKENS,
         rationale_max_chars: orchestrator::menu::RATIONALE_MAX_CHARS,
+        bandit_fallback_after: 3,
     };
     let client = ChatClient::from_config(&cfg).unwrap();
     let mut proposer = ModelProposer::new(client, 3, Backoff::default(), StdRng::seed_from_u64(1));
@@ -104,8 +113,14 @@ async fn brain_against_real_tinyk3_serve() {
         seconds_per_token: Some(2.5),
         ..LiveMetrics::default()
     };
+    let stack = orchestrator::brain::StackDescription {
+        name: "tinyk3".into(),
+        experts: true,
+    };
     let situation = Situation {
         menu: &menu,
+        stack: &stack,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics: &metrics,
         noise_floor: &NoiseFloorState::Missing,

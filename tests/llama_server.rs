@@ -221,8 +221,12 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
         seconds_per_token: Some(0.05),
         ..LiveMetrics::default()
     };
+    let stack = orchestrator::brain::StackDescription::of(&config, &menu);
+    assert!(!stack.experts, "llama-server serves a dense model here");
     let situation = Situation {
         menu: &menu,
+        stack: &stack,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics: &metrics,
         noise_floor: &NoiseFloorState::Missing,

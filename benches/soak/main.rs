@@ -170,7 +170,7 @@ fn write_config(dir: &Path, args: &Args) -> PathBuf {
         ("127.0.0.1:7070", format!("127.0.0.1:{far}")),
         ("127.0.0.1:9464", format!("127.0.0.1:{metrics}")),
         (
-            "init_args = [\"--seed\", \"1\"]",
+            "init_args = [\"--seed\", \"1\", \"--layers\", \"8\", \"--experts\", \"32\", \"--d-dense\", \"1536\"]",
             format!("init_args = [{TINY_INIT}]"),
         ),
         (
@@ -181,14 +181,14 @@ fn write_config(dir: &Path, args: &Args) -> PathBuf {
             "expert_bytes = 1572864",
             format!("expert_bytes = {TINY_EXPERT_BYTES}"),
         ),
-        ("\"--gen\", \"24\"", "\"--gen\", \"8\"".into()),
+        ("\"--gen\", \"8\"", "\"--gen\", \"8\"".into()),
         ("max_tokens = 24", "max_tokens = 8".into()),
         ("interval_s = 30", "interval_s = 0.001".into()),
         ("proposer = \"model\"", "proposer = \"bandit\"".into()),
         ("max_pairs = 16", "max_pairs = 8".into()),
         ("floor_pairs = 20", "floor_pairs = 10".into()),
         // A hang fault costs this much; a healthy tiny run takes < 1 s.
-        ("run_timeout_s = 120", "run_timeout_s = 10".into()),
+        ("run_timeout_s = 1800", "run_timeout_s = 10".into()),
         (
             "memory_headroom_gb = 1.0",
             "memory_headroom_gb = 0.1".into(),

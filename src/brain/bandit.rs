@@ -29,7 +29,7 @@ use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
 };
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal};
+use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection};
 use crate::vocab::{ProposerKind, VerdictKind};
 
 /// At most this many grid points per parameter: a wide integer range with
@@ -151,7 +151,9 @@ fn thin<T: Clone>(v: Vec<T>) -> Vec<T> {
 
 /// Every arm of the menu, in menu order then grid order; `remeasure` is not
 /// one. Each arm is passed through [`Menu::validate_value`], so the bandit
-/// can propose nothing the validator would refuse.
+/// can propose nothing the validator would refuse: a value the menu
+/// excludes on the live profile (its own value, one decided or refused on
+/// it) is no arm.
 pub fn arms(menu: &Menu) -> Vec<Proposal> {
     let mut out = Vec::new();
     for entry in menu.entries().iter().filter(|e| e.id != MenuId::Remeasure) {
@@ -173,6 +175,9 @@ pub fn arms(menu: &Menu) -> Vec<Proposal> {
             let answer = json!({"experiment": entry.id, "params": params, "rationale": ""});
             match menu.validate_value(&answer) {
                 Ok(p) => out.push(p),
+                // The live value and what was decided or refused on the
+                // live profile are not arms this cycle.
+                Err(Rejection::Excluded { .. }) => {}
                 Err(r) => {
                     debug_assert!(false, "a grid arm of {} failed validation: {r}", entry.id);
                 }
@@ -353,6 +358,7 @@ impl<R: Rng + Send> Proposer for BanditProposer<R> {
             proposer: ProposerKind::Bandit,
             attempts,
             decision,
+            note: None,
         }
     }
 }

@@ -60,6 +60,8 @@ fn propose_with(
     let metrics = LiveMetrics::default();
     let s = Situation {
         menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics: &metrics,
         noise_floor: floor,
@@ -307,6 +309,8 @@ fn thompson_prefers_the_winning_arm() {
             let o = rt().block_on(b.propose(
                 &Situation {
                     menu: &menu,
+                    stack: &crate::brain::double::MOE_STACK,
+                    live_knobs: &[],
                     target_seconds_per_token: 1.0,
                     metrics: &LiveMetrics::default(),
                     noise_floor: &fresh_floor(),
@@ -362,5 +366,55 @@ proptest! {
         } else {
             prop_assert!(a.experiment != MenuId::Remeasure);
         }
+    }
+}
+
+/// The bandit never proposes the live profile's own value: with the live
+/// values excluded (a 50/50 split, no speculation), `trunk_fraction` 0.5
+/// and `draft_len` 0 are no arms, their neighbours are, and whatever the
+/// seed, the bandit's choices never include them.
+#[test]
+fn the_live_value_is_no_arm() {
+    let live = crate::profile::Profile::parse(
+        "[memory]\nbudget_gb = 8.0\ntrunk_gb = 2.0\ncache_gb = 2.0\n\
+         [far]\naddr = \"127.0.0.1:1\"\nwarm_set = 64\n",
+        std::path::Path::new("live.toml"),
+    )
+    .unwrap();
+    let menu = repo_menu().excluding(crate::brain::exclusions::live(crate::plan::unchanged(
+        &live,
+    )));
+    let all = arms(&repo_menu());
+    let left = arms(&menu);
+    let split = |x: f64| Proposal {
+        experiment: MenuId::RebalanceTrunkCache,
+        params: [("trunk_fraction".to_string(), ParamValue::Number(x))].into(),
+    };
+    let draft = |n: i64| Proposal {
+        experiment: MenuId::StageSpeculative,
+        params: [("draft_len".to_string(), ParamValue::Integer(n))].into(),
+    };
+    let warm = |n: i64| Proposal {
+        experiment: MenuId::DeepenWarmSet,
+        params: [("warm_set".to_string(), ParamValue::Integer(n))].into(),
+    };
+    for p in [split(0.5), draft(0), warm(64)] {
+        assert!(all.contains(&p), "{p:?} is on the full grid");
+        assert!(!left.contains(&p), "{p:?} is the live value");
+    }
+    for p in [split(0.45), split(0.55), draft(1), warm(32)] {
+        assert!(left.contains(&p), "{p:?} is still an arm");
+    }
+    assert_eq!(left.len(), all.len() - 3);
+    for seed in 0..20 {
+        let o = propose_with(
+            &mut bandit(seed),
+            &menu,
+            &fresh_floor(),
+            &[],
+            &Decided::default(),
+        );
+        let p = chosen(&o);
+        assert!(![split(0.5), draft(0), warm(64)].contains(&p), "{p:?}");
     }
 }

@@ -23,6 +23,45 @@ pub const MAX_TOKENS: u32 = 512;
 /// Refuse bodies larger than this: a chat answer is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// `choices[0].message.content` of a chat completion, or why the body is
+/// not one, in our own words (nothing of the body).
+fn chat_content(body: &[u8]) -> Result<String, &'static str> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| "not JSON")?;
+    let obj = value.as_object().ok_or("not a JSON object")?;
+    let choices = obj.get("choices").ok_or("no `choices` field")?;
+    let first = choices
+        .as_array()
+        .ok_or("`choices` is not an array")?
+        .first()
+        .ok_or("`choices` is empty")?;
+    match first.pointer("/message/content") {
+        Some(Value::String(content)) => Ok(content.clone()),
+        Some(_) => Err("`choices[0].message.content` is not a string"),
+        None => Err("no `choices[0].message.content`"),
+    }
+}
+
+/// The response's media type (`text/html`), bounded to the characters a
+/// media type has, so the server's header cannot put text into a message.
+fn content_type(headers: &reqwest::header::HeaderMap) -> String {
+    let raw = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media = raw
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let plain = !media.is_empty()
+        && media.len() <= 64
+        && media
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/+-.".contains(c));
+    if plain { media } else { "untyped".to_string() }
+}
+
 /// The schema's name in `response_format`.
 pub const SCHEMA_NAME: &str = "menu_choice";
 
@@ -227,26 +266,33 @@ impl ChatClient {
                 excerpt: self.quote(&body),
             });
         }
-        let value: Value = serde_json::from_slice(&body).map_err(|source| BrainError::NotJson {
-            url: url.clone(),
-            excerpt: self.quote(&body),
-            source,
-        })?;
-        match value.pointer("/choices/0/message/content") {
-            Some(Value::String(content)) => Ok(content.clone()),
-            _ => Err(BrainError::NoContent { url }),
+        match chat_content(&body) {
+            Ok(content) => Ok(content),
+            Err(why) => Err(BrainError::NotChatCompletion {
+                url,
+                bytes: body.len(),
+                content_type: content_type(response.headers()),
+                why,
+                body: self.scrub(&body),
+            }),
         }
     }
 
-    /// A bounded excerpt of a server body for an error, with the key
+    /// A bounded excerpt of a server's error body, with the key
     /// scrubbed before cutting (so not even a prefix of it survives).
     fn quote(&self, body: &[u8]) -> String {
+        excerpt(self.scrub(body).as_bytes())
+    }
+
+    /// A body as text with the key replaced: a misbehaving server may echo
+    /// the request's headers, and the key must never reach the ledger.
+    fn scrub(&self, body: &[u8]) -> String {
         let text = String::from_utf8_lossy(body);
         match &self.secret {
             Some(Secret(key)) if text.contains(key.as_str()) => {
-                excerpt(text.replace(key.as_str(), "<redacted>").as_bytes())
+                text.replace(key.as_str(), "<redacted>")
             }
-            _ => excerpt(text.as_bytes()),
+            _ => text.into_owned(),
         }
     }
 

@@ -196,6 +196,7 @@ pub(crate) fn model_config(
         max_attempts,
         max_tokens: super::client::MAX_TOKENS,
         rationale_max_chars: crate::menu::RATIONALE_MAX_CHARS,
+        bandit_fallback_after: 3,
     }
 }
 
@@ -264,3 +265,10 @@ impl<'a> MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// The stack the brain's tests describe: tiered, with experts.
+pub(crate) static MOE_STACK: std::sync::LazyLock<super::StackDescription> =
+    std::sync::LazyLock::new(|| super::StackDescription {
+        name: "tinyk3".into(),
+        experts: true,
+    });

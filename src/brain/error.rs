@@ -55,18 +55,21 @@ pub enum BrainError {
     },
     #[error("the served model at {url} answered with more than {limit} bytes; refused")]
     TooLarge { url: String, limit: usize },
+    /// A 200 whose body is not a chat completion (an HTML error page from a
+    /// proxy, another API's JSON). The message describes the body, never
+    /// quotes it: whatever it holds is kept only as the attempt's raw answer.
     #[error(
-        "the served model at {url} answered with a body that is not chat-completion JSON: \
-         {source}; body begins: {excerpt}"
+        "the served model at {url} answered a {bytes}-byte {content_type} body, not a chat \
+         completion: {why}; is base_url in [model] the model's /v1?"
     )]
-    NotJson {
+    NotChatCompletion {
         url: String,
-        excerpt: String,
-        #[source]
-        source: serde_json::Error,
+        bytes: usize,
+        content_type: String,
+        why: &'static str,
+        /// The body as received, for the ledger's raw-answer column only.
+        body: String,
     },
-    #[error("the served model at {url} answered without choices[0].message.content")]
-    NoContent { url: String },
     #[error("cannot check the proposal against the ledger for duplicates: {source}")]
     DuplicateCheck {
         #[source]
@@ -98,8 +101,7 @@ impl BrainError {
             BrainError::Timeout { .. } => "timeout",
             BrainError::Status { .. } => "http_status",
             BrainError::TooLarge { .. } => "too_large",
-            BrainError::NotJson { .. } => "not_json",
-            BrainError::NoContent { .. } => "no_content",
+            BrainError::NotChatCompletion { .. } => "not_chat_completion",
             BrainError::DuplicateCheck { .. } => "duplicate_check",
         }
     }
@@ -152,6 +154,14 @@ mod tests {
             after: Duration::from_secs(1),
         };
         assert!(!timeout.is_transient());
-        assert!(!BrainError::NoContent { url: String::new() }.is_transient());
+        let junk = BrainError::NotChatCompletion {
+            url: String::new(),
+            bytes: 4,
+            content_type: "text/html".into(),
+            why: "not JSON",
+            body: "<b/>".into(),
+        };
+        assert!(!junk.is_transient());
+        assert!(!junk.to_string().contains("<b/>"), "{junk}");
     }
 }

@@ -20,6 +20,7 @@
 pub mod bandit;
 pub mod client;
 pub mod error;
+pub mod exclusions;
 pub mod model;
 pub mod prompt;
 
@@ -37,19 +38,27 @@ use crate::ledger::{
     CycleId, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal, ProposalRejection,
 };
 use crate::menu::{Menu, MenuId, Proposal, Rejection};
+use crate::profile::{Knob, KnobValue};
 use crate::vocab::{Digest, ProposerKind};
 
 pub use bandit::{BanditAlgorithm, BanditProposer};
 pub use client::{ChatClient, Message, Role};
 pub use error::BrainError;
 pub use model::{Backoff, ModelProposer};
-pub use prompt::{LiveMetrics, NoiseFloorState};
+pub use prompt::{LiveMetrics, NoiseFloorState, StackDescription};
 
 /// What a proposer knows when it chooses: all of it is the orchestrator's
 /// own data (config, metrics, the ledger), none of it the model's words.
 #[derive(Debug, Clone, Copy)]
 pub struct Situation<'a> {
+    /// The menu with the values excluded on the live profile (see
+    /// [`exclusions`]): the schema, the validator and the bandit's grid
+    /// come from it.
     pub menu: &'a Menu,
+    /// What the stack is, as config tells it.
+    pub stack: &'a StackDescription,
+    /// The live profile's value of every knob the menu's entries touch.
+    pub live_knobs: &'a [(Knob, KnobValue)],
     /// The objective from config, seconds per token.
     pub target_seconds_per_token: f64,
     pub metrics: &'a LiveMetrics,
@@ -80,6 +89,17 @@ pub trait DuplicateCheck {
         _proposal: &Proposal,
     ) -> impl Future<Output = Result<Option<CycleId>, LedgerError>> + Send {
         async { Ok(None) }
+    }
+
+    /// Why the planner would measure nothing of this valid, new proposal
+    /// (the candidate equals the live profile, it is predicted not to help,
+    /// an input is missing), in the planner's own words, or `None` when it
+    /// plans. The model proposer asks before it settles on an answer, so a
+    /// refusal is told to the model and asked again within the cycle. The
+    /// cycle implements it by planning; checks without a planner (the test
+    /// doubles) refuse nothing.
+    fn planner_refusal(&self, _proposal: &Proposal) -> Option<String> {
+        None
     }
 }
 
@@ -124,12 +144,18 @@ pub(crate) async fn duplicate_of(
         return Ok(None);
     }
     if let Some(prev) = check.previous(proposal).await? {
-        return Ok(Some(Rejection::Duplicate { previous: prev.0 }));
+        return Ok(Some(Rejection::Duplicate {
+            what: proposal.describe(),
+            previous: prev.0,
+        }));
     }
     Ok(check
         .refused_by_planner(proposal)
         .await?
-        .map(|cycle| Rejection::RefusedByPlanner { cycle: cycle.0 }))
+        .map(|cycle| Rejection::RefusedByPlanner {
+            what: proposal.describe(),
+            cycle: cycle.0,
+        }))
 }
 
 /// A proposer: the served model or the bandit.
@@ -171,6 +197,17 @@ impl Attempt {
         proposer: ProposerKind,
         created_at: DateTime<Utc>,
     ) -> NewProposal {
+        self.to_new_proposal_noted(cycle_id, proposer, created_at, None)
+    }
+
+    /// [`Attempt::to_new_proposal`] with the outcome's note.
+    fn to_new_proposal_noted(
+        &self,
+        cycle_id: CycleId,
+        proposer: ProposerKind,
+        created_at: DateTime<Utc>,
+        note: Option<&str>,
+    ) -> NewProposal {
         NewProposal {
             cycle_id,
             proposer,
@@ -183,6 +220,7 @@ impl Attempt {
                 kind: r.kind().to_string(),
                 reason: r.to_string(),
             }),
+            note: note.map(str::to_string),
         }
     }
 }
@@ -205,6 +243,9 @@ pub struct Outcome {
     pub proposer: ProposerKind,
     pub attempts: Vec<Attempt>,
     pub decision: Decision,
+    /// Why this proposer answered when it is not the configured one (the
+    /// bandit standing in for the model); stored with every attempt.
+    pub note: Option<String>,
 }
 
 impl Outcome {
@@ -212,7 +253,9 @@ impl Outcome {
     pub fn new_proposals(&self, cycle_id: CycleId, created_at: DateTime<Utc>) -> Vec<NewProposal> {
         self.attempts
             .iter()
-            .map(|a| a.to_new_proposal(cycle_id, self.proposer, created_at))
+            .map(|a| {
+                a.to_new_proposal_noted(cycle_id, self.proposer, created_at, self.note.as_deref())
+            })
             .collect()
     }
 }
@@ -279,6 +322,7 @@ mod tests {
                     proposer: ProposerKind::Bandit,
                     attempts: vec![attempt],
                     decision: Decision::Chosen(pins.clone()),
+                    note: None,
                 };
                 for row in outcome.new_proposals(cycle, at) {
                     ledger.insert_proposal(&row).await.unwrap();
@@ -293,7 +337,10 @@ mod tests {
         record(Digest::of(b"old live"), None, VerdictKind::Rejected).await;
         record(
             live.clone(),
-            Some(Rejection::Duplicate { previous: 1 }),
+            Some(Rejection::Duplicate {
+                what: "rerank_pins pin_count 64".into(),
+                previous: 1,
+            }),
             VerdictKind::Rejected,
         )
         .await;
@@ -306,8 +353,27 @@ mod tests {
             check.refused_by_planner(&pins).await.unwrap(),
             Some(refused)
         );
+        // The prompt and the schema learn of it too, with the cycle.
+        let refused_values = check.refused(&menu).await.unwrap();
+        assert_eq!(
+            refused_values,
+            vec![crate::menu::Excluded {
+                experiment: MenuId::RerankPins,
+                param: "pin_count".into(),
+                value: crate::menu::ParamValue::Integer(64),
+                why: crate::menu::Why::RefusedByPlanner {
+                    cycle: Some(refused.0)
+                },
+            }]
+        );
         let rejection = duplicate_of(&check, &pins).await.unwrap().unwrap();
-        assert_eq!(rejection, Rejection::RefusedByPlanner { cycle: refused.0 });
+        assert_eq!(
+            rejection,
+            Rejection::RefusedByPlanner {
+                what: "rerank_pins pin_count 64".into(),
+                cycle: refused.0
+            }
+        );
         assert_eq!(rejection.kind(), "duplicate");
         assert!(
             rejection.to_string().contains("planner already refused"),
@@ -355,6 +421,8 @@ mod tests {
         let metrics = LiveMetrics::default();
         let situation = Situation {
             menu: &menu,
+            stack: &crate::brain::double::MOE_STACK,
+            live_knobs: &[],
             target_seconds_per_token: 1.0,
             metrics: &metrics,
             noise_floor: &floor,
@@ -371,6 +439,76 @@ mod tests {
                 d => panic!("the bandit chose nothing: {d:?}"),
             }
         }
+    }
+
+    /// An answer the planner refused inside the proposer's loop (stored
+    /// `not_measured`) is excluded on that live profile in later cycles,
+    /// and only there.
+    #[tokio::test]
+    async fn a_refusal_inside_the_loop_is_excluded_on_that_live_profile() {
+        use crate::ledger::NewObservation;
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
+        let menu = repo_menu();
+        let live = Digest::of(b"live");
+        let zero = menu
+            .validate(
+                r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#,
+            )
+            .unwrap();
+        let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
+        ledger
+            .insert_observation(&NewObservation {
+                cycle_id: cycle,
+                observed_at: at,
+                metrics: serde_json::json!({}),
+                heat: None,
+                live_profile_digest: live.clone(),
+            })
+            .await
+            .unwrap();
+        let attempt = Attempt {
+            number: 1,
+            prompt: Some("[user]\nchoose\n".into()),
+            raw_answer: Some("{}".into()),
+            parsed: Some(proposal_value(&zero)),
+            rejection: Some(Rejection::NotMeasured {
+                reason: "stage_speculative draft_len 0: the candidate equals the live profile"
+                    .into(),
+            }),
+        };
+        let row = attempt.to_new_proposal(cycle, ProposerKind::Model, at);
+        assert_eq!(row.rejection.as_ref().unwrap().kind, "not_measured");
+        ledger.insert_proposal(&row).await.unwrap();
+        let check = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &live,
+        };
+        let refused = check.refused(&menu).await.unwrap();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            refused[0].why,
+            crate::menu::Why::RefusedByPlanner {
+                cycle: Some(cycle.0)
+            }
+        );
+        let excluded = menu.clone().excluding(refused);
+        let err = excluded
+            .validate(
+                r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#,
+            )
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("draft_len 0 was already refused by the planner on this live profile"),
+            "{err}"
+        );
+        let other = Digest::of(b"another live");
+        let elsewhere = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &other,
+        };
+        assert!(elsewhere.refused(&menu).await.unwrap().is_empty());
     }
 
     /// The rows an outcome produces satisfy the ledger's schema, and the
@@ -399,7 +537,10 @@ mod tests {
                     prompt: Some("[user]\nchoose\n".into()),
                     raw_answer: Some(split.into()),
                     parsed: Some(proposal_value(&proposal)),
-                    rejection: Some(Rejection::Duplicate { previous: 1 }),
+                    rejection: Some(Rejection::Duplicate {
+                        what: "rerank_pins pin_count 64".into(),
+                        previous: 1,
+                    }),
                 },
                 Attempt {
                     number: 3,
@@ -410,6 +551,7 @@ mod tests {
                 },
             ],
             decision: Decision::Chosen(proposal.clone()),
+            note: None,
         };
         let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
         let mut last = None;
@@ -468,6 +610,15 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(check.previous(&proposal).await.unwrap(), Some(experiment));
+        let refused = check.refused(&menu).await.unwrap();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            refused[0].why,
+            crate::menu::Why::Decided {
+                experiment: experiment.0
+            }
+        );
+        assert_eq!(refused[0].value, crate::menu::ParamValue::Number(0.35));
         let other = Digest::of(b"another base");
         let elsewhere = LedgerDuplicates {
             ledger: &ledger,

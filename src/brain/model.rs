@@ -1,6 +1,8 @@
 //! The model proposer: asks the served model, validates the answer with
-//! [`Menu::validate`](crate::menu::Menu::validate), refuses duplicates, and
-//! asks again (showing our own refusal messages) up to `max_attempts`.
+//! [`Menu::validate`](crate::menu::Menu::validate), refuses duplicates and
+//! what the planner would not measure, and asks again (showing our own
+//! refusal messages, with a planner-refused value left out of the schema)
+//! up to `max_attempts`.
 //! Transient HTTP failures are retried inside the same budget after an
 //! exponential backoff with full jitter.
 
@@ -9,13 +11,15 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 
+use super::bandit::BanditProposer;
 use super::client::ChatClient;
 use super::error::BrainError;
+use super::exclusions;
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
     proposal_value,
 };
-use crate::menu::Rejection;
+use crate::menu::{Rejection, Why};
 use crate::vocab::ProposerKind;
 
 /// Exponential backoff with "full jitter": before retry `k` (0-based) sleep
@@ -58,6 +62,25 @@ pub struct ModelProposer<R = StdRng> {
     backoff: Backoff,
     /// Only draws backoff jitter; injected so tests are deterministic.
     rng: R,
+    fallback: Option<Fallback<R>>,
+}
+
+/// The bandit that chooses for one cycle after the model's answers were
+/// all refused in `after` cycles in a row, so a model stuck on one refused
+/// answer cannot stall the loop.
+#[derive(Debug)]
+struct Fallback<R> {
+    bandit: BanditProposer<R>,
+    after: u32,
+    /// The model's cycles in a row that ended with every answer refused,
+    /// since the daemon started (a restart gives the model a fresh run).
+    rejected_in_a_row: u32,
+}
+
+impl<R> Fallback<R> {
+    fn due(&self) -> bool {
+        self.rejected_in_a_row >= self.after
+    }
 }
 
 impl<R: Rng + Send> ModelProposer<R> {
@@ -69,7 +92,21 @@ impl<R: Rng + Send> ModelProposer<R> {
             max_attempts: max_attempts.max(1),
             backoff,
             rng,
+            fallback: None,
         }
+    }
+
+    /// Hands one cycle to `bandit` after `after` (at least 1) cycles in a
+    /// row in which every answer was refused (`[model]
+    /// bandit_fallback_after`). That cycle is recorded as the bandit's, with
+    /// a note saying it is a fallback; the model chooses again after it.
+    pub fn with_fallback(mut self, bandit: BanditProposer<R>, after: u32) -> Self {
+        self.fallback = Some(Fallback {
+            bandit,
+            after: after.max(1),
+            rejected_in_a_row: 0,
+        });
+        self
     }
 
     async fn run<D: DuplicateCheck + Sync>(
@@ -77,12 +114,16 @@ impl<R: Rng + Send> ModelProposer<R> {
         s: &Situation<'_>,
         duplicates: &D,
     ) -> (Vec<Attempt>, Decision) {
-        let schema = s.menu.json_schema();
+        // What the planner refuses in this cycle leaves the menu for the
+        // next request: its schema, its validator and its prompt.
+        let mut menu = s.menu.clone();
         let mut attempts = Vec::new();
         let mut refusals: Vec<Rejection> = Vec::new();
         let mut retries = 0u32;
         for number in 1..=self.max_attempts {
-            let messages = prompt::messages(s, &refusals);
+            let situation = Situation { menu: &menu, ..*s };
+            let schema = menu.json_schema();
+            let messages = prompt::messages(&situation, &refusals);
             let raw = match self.client.complete(&messages, &schema).await {
                 Ok(raw) => raw,
                 Err(e) if e.is_transient() && number < self.max_attempts => {
@@ -97,10 +138,35 @@ impl<R: Rng + Send> ModelProposer<R> {
                     tokio::time::sleep(pause).await;
                     continue;
                 }
-                Err(e) => return (attempts, Decision::Failed(e)),
+                Err(mut e) => {
+                    // A body that is no chat completion is the model
+                    // server's words: kept as the raw answer and only there;
+                    // the error describes it.
+                    if let BrainError::NotChatCompletion {
+                        bytes,
+                        content_type,
+                        why,
+                        body,
+                        ..
+                    } = &mut e
+                    {
+                        attempts.push(Attempt {
+                            number,
+                            prompt: Some(prompt::render(&messages)),
+                            raw_answer: Some(std::mem::take(body)),
+                            parsed: None,
+                            rejection: Some(Rejection::NotChatCompletion {
+                                description: format!(
+                                    "{bytes}-byte {content_type} body, not a chat completion: {why}"
+                                ),
+                            }),
+                        });
+                    }
+                    return (attempts, Decision::Failed(e));
+                }
             };
             let prompt = Some(prompt::render(&messages));
-            let refusal = match s.menu.validate(&raw) {
+            let refusal = match menu.validate(&raw) {
                 Err(rejection) => {
                     attempts.push(Attempt {
                         number,
@@ -117,6 +183,19 @@ impl<R: Rng + Send> ModelProposer<R> {
                             attempts,
                             Decision::Failed(BrainError::DuplicateCheck { source }),
                         );
+                    }
+                    Ok(None) if let Some(reason) = duplicates.planner_refusal(&proposal) => {
+                        let refusal = Rejection::NotMeasured { reason };
+                        attempts.push(Attempt {
+                            number,
+                            prompt,
+                            raw_answer: Some(raw),
+                            parsed: Some(proposal_value(&proposal)),
+                            rejection: Some(refusal.clone()),
+                        });
+                        let why = Why::RefusedByPlanner { cycle: None };
+                        menu = menu.excluding(exclusions::of_proposal(&proposal, &why));
+                        refusal
                     }
                     Ok(None) => {
                         attempts.push(Attempt {
@@ -160,8 +239,13 @@ impl<R: Rng + Send> ModelProposer<R> {
 }
 
 impl<R: Rng + Send> Proposer for ModelProposer<R> {
+    /// The bandit's when its fallback cycle is due: the cycle is opened
+    /// (and recorded) under the proposer that will choose in it.
     fn kind(&self) -> ProposerKind {
-        ProposerKind::Model
+        match &self.fallback {
+            Some(f) if f.due() => ProposerKind::Bandit,
+            _ => ProposerKind::Model,
+        }
     }
 
     async fn propose<D: DuplicateCheck + Sync>(
@@ -169,11 +253,31 @@ impl<R: Rng + Send> Proposer for ModelProposer<R> {
         situation: &Situation<'_>,
         duplicates: &D,
     ) -> Outcome {
+        if let Some(f) = self.fallback.as_mut().filter(|f| f.due()) {
+            let note = format!(
+                "fallback to the bandit: every answer of the served model was refused in {} cycles in a row ([model] bandit_fallback_after = {}); the model chooses again next cycle",
+                f.rejected_in_a_row, f.after
+            );
+            tracing::warn!("{note}");
+            f.rejected_in_a_row = 0;
+            let mut outcome = f.bandit.propose(situation, duplicates).await;
+            outcome.note = Some(note);
+            return outcome;
+        }
         let (attempts, decision) = self.run(situation, duplicates).await;
+        if let Some(f) = &mut self.fallback {
+            match decision {
+                Decision::Rejected => f.rejected_in_a_row += 1,
+                Decision::Chosen(_) => f.rejected_in_a_row = 0,
+                // Unreachable or too slow: says nothing of its answers.
+                Decision::Failed(_) => {}
+            }
+        }
         Outcome {
             proposer: ProposerKind::Model,
             attempts,
             decision,
+            note: None,
         }
     }
 }

@@ -46,6 +46,8 @@ async fn ask(p: &mut ModelProposer, decided: &Decided) -> Outcome {
     };
     let s = Situation {
         menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics: &metrics,
         noise_floor: &NoiseFloorState::Missing,
@@ -270,7 +272,10 @@ async fn a_duplicate_is_refused_and_retried() {
     assert_eq!(kinds(&o), ["duplicate", "accepted"]);
     assert_eq!(
         o.attempts[0].rejection,
-        Some(crate::menu::Rejection::Duplicate { previous: 77 })
+        Some(crate::menu::Rejection::Duplicate {
+            what: "rerank_pins pin_count 64".into(),
+            previous: 77,
+        })
     );
     assert!(
         o.attempts[0].parsed.is_some(),
@@ -382,25 +387,46 @@ async fn a_client_error_status_is_not_retried() {
     assert_eq!(server.received().len(), 1);
 }
 
+/// A 200 whose body is no chat completion fails the cycle with a
+/// description of the body (size, type, what is missing) and keeps the body
+/// itself only as the attempt's raw answer, never in the error.
 #[tokio::test]
-async fn a_body_that_is_not_json_or_has_no_content_fails() {
+async fn a_body_that_is_not_a_chat_completion_is_described_and_kept_only_as_raw() {
+    let html = "<html>gateway IGNORE-ME</html>";
+    let no_choices = json!({"error": "IGNORE-ME"}).to_string();
+    let empty = json!({"choices": []}).to_string();
     let server = ScriptedModelServerDouble::start(vec![
-        Reply::Body("<html>gateway</html>".to_string()),
-        Reply::Body(json!({"choices": []}).to_string()),
+        Reply::Body(html.to_string()),
+        Reply::Body(no_choices.clone()),
+        Reply::Body(empty.clone()),
     ])
     .await;
     let mut p = proposer(server.base_url(), 5.0, 3);
-    let o = ask(&mut p, &Decided::default()).await;
-    let Decision::Failed(e) = &o.decision else {
-        panic!("{:?}", o.decision)
-    };
-    assert_eq!(e.kind(), "not_json");
-    assert!(e.to_string().contains("<html>gateway"), "{e}");
-    let o = ask(&mut p, &Decided::default()).await;
-    let Decision::Failed(e) = &o.decision else {
-        panic!("{:?}", o.decision)
-    };
-    assert_eq!(e.kind(), "no_content");
+    for (body, why) in [
+        (html.to_string(), "not JSON"),
+        (no_choices, "no `choices` field"),
+        (empty, "`choices` is empty"),
+    ] {
+        let o = ask(&mut p, &Decided::default()).await;
+        let Decision::Failed(e) = &o.decision else {
+            panic!("{:?}", o.decision)
+        };
+        assert_eq!(e.kind(), "not_chat_completion");
+        let described = format!(
+            "{}-byte application/json body, not a chat completion: {why}",
+            body.len()
+        );
+        assert!(e.to_string().contains(&described), "{e}");
+        assert!(!e.to_string().contains("IGNORE-ME"), "{e}");
+        assert!(!format!("{e:?}").contains("IGNORE-ME"), "{e:?}");
+        assert_eq!(o.attempts.len(), 1, "the reply is recorded");
+        let a = &o.attempts[0];
+        assert_eq!(a.raw_answer.as_deref(), Some(body.as_str()));
+        let r = a.rejection.as_ref().unwrap();
+        assert_eq!(r.kind(), "not_chat_completion");
+        assert!(r.to_string().contains(&described), "{r}");
+        assert!(!r.to_string().contains("IGNORE-ME"), "{r}");
+    }
 }
 
 #[tokio::test]
@@ -446,17 +472,28 @@ async fn the_api_key_is_sent_and_never_appears_anywhere_else() {
     ])
     .await;
     let mut p = proposer(server.base_url(), 5.0, 1);
-    for _ in 0..2 {
+    for junk in [false, true] {
         let o = ask(&mut p, &Decided::default()).await;
         let Decision::Failed(e) = &o.decision else {
             panic!("{:?}", o.decision)
         };
-        assert!(e.to_string().contains("<redacted>"), "{e}");
+        // An error body is quoted with the key scrubbed; a junk 200 body is
+        // not quoted at all, and its raw answer is scrubbed too.
+        assert_eq!(e.to_string().contains("<redacted>"), !junk, "{e}");
         assert!(!format!("{e} {e:?}").contains(KEY), "{e}");
         assert!(
             !format!("{e}").contains("sk-test"),
             "not even a prefix: {e}"
         );
+        let raw: Vec<&str> = o
+            .attempts
+            .iter()
+            .filter_map(|a| a.raw_answer.as_deref())
+            .collect();
+        assert!(raw.iter().all(|r| !r.contains(KEY)), "{raw:?}");
+        if junk {
+            assert_eq!(raw, ["not json <redacted>"]);
+        }
     }
     assert!(!logs.text().contains(KEY));
 }
@@ -489,4 +526,169 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
     assert!(!format!("{e} {e:?}").contains(KEY), "{e}");
     let none = model_config("http://127.0.0.1:9/v1".parse().unwrap(), None, 1.0, 1);
     assert!(ChatClient::with_env(&none, |_| panic!("no lookup without api_key_env")).is_ok());
+}
+
+/// Stands in for the cycle's planner: refuses one proposal as the live
+/// profile, as the planner does for the live `draft_len`.
+struct PlannerRefuses(Proposal);
+
+impl DuplicateCheck for PlannerRefuses {
+    async fn previous(
+        &self,
+        _: &Proposal,
+    ) -> Result<Option<crate::ledger::ExperimentId>, crate::ledger::LedgerError> {
+        Ok(None)
+    }
+
+    fn planner_refusal(&self, p: &Proposal) -> Option<String> {
+        (*p == self.0).then(|| {
+            format!(
+                "{}: the candidate equals the live profile: nothing to measure; choose other parameters",
+                p.describe()
+            )
+        })
+    }
+}
+
+/// A planner refusal is one more refused answer: told to the model (with
+/// the value it named) and asked again within the cycle, its value left out
+/// of the next request's schema and listed in its prompt; the cycle ends
+/// with the answer that plans.
+#[tokio::test]
+async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
+    let menu = repo_menu();
+    let live =
+        json!({"experiment": "stage_speculative", "params": {"draft_len": 0}, "rationale": "x"})
+            .to_string();
+    let other =
+        json!({"experiment": "stage_speculative", "params": {"draft_len": 2}, "rationale": "x"})
+            .to_string();
+    let refused = menu.validate(&live).unwrap();
+    let server = ScriptedModelServerDouble::start(vec![
+        Reply::Content(live.clone()),
+        Reply::Content(other.clone()),
+    ])
+    .await;
+    let mut p = proposer(server.base_url(), 5.0, 3);
+    let metrics = LiveMetrics::default();
+    let s = Situation {
+        menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &NoiseFloorState::Missing,
+        history: &[],
+    };
+    let o = p.propose(&s, &PlannerRefuses(refused.clone())).await;
+    assert_eq!(kinds(&o), ["not_measured", "accepted"]);
+    assert_eq!(o.attempts[0].parsed, Some(proposal_value(&refused)));
+    match &o.decision {
+        Decision::Chosen(c) => assert_eq!(c, &menu.validate(&other).unwrap()),
+        d => panic!("{d:?}"),
+    }
+    let sent = server.received();
+    assert_eq!(sent.len(), 2);
+    let followup = sent[1].message_contents().join("\n");
+    assert!(
+        followup.contains(
+            "not_measured: not measured: stage_speculative draft_len 0: the candidate equals the live profile"
+        ),
+        "{followup}"
+    );
+    assert!(
+        followup.contains("  - draft_len 0 was refused by the planner earlier in this cycle"),
+        "{followup}"
+    );
+    let schema = &sent[1].body["response_format"]["json_schema"]["schema"];
+    let spec = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "stage_speculative")
+        .unwrap();
+    assert_eq!(
+        spec["properties"]["params"]["properties"]["draft_len"]["minimum"],
+        json!(1),
+        "{spec}"
+    );
+    // A model that repeats the refused value is refused by the validator.
+    let server = ScriptedModelServerDouble::start(vec![Reply::Content(live.clone()); 3]).await;
+    let mut p = proposer(server.base_url(), 5.0, 3);
+    let o = p.propose(&s, &PlannerRefuses(refused)).await;
+    assert_eq!(kinds(&o), ["not_measured", "duplicate", "duplicate"]);
+    assert!(matches!(o.decision, Decision::Rejected));
+}
+
+/// After `bandit_fallback_after` cycles whose every answer was refused, the
+/// bandit chooses one cycle: the cycle opens under the bandit's name, the
+/// model is not asked, and every row says it is a fallback; then the model
+/// chooses again, and a cycle in which it chose resets the count.
+#[tokio::test]
+async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
+    use crate::ledger::Ledger;
+    use chrono::Utc;
+    let off_menu = json!({"experiment": "format_disk", "params": {}, "rationale": "x"}).to_string();
+    let good = json!({"experiment": "remeasure", "params": {}, "rationale": "x"}).to_string();
+    let mut script = vec![Reply::Content(off_menu.clone()); 4];
+    script.push(Reply::Content(good.clone()));
+    script.extend(vec![Reply::Content(off_menu.clone()); 2]);
+    let server = ScriptedModelServerDouble::start(script).await;
+    let bandit = crate::brain::BanditProposer::new(
+        crate::brain::BanditAlgorithm::Ucb1,
+        StdRng::seed_from_u64(3),
+    );
+    let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 2);
+    let decided = Decided::default();
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    // Two cycles, every answer refused: still the model's.
+    for _ in 0..2 {
+        assert_eq!(p.kind(), ProposerKind::Model);
+        let o = ask(&mut p, &decided).await;
+        assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);
+        assert_eq!(o.note, None);
+    }
+    assert_eq!(server.received().len(), 4);
+    // The third is the bandit's, recorded as such, and asks no model.
+    assert_eq!(p.kind(), ProposerKind::Bandit);
+    let cycle = ledger.open_cycle(Utc::now(), p.kind()).await.unwrap();
+    let o = ask(&mut p, &decided).await;
+    assert_eq!(o.proposer, ProposerKind::Bandit);
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
+    assert_eq!(server.received().len(), 4, "the model was not asked");
+    for row in o.new_proposals(cycle, Utc::now()) {
+        ledger.insert_proposal(&row).await.unwrap();
+    }
+    let stored = ledger.proposals(cycle).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].proposer, ProposerKind::Bandit);
+    let note = stored[0].note.as_deref().unwrap();
+    assert!(note.starts_with("fallback to the bandit"), "{note}");
+    assert!(
+        note.contains("2 cycles in a row ([model] bandit_fallback_after = 2)"),
+        "{note}"
+    );
+    assert_eq!(
+        ledger.cycle(cycle).await.unwrap().proposer,
+        ProposerKind::Bandit
+    );
+    // Then the model again; a cycle in which it chose resets the count.
+    assert_eq!(p.kind(), ProposerKind::Model);
+    let o = ask(&mut p, &decided).await;
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
+    let o = ask(&mut p, &decided).await;
+    assert!(matches!(o.decision, Decision::Rejected));
+    assert_eq!(
+        p.kind(),
+        ProposerKind::Model,
+        "one rejected cycle since the choice"
+    );
 }

@@ -1,5 +1,7 @@
-//! The prompt the served model sees: objective, live metrics, noise floor,
-//! recent experiments and the menu with its bounds. Deterministic text.
+//! The prompt the served model sees: the stack as config describes it,
+//! objective, live metrics, the live profile's knobs, noise floor, recent
+//! experiments and the menu with its bounds and the values excluded on the
+//! live profile. Deterministic text.
 //!
 //! Everything here comes from the orchestrator's own data. A refused answer
 //! is reported back only through [`Rejection`]'s message, which never echoes
@@ -14,8 +16,55 @@ use serde_json::Value;
 
 use super::Situation;
 use super::client::{Message, Role};
+use crate::config::Config;
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{MenuEntry, ParamKind, Rejection};
+use crate::menu::{Excluded, Menu, MenuEntry, MenuId, ParamKind, Rejection};
+use crate::profile::{Knob, KnobValue};
+
+/// The most excluded values listed per parameter; the schema leaves out
+/// all of them, the prompt need not grow without bound.
+const MAX_LISTED_EXCLUSIONS: usize = 16;
+
+/// What the prompt says the stack is. Only config tells it: a stack whose
+/// menu (after `[stack] unsupported`) has an expert lever, or whose config
+/// gives `[stack] expert_bytes`, routes experts; any other is described
+/// without them, since a dense model is no mixture of experts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackDescription {
+    /// `[stack] name`.
+    pub name: String,
+    pub experts: bool,
+}
+
+impl StackDescription {
+    /// From the config and the stack's menu.
+    pub fn of(config: &Config, menu: &Menu) -> StackDescription {
+        let levers = menu.entries().iter().any(|e| {
+            matches!(e.id, MenuId::RerankPins | MenuId::DeepenWarmSet)
+                || e.touches.iter().any(|k| {
+                    matches!(
+                        k,
+                        Knob::PinsFile | Knob::PinsCount | Knob::FarAddr | Knob::FarWarmSet
+                    )
+                })
+        });
+        StackDescription {
+            name: config.stack.name.clone(),
+            experts: levers || config.stack.expert_bytes.is_some(),
+        }
+    }
+
+    fn phrase(&self) -> String {
+        if self.experts {
+            format!(
+                "the tiered mixture-of-experts serving stack `{}`",
+                self.name
+            )
+        } else {
+            format!("the serving stack `{}`", self.name)
+        }
+    }
+}
 
 /// The live metrics scraped at the start of a cycle; `None` when the stack
 /// does not export a series or it could not be read.
@@ -63,22 +112,25 @@ impl NoiseFloorState {
 }
 
 /// The fixed instructions: the role and the answer's shape, with the
-/// rationale's bound of the menu in use.
-pub fn system_text(rationale_max_chars: usize) -> String {
+/// stack as config describes it and the rationale's bound of the menu.
+pub fn system_text(stack: &StackDescription, rationale_max_chars: usize) -> String {
     let rationale = match rationale_max_chars {
         0 => "\"\" (empty)".to_string(),
         n => format!("<at most {n} characters>"),
     };
+    let stack = stack.phrase();
     format!(
-        "You choose the next experiment for tuning a tiered mixture-of-experts \
-         serving stack toward its seconds-per-token objective.\n\
+        "You choose the next experiment for tuning {stack} toward its \
+         seconds-per-token objective.\n\
          Answer with exactly one JSON object and nothing else: \
          {{\"experiment\": <a menu id>, \"params\": {{<that entry's parameters>}}, \
          \"rationale\": {rationale}}}.\n\
          Choose only from the menu, with every parameter inside its bounds. \
          The answer is checked in code; anything else is refused. \
          An experiment already decided on the current profile with the same \
-         parameters is refused as a duplicate (remeasure excepted)."
+         parameters is refused as a duplicate (remeasure excepted), and so is \
+         a value listed as excluded: the live profile's own value changes \
+         nothing."
     )
 }
 
@@ -86,12 +138,13 @@ pub fn system_text(rationale_max_chars: usize) -> String {
 pub fn situation_text(s: &Situation<'_>) -> String {
     let mut t = String::new();
     objective(&mut t, s);
-    metrics(&mut t, s.metrics);
+    metrics(&mut t, s.metrics, s.stack.experts);
+    live_profile(&mut t, s.live_knobs);
     floor(&mut t, s.noise_floor);
     history(&mut t, s.history);
     t.push_str("\nThe menu (choose one):\n");
     for entry in s.menu.entries() {
-        menu_entry(&mut t, entry);
+        menu_entry(&mut t, s.menu, entry);
     }
     t
 }
@@ -113,7 +166,10 @@ pub fn followup_text(refusals: &[Rejection]) -> String {
 /// earlier answers were refused.
 pub fn messages(s: &Situation<'_>, refusals: &[Rejection]) -> Vec<Message> {
     let mut m = vec![
-        Message::new(Role::System, system_text(s.menu.rationale_max_chars())),
+        Message::new(
+            Role::System,
+            system_text(s.stack, s.menu.rationale_max_chars()),
+        ),
         Message::new(Role::User, situation_text(s)),
     ];
     if !refusals.is_empty() {
@@ -168,29 +224,56 @@ fn objective(t: &mut String, s: &Situation<'_>) {
 /// A named metric, its value, and how to show it.
 type MetricRow = (&'static str, Option<f64>, fn(f64) -> String);
 
-fn metrics(t: &mut String, m: &LiveMetrics) {
+/// The expert rows are left out for a stack without experts unless the
+/// stack reports them anyway.
+fn metrics(t: &mut String, m: &LiveMetrics, experts: bool) {
     t.push_str("\nLive metrics:\n");
-    let rows: [MetricRow; 5] = [
-        ("seconds per token", m.seconds_per_token, num),
+    let rows: [(MetricRow, bool); 5] = [
+        (("seconds per token", m.seconds_per_token, num), false),
         (
-            "tier residency (expert reads served from RAM)",
-            m.tier_residency,
-            share,
+            (
+                "tier residency (expert reads served from RAM)",
+                m.tier_residency,
+                share,
+            ),
+            true,
         ),
         (
-            "heat coverage (activations on pinned experts)",
-            m.heat_coverage,
-            share,
+            (
+                "heat coverage (activations on pinned experts)",
+                m.heat_coverage,
+                share,
+            ),
+            true,
         ),
-        ("far tier", m.far_available, far_state),
-        ("draft acceptance", m.draft_acceptance, share),
+        (("far tier", m.far_available, far_state), true),
+        (("draft acceptance", m.draft_acceptance, share), false),
     ];
-    for (name, value, show) in rows {
+    for ((name, value, show), of_experts) in rows {
+        if of_experts && !experts && value.is_none() {
+            continue;
+        }
         let shown = value.map_or_else(|| "not available".to_string(), show);
         let _ = writeln!(t, "- {name}: {shown}");
     }
     for (name, value) in &m.other {
         let _ = writeln!(t, "- {name}: {}", num(*value));
+    }
+}
+
+fn live_profile(t: &mut String, knobs: &[(Knob, KnobValue)]) {
+    if knobs.is_empty() {
+        return;
+    }
+    t.push_str("\nLive profile (the settings serving now; a candidate changes some):\n");
+    for (knob, value) in knobs {
+        let shown = match value {
+            KnobValue::Text(s) if s.is_empty() => "\"\" (none)".to_string(),
+            KnobValue::Text(s) => format!("{s:?}"),
+            KnobValue::Number(x) => num(*x),
+            KnobValue::Integer(n) => n.to_string(),
+        };
+        let _ = writeln!(t, "- {knob}: {shown}");
     }
 }
 
@@ -264,10 +347,16 @@ fn history(t: &mut String, h: &[ExperimentOutcome]) {
     t.push_str("Effects are changes of seconds per token: negative is faster.\n");
 }
 
-fn menu_entry(t: &mut String, e: &MenuEntry) {
+fn menu_entry(t: &mut String, menu: &Menu, e: &MenuEntry) {
     let _ = writeln!(t, "\n## {}: {}", e.id, e.summary);
     t.push_str(e.prompt.trim_end());
     t.push('\n');
+    if !menu.offers(e.id) {
+        t.push_str(
+            "Every value of this entry is excluded on the live profile (listed below): \
+             do not choose it.\n",
+        );
+    }
     if e.params.is_empty() {
         t.push_str("Parameters: none (\"params\": {}).\n");
         return;
@@ -290,6 +379,26 @@ fn menu_entry(t: &mut String, e: &MenuEntry) {
             ParamKind::Enum { values } => format!("one of {}", values.join(", ")),
         };
         let _ = writeln!(t, "- {}: {bounds}; {}", p.name, p.doc);
+        let excluded: Vec<&Excluded> = menu
+            .excluded()
+            .iter()
+            .filter(|x| x.experiment == e.id && x.param == p.name)
+            .collect();
+        if excluded.is_empty() {
+            continue;
+        }
+        let _ = writeln!(t, "  Excluded on the live profile (refused if proposed):");
+        for x in excluded.iter().take(MAX_LISTED_EXCLUSIONS) {
+            let _ = writeln!(
+                t,
+                "  - {} {}",
+                crate::menu::named_value(&x.param, &x.value),
+                x.why
+            );
+        }
+        if excluded.len() > MAX_LISTED_EXCLUSIONS {
+            let _ = writeln!(t, "  - and {} more", excluded.len() - MAX_LISTED_EXCLUSIONS);
+        }
     }
 }
 

@@ -106,6 +106,8 @@ fn situation<'a>(
 ) -> Situation<'a> {
     Situation {
         menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
         target_seconds_per_token: 1.0,
         metrics,
         noise_floor: floor,
@@ -193,7 +195,10 @@ fn every_menu_bound_is_in_the_prompt() {
 fn the_followup_lists_our_refusals_in_order() {
     let refusals = [
         crate::menu::Rejection::ExtraField,
-        crate::menu::Rejection::Duplicate { previous: 77 },
+        crate::menu::Rejection::Duplicate {
+            what: "stage_speculative draft_len 4".into(),
+            previous: 77,
+        },
     ];
     insta::assert_snapshot!("followup", followup_text(&refusals));
 }
@@ -205,4 +210,138 @@ fn numbers_print_without_float_noise() {
     assert_eq!(num(-0.00001), "0");
     assert_eq!(num(f64::NAN), "not a finite number");
     assert_eq!(pct_abs(0.0), "±0.00%");
+}
+
+/// The served model sees the live profile's values and every value excluded
+/// on it, each with why, under the parameter it belongs to; an entry with no
+/// value left says so. (A model shown none of this kept proposing the live
+/// `draft_len` 0.)
+#[test]
+fn the_prompt_shows_the_live_values_and_what_is_excluded_on_them() {
+    use crate::menu::{Excluded, ParamValue, Why};
+    use crate::profile::{Knob, KnobValue};
+    let x = |experiment, param: &str, value, why| Excluded {
+        experiment,
+        param: param.into(),
+        value,
+        why,
+    };
+    let mut excluded = vec![
+        x(
+            MenuId::StageSpeculative,
+            "draft_len",
+            ParamValue::Integer(0),
+            Why::Live,
+        ),
+        x(
+            MenuId::RebalanceTrunkCache,
+            "trunk_fraction",
+            ParamValue::Number(0.5),
+            Why::Live,
+        ),
+        x(
+            MenuId::StageSpeculative,
+            "draft_len",
+            ParamValue::Integer(4),
+            Why::Decided { experiment: 11 },
+        ),
+        x(
+            MenuId::StageSpeculative,
+            "draft_len",
+            ParamValue::Integer(2),
+            Why::RefusedByPlanner { cycle: Some(9) },
+        ),
+    ];
+    for n in [1, 3, 5, 6, 7, 8] {
+        excluded.push(x(
+            MenuId::StageSpeculative,
+            "draft_len",
+            ParamValue::Integer(n),
+            Why::RefusedByPlanner { cycle: None },
+        ));
+    }
+    let menu = repo_menu().excluding(excluded);
+    let knobs = [
+        (Knob::MemoryTrunkGb, KnobValue::Number(2.0)),
+        (Knob::PinsFile, KnobValue::Text(String::new())),
+        (Knob::SpeculativeDraftLen, KnobValue::Integer(0)),
+    ];
+    let m = metrics();
+    let floor = NoiseFloorState::Missing;
+    let mut s = situation(&menu, &m, &floor, &[]);
+    s.live_knobs = &knobs;
+    let text = situation_text(&s);
+    for line in [
+        "Live profile (the settings serving now; a candidate changes some):",
+        "- memory.trunk_gb: 2\n",
+        "- pins.file: \"\" (none)\n",
+        "- speculative.draft_len: 0\n",
+        "  - draft_len 0 equals the live profile's value\n",
+        "  - draft_len 4 was already decided on this live profile (experiment 11)\n",
+        "  - draft_len 2 was already refused by the planner on this live profile (cycle 9)\n",
+        "  - trunk_fraction 0.5 equals the live profile's value\n",
+        "  - draft_len 8 was refused by the planner earlier in this cycle\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    // draft_len 0..8 are all excluded: the entry says so, and the schema
+    // has no stage_speculative alternative.
+    let spec = text.split("## stage_speculative").nth(1).unwrap();
+    assert!(
+        spec.split("## ")
+            .next()
+            .unwrap()
+            .contains("Every value of this entry is excluded"),
+        "{spec}"
+    );
+    let schema = menu.json_schema().to_string();
+    assert!(!schema.contains("stage_speculative"), "{schema}");
+    assert!(schema.contains("rebalance_trunk_cache"), "{schema}");
+}
+
+/// The system text describes the stack config describes: a dense stack
+/// (no expert lever on its menu, no `expert_bytes`) is not called a
+/// mixture of experts, and its prompt lists no expert metrics it lacks.
+#[test]
+fn a_dense_stack_is_not_described_as_a_mixture_of_experts() {
+    let dense = StackDescription {
+        name: "llama-server".into(),
+        experts: false,
+    };
+    let text = system_text(&dense, 40);
+    assert!(!text.contains("mixture-of-experts"), "{text}");
+    assert!(text.contains("the serving stack `llama-server`"), "{text}");
+    let moe = system_text(&crate::brain::double::MOE_STACK, 40);
+    assert!(
+        moe.contains("the tiered mixture-of-experts serving stack `tinyk3`"),
+        "{moe}"
+    );
+    let menu = repo_menu();
+    let m = LiveMetrics {
+        seconds_per_token: Some(0.05),
+        ..LiveMetrics::default()
+    };
+    let floor = NoiseFloorState::Missing;
+    let mut s = situation(&menu, &m, &floor, &[]);
+    s.stack = &dense;
+    let text = situation_text(&s);
+    let live = text.split("Noise floor").next().unwrap();
+    assert!(!live.contains("heat coverage"), "{live}");
+    assert!(!live.contains("far tier"), "{live}");
+    assert!(live.contains("draft acceptance: not available"), "{live}");
+}
+
+/// From config: llama-server's menu (pins and far tier unsupported, no
+/// expert_bytes) is dense; tinyk3's is tiered.
+#[test]
+fn the_stack_description_comes_from_config() {
+    use std::path::Path;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, experts) in [("config.toml", true), ("examples/llama-server.toml", false)] {
+        let config = Config::load(&root.join(file)).unwrap();
+        let menu = crate::support::stack_menu(&config, &repo_menu()).unwrap();
+        let d = StackDescription::of(&config, &menu);
+        assert_eq!(d.experts, experts, "{file}");
+        assert_eq!(d.name, config.stack.name);
+    }
 }

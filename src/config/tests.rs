@@ -199,3 +199,23 @@ fn the_rationale_bound_defaults_to_400_and_is_capped() {
     assert!(msg.contains("[model] rationale_max_chars = 9000"), "{msg}");
     assert!(msg.contains("4000"), "{msg}");
 }
+
+#[test]
+fn the_bandit_fallback_defaults_to_3_and_needs_at_least_1() {
+    assert_eq!(
+        parse(&default_text()).unwrap().model.bandit_fallback_after,
+        3
+    );
+    let text = default_text().replace("bandit_fallback_after = 3\n", "");
+    assert_ne!(text, default_text(), "config.toml documents the key");
+    assert_eq!(parse(&text).unwrap().model.bandit_fallback_after, 3);
+    let five = default_text().replace("bandit_fallback_after = 3", "bandit_fallback_after = 5");
+    assert_eq!(parse(&five).unwrap().model.bandit_fallback_after, 5);
+    let msg =
+        err(&default_text().replace("bandit_fallback_after = 3", "bandit_fallback_after = 0"));
+    assert!(msg.contains("[model] bandit_fallback_after = 0"), "{msg}");
+    assert!(msg.contains("at least 1"), "{msg}");
+    let msg =
+        err(&default_text().replace("bandit_fallback_after = 3", "bandit_fallback_after = -1"));
+    assert!(msg.contains("bandit_fallback_after"), "{msg}");
+}

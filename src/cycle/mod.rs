@@ -14,6 +14,7 @@
 mod floor;
 mod line;
 mod scorer;
+mod screen;
 
 use std::path::{Path, PathBuf};
 
@@ -35,11 +36,11 @@ use crate::measure::cancel::Cancel;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::{ProfileFile, Scorer};
 use crate::menu::{Menu, MenuId, Proposal};
-use crate::observe::{self, Observation};
-use crate::plan::{self, PinList, PlanContext};
+use crate::observe;
+use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
 use crate::profile::Profile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{Arm, Digest, Method, VerdictKind};
+use crate::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
 
 /// Everything a cycle uses; built once by the daemon.
 pub struct Cycle<'a, P, C> {
@@ -216,17 +217,42 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             .recent_experiments(cfg.cycle.history.max(64))
             .await?;
         let floor_state = bench_floor.state(self.policy.min_floor, now);
+        let duplicates = LedgerDuplicates {
+            ledger: self.ledger,
+            base_digest: &live_digest,
+        };
+        // The live profile's own values and what was decided or refused on
+        // it leave the schema, the validator and the bandit's grid.
+        let menu = self
+            .menu
+            .clone()
+            .excluding(brain::exclusions::live(plan::unchanged(&live.profile)))
+            .excluding(duplicates.refused(self.menu).await?);
+        let stack = brain::StackDescription::of(cfg, self.menu);
+        let live_knobs = live_knobs(self.menu, &live.profile);
         let situation = Situation {
-            menu: self.menu,
+            menu: &menu,
+            stack: &stack,
+            live_knobs: &live_knobs,
             target_seconds_per_token: cfg.objective.target_seconds_per_token.get(),
             metrics: &obs.metrics,
             noise_floor: &floor_state,
             history: &history,
         };
-        let duplicates = LedgerDuplicates {
-            ledger: self.ledger,
-            base_digest: &live_digest,
+        let current_pins = live_pins(&live);
+        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
+        let ctx = PlanContext {
+            live: &live.profile,
+            live_path: &live.path,
+            profiles_dir: &profiles_dir,
+            expert_bytes: cfg.stack.expert_bytes,
+            cache_spare_slots: cfg.stack.cache_spare_slots,
+            heat: obs.heat.as_ref(),
+            trace: obs.trace.as_ref(),
+            current_pins: current_pins.as_ref(),
+            top_k: None,
         };
+        let screen = screen::Screen::new(duplicates, &ctx);
         tracing::debug!(cycle = %id, "phase propose");
         self.progress
             .phase(phase::PROPOSE, self.proposer.kind().as_str());
@@ -237,8 +263,14 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             _ = self.cancel.cancelled() => {
                 return Err(Stop::Aborted("shutdown while the proposer was choosing".into()));
             }
-            outcome = self.proposer.propose(&situation, &duplicates) => outcome,
+            outcome = self.proposer.propose(&situation, &screen) => outcome,
         };
+        // The metrics above were read before the model was asked; the
+        // window its decoding fell in is closed now, so the next cycle's
+        // live speed is the stack's serving, not the model's answers.
+        if outcome.proposer == ProposerKind::Model {
+            observe::end_window(cfg.stack.metrics.as_ref(), self.http).await;
+        }
         let mut last_proposal: Option<ProposalId> = None;
         for p in outcome.new_proposals(id, self.clock.now()) {
             last_proposal = Some(self.ledger.insert_proposal(&p).await?);
@@ -272,7 +304,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
                 .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
             return self.remeasure(id, last_proposal, &live, &scorer, r).await;
         }
-        self.experiment(id, last_proposal, &proposal, &live, &obs, r)
+        tracing::debug!(cycle = %id, "phase plan");
+        self.progress
+            .phase(phase::PLAN, proposal.experiment.as_str());
+        let plan = screen.plan(&proposal);
+        self.experiment(id, last_proposal, &proposal, plan, &live, r)
             .await
     }
 
@@ -391,43 +427,16 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         id: CycleId,
         proposal_id: Option<ProposalId>,
         proposal: &Proposal,
+        plan: Result<Plan, PlanRefusal>,
         live: &ProfileFile,
-        obs: &Observation,
         r: &mut CycleReport,
     ) -> Result<(), Stop> {
-        let cfg = self.config;
-        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
-        let current_pins = match live.profile.pins_path(&live.path) {
-            Some(p) => match PinList::load(&p) {
-                Ok(list) => Some(list),
-                Err(e) => {
-                    tracing::warn!("the live pin list cannot be read: {e}");
-                    None
-                }
-            },
-            None => None,
-        };
-        let ctx = PlanContext {
-            live: &live.profile,
-            live_path: &live.path,
-            profiles_dir: &profiles_dir,
-            expert_bytes: cfg.stack.expert_bytes,
-            cache_spare_slots: cfg.stack.cache_spare_slots,
-            heat: obs.heat.as_ref(),
-            trace: obs.trace.as_ref(),
-            current_pins: current_pins.as_ref(),
-            top_k: None,
-        };
-        tracing::debug!(cycle = %id, "phase plan");
-        self.progress
-            .phase(phase::PLAN, proposal.experiment.as_str());
-        let plan = match plan::plan(&ctx, proposal) {
+        // The model's answers were screened by the planner already; a
+        // bandit's choice is refused here.
+        let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {
-                let why = match refusal.notes() {
-                    Some(notes) => format!("not measured: {refusal} (planner notes: {notes})"),
-                    None => format!("not measured: {refusal}"),
-                };
+                let why = format!("not measured: {}", screen::refusal_text(proposal, &refusal));
                 self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
                 return Ok(());
             }
@@ -772,6 +781,33 @@ fn warn_new_gaps(gaps: &[String]) {
             tracing::warn!("observe: {gap}");
         }
     }
+}
+
+/// The live pin list, when the live profile names one that can be read.
+fn live_pins(live: &ProfileFile) -> Option<PinList> {
+    let path = live.profile.pins_path(&live.path)?;
+    match PinList::load(&path) {
+        Ok(list) => Some(list),
+        Err(e) => {
+            tracing::warn!("the live pin list cannot be read: {e}");
+            None
+        }
+    }
+}
+
+/// The live value of every knob the menu's entries touch, in knob order.
+fn live_knobs(
+    menu: &Menu,
+    live: &Profile,
+) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
+    let mut knobs: Vec<crate::profile::Knob> = menu
+        .entries()
+        .iter()
+        .flat_map(|e| e.touches.iter().copied())
+        .collect();
+    knobs.sort();
+    knobs.dedup();
+    knobs.into_iter().map(|k| (k, live.get(k))).collect()
 }
 
 /// Runs whose pressure says what the machine is like now (two blocks).

@@ -22,12 +22,18 @@ impl AnyProposer {
     pub fn from_config(config: &Config) -> Result<AnyProposer, BrainError> {
         let rng = StdRng::from_os_rng();
         Ok(match config.cycle.proposer {
-            ProposerChoice::Model => AnyProposer::Model(Box::new(ModelProposer::new(
-                ChatClient::from_config(&config.model)?,
-                config.model.max_attempts,
-                Default::default(),
-                rng,
-            ))),
+            ProposerChoice::Model => AnyProposer::Model(Box::new(
+                ModelProposer::new(
+                    ChatClient::from_config(&config.model)?,
+                    config.model.max_attempts,
+                    Default::default(),
+                    rng,
+                )
+                .with_fallback(
+                    BanditProposer::new(BanditAlgorithm::default(), StdRng::from_os_rng()),
+                    config.model.bandit_fallback_after,
+                ),
+            )),
             ProposerChoice::Bandit => AnyProposer::Bandit(Box::new(BanditProposer::new(
                 BanditAlgorithm::default(),
                 rng,

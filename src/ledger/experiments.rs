@@ -150,6 +150,15 @@ pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_a
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
      ORDER BY e.id DESC LIMIT 1";
 
+/// Every experiment measured on a base profile (the duplicate check's
+/// list): what the proposer is told it need not propose again. Through
+/// `experiments_by_identity`, one menu id after the other; callers order.
+pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.menu_id, e.parameters FROM experiments e \
+     JOIN verdicts v ON v.experiment_id = e.id \
+     WHERE e.menu_id IN ('rerank_pins', 'deepen_warm_set', 'stage_speculative', 'rebalance_trunk_cache') \
+       AND e.base_digest = ?1 \
+       AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch')";
+
 pub(crate) const SQL_CONFIRMATIONS: &str =
     "SELECT * FROM experiments WHERE confirmation_of = ?1 ORDER BY id";
 
@@ -272,6 +281,35 @@ impl Ledger {
     pub async fn recent_experiments(&self, k: u32) -> Result<Vec<ExperimentOutcome>> {
         let mut c = self.conn("read the recent experiments").await?;
         recent(&mut c, &self.ctx, k).await
+    }
+
+    /// Every experiment (but `remeasure`) measured on `base_digest`, newest
+    /// first: (id, menu id, parameters as stored).
+    pub async fn decided_on(
+        &self,
+        base_digest: &Digest,
+    ) -> Result<Vec<(ExperimentId, MenuId, Value)>> {
+        let op = "list the experiments decided on a profile";
+        let mut c = self.conn(op).await?;
+        let rows = sqlx::query(SQL_DECIDED_ON)
+            .bind(base_digest)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))?;
+        let read = |row: &SqliteRow| -> Result<(ExperimentId, MenuId, Value), sqlx::Error> {
+            Ok((
+                row.try_get("id")?,
+                row.try_get("menu_id")?,
+                json_col(row, "parameters")?,
+            ))
+        };
+        let mut out = rows
+            .iter()
+            .map(read)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.ctx.err(op))?;
+        out.sort_by_key(|row| std::cmp::Reverse(row.0));
+        Ok(out)
     }
 
     /// The duplicate check: the latest experiment with the same menu id,

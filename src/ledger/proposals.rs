@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::{canonical_json, opt_json_col, ts};
+use super::codec::{canonical_json, json_col, opt_json_col, ts};
 use super::error::Ctx;
 use super::ids::{CycleId, ProposalId};
 use super::{Ledger, Result, WriteTx};
@@ -37,6 +37,9 @@ pub struct NewProposal {
     pub raw_answer: Option<String>,
     pub parsed: Option<Value>,
     pub rejection: Option<ProposalRejection>,
+    /// Why this proposer answered when it is not the configured one (the
+    /// bandit as the model's fallback); `None` otherwise.
+    pub note: Option<String>,
 }
 
 /// A stored proposal.
@@ -51,6 +54,7 @@ pub struct Proposal {
     pub raw_answer: Option<String>,
     pub parsed: Option<Value>,
     pub rejection: Option<ProposalRejection>,
+    pub note: Option<String>,
 }
 
 impl FromRow<'_, SqliteRow> for Proposal {
@@ -69,6 +73,7 @@ impl FromRow<'_, SqliteRow> for Proposal {
             rejection: kind
                 .zip(reason)
                 .map(|(kind, reason)| ProposalRejection { kind, reason }),
+            note: row.try_get("note")?,
         })
     }
 }
@@ -76,8 +81,8 @@ impl FromRow<'_, SqliteRow> for Proposal {
 async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
     sqlx::query_scalar(
         "INSERT INTO proposals \
-         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
+         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
     )
     .bind(p.cycle_id)
     .bind(p.proposer)
@@ -88,6 +93,7 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<P
     .bind(p.parsed.as_ref().map(canonical_json))
     .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
     .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
+    .bind(p.note.as_deref())
     .fetch_one(c)
     .await
     .map_err(cx.err("record a proposal"))
@@ -117,6 +123,17 @@ pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
        AND o.live_profile_digest = ?2 \
      ORDER BY p.id DESC LIMIT 1";
+
+/// Every valid proposal the planner refused while the live profile was
+/// `?1`: refused in the proposer's own loop (`not_measured`), or, before
+/// that loop asked the planner, accepted and then refused (a `rejected`
+/// verdict with no experiment). From the cycles observed on that profile.
+pub(crate) const SQL_PLANNER_REFUSALS_ON: &str = "SELECT p.cycle_id, p.parsed \
+     FROM observations o \
+     JOIN proposals p ON p.cycle_id = o.cycle_id \
+     LEFT JOIN verdicts v ON v.cycle_id = o.cycle_id AND v.experiment_id IS NULL \
+     WHERE o.live_profile_digest = ?1 AND p.parsed IS NOT NULL \
+       AND (p.rejection_kind = 'not_measured' OR (p.rejection IS NULL AND v.kind = 'rejected'))";
 
 impl WriteTx {
     pub async fn insert_proposal(&mut self, p: &NewProposal) -> Result<ProposalId> {
@@ -149,6 +166,31 @@ impl Ledger {
             .fetch_optional(&mut *c)
             .await
             .map_err(self.ctx.err("look for an identical refused proposal"))
+    }
+
+    /// Every proposal the planner refused on `live_digest`, newest first:
+    /// (cycle, parsed proposal as stored).
+    pub async fn planner_refusals_on(
+        &self,
+        live_digest: &crate::vocab::Digest,
+    ) -> Result<Vec<(CycleId, Value)>> {
+        let op = "list the proposals the planner refused on a profile";
+        let mut c = self.conn(op).await?;
+        let rows = sqlx::query(SQL_PLANNER_REFUSALS_ON)
+            .bind(live_digest)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(self.ctx.err(op))?;
+        let read = |row: &SqliteRow| -> Result<(CycleId, Value), sqlx::Error> {
+            Ok((row.try_get("cycle_id")?, json_col(row, "parsed")?))
+        };
+        let mut out = rows
+            .iter()
+            .map(read)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.ctx.err(op))?;
+        out.sort_by_key(|row| std::cmp::Reverse(row.0));
+        Ok(out)
     }
 
     /// Every attempt of a cycle, in order.

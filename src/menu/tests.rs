@@ -268,12 +268,20 @@ fn sample_from_schema(schema: &Value, pick: &mut impl FnMut(u64) -> u64) -> Valu
             json!(lo + pick((hi - lo + 1) as u64) as i64)
         }
         "number" => {
-            let (lo, hi) = (
-                schema["minimum"].as_f64().unwrap(),
-                schema["maximum"].as_f64().unwrap(),
-            );
+            // An open end is approached but never reached.
+            let bound = |inclusive: &str, exclusive: &str| match schema.get(inclusive) {
+                Some(v) => (v.as_f64().unwrap(), false),
+                None => (schema[exclusive].as_f64().unwrap(), true),
+            };
+            let (lo, lo_open) = bound("minimum", "exclusiveMinimum");
+            let (hi, hi_open) = bound("maximum", "exclusiveMaximum");
             let t = pick(1_000_001) as f64 / 1_000_000.0;
-            json!(lo + (hi - lo) * t)
+            let x = lo + (hi - lo) * t;
+            if (lo_open && x <= lo) || (hi_open && x >= hi) {
+                json!(lo + (hi - lo) / 2.0)
+            } else {
+                json!(x)
+            }
         }
         "string" => {
             let max = schema["maxLength"].as_u64().unwrap();
@@ -357,4 +365,137 @@ proptest! {
             prop_assert!(m.validate(&text).is_err(), "{} was accepted", text);
         }
     }
+}
+
+// ---- exclusions ---------------------------------------------------------------
+
+/// Excluded values drawn from each parameter's own bounds (and its grid, so
+/// ends and neighbours of exclusions are hit), by a seed.
+fn some_exclusions(m: &Menu, seed: u64) -> Vec<Excluded> {
+    let mut state = seed | 1;
+    let mut pick = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let mut out = Vec::new();
+    for e in m.entries() {
+        for p in &e.params {
+            let count = pick(6);
+            for _ in 0..count {
+                let value = match &p.kind {
+                    // Small ranges get wholly excluded sometimes.
+                    ParamKind::Integer { min, max, .. } => {
+                        let span = (max - min).min(12) as u64 + 1;
+                        ParamValue::Integer(min + pick(span) as i64)
+                    }
+                    ParamKind::Number { min, max, .. } => {
+                        ParamValue::Number(min + (max - min) * pick(21) as f64 / 20.0)
+                    }
+                    ParamKind::Enum { values } => {
+                        ParamValue::Choice(values[pick(values.len() as u64) as usize].clone())
+                    }
+                };
+                out.push(Excluded {
+                    experiment: e.id,
+                    param: p.name.clone(),
+                    value,
+                    why: Why::Decided { experiment: 1 },
+                });
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    /// With values excluded, the schema still admits only what validates,
+    /// and every excluded value is refused by name: the two exclude the
+    /// same values.
+    #[test]
+    fn schema_and_validator_exclude_the_same_values(seed in any::<u64>(), draw in any::<u64>()) {
+        let m = menu().excluding(some_exclusions(&menu(), seed));
+        let schema = m.json_schema();
+        let mut state = draw | 1;
+        let mut pick = |n: u64| {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+            state % n
+        };
+        let answer = sample_from_schema(&schema, &mut pick);
+        let text = serde_json::to_string(&answer).unwrap();
+        prop_assert!(m.validate(&text).is_ok(), "{} -> {:?}", text, m.validate(&text));
+        for x in m.excluded() {
+            let answer = json!({
+                "experiment": x.experiment,
+                "params": {x.param.clone(): x.value},
+                "rationale": "",
+            });
+            let err = m.validate_value(&answer).unwrap_err();
+            prop_assert_eq!(err.kind(), "duplicate");
+            let value = shown_value(&x.value);
+            let named = format!("{} {value}", x.param);
+            prop_assert!(err.to_string().contains(&named), "{}", err);
+        }
+    }
+}
+
+#[test]
+fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
+    let live = Excluded {
+        experiment: MenuId::StageSpeculative,
+        param: "draft_len".into(),
+        value: ParamValue::Integer(0),
+        why: Why::Live,
+    };
+    let m = menu().excluding([live]);
+    let answer = r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#;
+    let err = m.validate(answer).unwrap_err();
+    assert_eq!(err.kind(), "no_change");
+    assert_eq!(
+        err.to_string(),
+        "stage_speculative draft_len 0 equals the live profile's value; choose another value or another experiment"
+    );
+    assert!(m.validate(&answer.replace(":0}", ":1}")).is_ok());
+    let schema = m.json_schema();
+    let alt = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "stage_speculative")
+        .unwrap();
+    assert_eq!(
+        alt["properties"]["params"]["properties"]["draft_len"],
+        json!({"type": "integer", "minimum": 1, "maximum": 8})
+    );
+    // A number: the point is cut out with exclusive bounds either side.
+    let half = Excluded {
+        experiment: MenuId::RebalanceTrunkCache,
+        param: "trunk_fraction".into(),
+        value: ParamValue::Number(0.5),
+        why: Why::Live,
+    };
+    let m = menu().excluding([half]);
+    let split = |x: &str| {
+        format!(
+            r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{x}}},"rationale":""}}"#
+        )
+    };
+    assert_eq!(m.validate(&split("0.5")).unwrap_err().kind(), "no_change");
+    assert_eq!(m.validate(&split("0.50")).unwrap_err().kind(), "no_change");
+    assert!(m.validate(&split("0.55")).is_ok());
+    let schema = m.json_schema();
+    let alt = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
+        .unwrap();
+    assert_eq!(
+        alt["properties"]["params"]["properties"]["trunk_fraction"],
+        json!({"anyOf": [
+            {"type": "number", "minimum": 0.0, "exclusiveMaximum": 0.5},
+            {"type": "number", "exclusiveMinimum": 0.5, "maximum": 1.0},
+        ]})
+    );
 }

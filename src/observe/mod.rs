@@ -138,6 +138,23 @@ pub async fn observe(
     Ok(obs)
 }
 
+/// Scrapes the metrics endpoint once more and drops the answer, after the
+/// served model answered. llama-server averages its gauges
+/// (`predicted_tokens_seconds`) over the window between two scrapes, and
+/// the model it serves is often the proposer: without this, the next
+/// cycle's "live" speed would be the model's own decoding of its answers
+/// (all of it, when the cycle measured nothing). For a stack whose gauges
+/// do not reset, it changes nothing. A failure only loses that guard.
+pub async fn end_window(cfg: Option<&Metrics>, client: &reqwest::Client) {
+    let Some(url) = cfg.and_then(|c| c.url.as_ref()) else {
+        return;
+    };
+    match scrape(client, url).await {
+        Ok(_) => tracing::debug!(%url, "metrics window closed after the model answered"),
+        Err(e) => tracing::debug!("closing the metrics window after the model answered: {e}"),
+    }
+}
+
 async fn scrape(
     client: &reqwest::Client,
     url: &reqwest::Url,

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::heat::{Heat, Trace};
-use crate::menu::{MenuId, Proposal};
+use crate::menu::{MenuId, ParamValue, Proposal};
 use crate::profile::Profile;
 
 pub use pin_list::PinList;
@@ -163,6 +163,27 @@ impl PlanRefusal {
 pub trait Planner: Sync {
     fn id(&self) -> MenuId;
     fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal>;
+
+    /// The parameter value whose candidate is the live profile itself,
+    /// read off the live profile alone, when there is one: proposing it
+    /// can only be refused as [`PlanRefusal::NoChange`]. `None` for an
+    /// entry whose result depends on more than the profile (re-ranked pins
+    /// follow the heat) or that has no parameter.
+    fn unchanged(&self, _live: &Profile) -> Option<(&'static str, ParamValue)> {
+        None
+    }
+}
+
+/// Every entry's [`Planner::unchanged`] value on `live`.
+pub fn unchanged(live: &Profile) -> Vec<(MenuId, &'static str, ParamValue)> {
+    MenuId::ALL
+        .iter()
+        .filter_map(|&id| {
+            planner(id)
+                .unchanged(live)
+                .map(|(param, value)| (id, param, value))
+        })
+        .collect()
 }
 
 /// The planner of a menu entry.

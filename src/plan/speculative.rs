@@ -3,7 +3,8 @@
 use serde_json::json;
 
 use super::{Plan, PlanContext, PlanRefusal, Planner, integer};
-use crate::menu::{MenuId, Proposal};
+use crate::menu::{MenuId, ParamValue, Proposal};
+use crate::profile::Profile;
 
 /// The `stage_speculative` planner.
 pub struct StageSpeculative;
@@ -23,5 +24,10 @@ impl Planner for StageSpeculative {
             "draft_len": { "from": ctx.live.speculative.draft_len, "to": draft_len },
         });
         ctx.finish(candidate, Vec::new(), notes)
+    }
+
+    fn unchanged(&self, live: &Profile) -> Option<(&'static str, ParamValue)> {
+        let n = i64::try_from(live.speculative.draft_len).ok()?;
+        Some(("draft_len", ParamValue::Integer(n)))
     }
 }

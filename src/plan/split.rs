@@ -8,7 +8,8 @@ use super::{
     Plan, PlanContext, PlanRefusal, Planner, cache_gb_holding, cache_slots, gb_to_bytes, number,
 };
 use crate::heat::Expert;
-use crate::menu::{MenuId, Proposal};
+use crate::menu::{MenuId, ParamValue, Proposal};
+use crate::profile::Profile;
 
 /// The trunk share is rounded to whole MB (10^6 bytes) so candidates read
 /// well and near-equal fractions collapse into one profile.
@@ -70,6 +71,18 @@ impl Planner for RebalanceTrunkCache {
             notes["predicted_cache_hit_rate"] = predicted(ctx, eb, candidate.memory.cache_gb);
         }
         ctx.finish(candidate, Vec::new(), notes)
+    }
+
+    /// The live split, rounded as the bandit's grid and a person write
+    /// fractions (nine decimals): 0.5 for a 50/50 split.
+    fn unchanged(&self, live: &Profile) -> Option<(&'static str, ParamValue)> {
+        let total = gb_to_bytes(live.memory.trunk_gb) + gb_to_bytes(live.memory.cache_gb);
+        if total == 0 {
+            return None;
+        }
+        let fraction = gb_to_bytes(live.memory.trunk_gb) as f64 / total as f64;
+        let rounded = (fraction * 1e9).round() / 1e9;
+        Some(("trunk_fraction", ParamValue::Number(rounded)))
     }
 }
 

@@ -337,3 +337,68 @@ proptest! {
         }
     }
 }
+
+/// The value each planner names as unchanged plans to the live profile
+/// itself, on profiles with and without speculation, and on splits that
+/// are not round numbers; a step of the grid away, it changes the profile.
+#[test]
+fn the_unchanged_value_of_each_planner_plans_to_the_live_profile() {
+    let dir = Path::new("/ledger");
+    let profiles = [
+        live(),
+        Profile::parse(
+            "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.001\ncache_gb = 0.004\n\
+             [far]\naddr = \"127.0.0.1:1\"\nwarm_set = 0\n[speculative]\ndraft_len = 3\n",
+            Path::new("live.toml"),
+        )
+        .unwrap(),
+        Profile::parse(
+            "[memory]\nbudget_gb = 8.0\ntrunk_gb = 2.0\ncache_gb = 2.0\n",
+            Path::new("live.toml"),
+        )
+        .unwrap(),
+    ];
+    for live in &profiles {
+        let same = unchanged(live);
+        let ids: Vec<MenuId> = same.iter().map(|(id, _, _)| *id).collect();
+        assert_eq!(
+            ids,
+            [
+                MenuId::DeepenWarmSet,
+                MenuId::StageSpeculative,
+                MenuId::RebalanceTrunkCache
+            ],
+            "rerank_pins follows the heat, not the profile alone"
+        );
+        for (id, param, value) in same {
+            if id == MenuId::DeepenWarmSet && live.far.addr.is_empty() {
+                continue;
+            }
+            let p = proposal(id, &[(param, value.clone())]);
+            // Expert sizes of the small profile are not these; no top-k check.
+            let c = PlanContext {
+                expert_bytes: None,
+                ..ctx(live, dir)
+            };
+            assert_eq!(
+                plan(&c, &p).unwrap_err(),
+                PlanRefusal::NoChange,
+                "{id} {param} {value:?}"
+            );
+            let moved = match value {
+                ParamValue::Integer(n) => ParamValue::Integer(n + 1),
+                ParamValue::Number(x) => ParamValue::Number(x + 0.2),
+                other => other,
+            };
+            assert!(
+                plan(&c, &proposal(id, &[(param, moved)])).is_ok(),
+                "{id}: a step away is a change"
+            );
+        }
+    }
+    let split = unchanged(&profiles[2]);
+    assert_eq!(split[2].2, ParamValue::Number(0.5), "a 50/50 split is 0.5");
+    let small = unchanged(&profiles[1]);
+    assert_eq!(small[1].2, ParamValue::Integer(3));
+    assert_eq!(small[2].2, ParamValue::Number(0.2));
+}

@@ -3,7 +3,8 @@
 use serde_json::json;
 
 use super::{Plan, PlanContext, PlanRefusal, Planner, integer};
-use crate::menu::{MenuId, Proposal};
+use crate::menu::{MenuId, ParamValue, Proposal};
+use crate::profile::Profile;
 
 /// The `deepen_warm_set` planner.
 pub struct DeepenWarmSet;
@@ -45,5 +46,10 @@ impl Planner for DeepenWarmSet {
             }
         }
         ctx.finish(candidate, Vec::new(), notes)
+    }
+
+    fn unchanged(&self, live: &Profile) -> Option<(&'static str, ParamValue)> {
+        let n = i64::try_from(live.far.warm_set).ok()?;
+        Some(("warm_set", ParamValue::Integer(n)))
     }
 }

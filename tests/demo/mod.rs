@@ -44,35 +44,52 @@ impl Demo {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let tinyk3 = common::tinyk3_bin();
         let (serve, far, metrics) = (free_port(), free_port(), free_port());
-        let text = std::fs::read_to_string(repo.join("config.toml"))
-            .unwrap()
-            .replace("\"target/release/tinyk3\"", &format!("{:?}", tinyk3))
-            .replace(
-                "dir = \"experiments\"",
-                &format!("dir = {:?}", repo.join("experiments")),
-            )
-            .replace("127.0.0.1:8181", &format!("127.0.0.1:{serve}"))
-            .replace("127.0.0.1:7070", &format!("127.0.0.1:{far}"))
-            .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
-            .replace(
-                "init_args = [\"--seed\", \"1\"]",
-                &format!("init_args = [{init_args}]"),
-            )
-            .replace(
-                "starting_profile = \"tinyk3/profiles/slow-start.toml\"",
-                "starting_profile = \"start.toml\"",
-            )
-            .replace(
-                "expert_bytes = 1572864",
-                &format!("expert_bytes = {expert_bytes}"),
-            )
-            .replace("\"--gen\", \"24\"", "\"--gen\", \"8\"")
-            .replace("interval_s = 30", "interval_s = 0.01")
-            .replace("proposer = \"model\"", &format!("proposer = {proposer:?}"))
-            .replace("max_pairs = 16", &format!("max_pairs = {max_pairs}"))
-            .replace("floor_pairs = 20", "floor_pairs = 10")
-            .replace("run_timeout_s = 120", "run_timeout_s = 60")
-            .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1");
+        let mut text = std::fs::read_to_string(repo.join("config.toml")).unwrap();
+        // Every substitution must find its text: a config.toml edit that
+        // silently stops one from matching would test another protocol.
+        let demo_init = text
+            .lines()
+            .find(|l| l.starts_with("init_args = "))
+            .expect("config.toml has [embedded] init_args")
+            .to_string();
+        for (from, to) in [
+            (
+                "\"target/release/tinyk3\"".to_string(),
+                format!("{:?}", tinyk3),
+            ),
+            (
+                "dir = \"experiments\"".into(),
+                format!("dir = {:?}", repo.join("experiments")),
+            ),
+            ("127.0.0.1:8181".into(), format!("127.0.0.1:{serve}")),
+            ("127.0.0.1:7070".into(), format!("127.0.0.1:{far}")),
+            ("127.0.0.1:9464".into(), format!("127.0.0.1:{metrics}")),
+            (demo_init, format!("init_args = [{init_args}]")),
+            (
+                "starting_profile = \"tinyk3/profiles/slow-start.toml\"".into(),
+                "starting_profile = \"start.toml\"".into(),
+            ),
+            (
+                "expert_bytes = 1572864".into(),
+                format!("expert_bytes = {expert_bytes}"),
+            ),
+            ("\"--gen\", \"8\"".into(), "\"--gen\", \"8\"".into()),
+            ("interval_s = 30".into(), "interval_s = 0.01".into()),
+            (
+                "proposer = \"model\"".into(),
+                format!("proposer = {proposer:?}"),
+            ),
+            ("max_pairs = 16".into(), format!("max_pairs = {max_pairs}")),
+            ("floor_pairs = 20".into(), "floor_pairs = 10".into()),
+            ("run_timeout_s = 1800".into(), "run_timeout_s = 60".into()),
+            (
+                "memory_headroom_gb = 1.0".into(),
+                "memory_headroom_gb = 0.1".into(),
+            ),
+        ] {
+            assert!(text.contains(&from), "config.toml no longer has {from:?}");
+            text = text.replace(&from, &to);
+        }
         std::fs::write(dir.path().join("config.toml"), text).unwrap();
         std::fs::write(
             dir.path().join("start.toml"),

@@ -147,6 +147,7 @@ impl Fill<'_> {
                     kind: kind.into(),
                     reason: reason.into(),
                 }),
+                note: None,
             })
             .await
             .unwrap()

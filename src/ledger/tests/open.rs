@@ -185,6 +185,13 @@ async fn named_queries_use_indexes() {
     assert!(dup.contains("experiments_by_identity"), "{dup}");
     let refused = ledger.query_plan(NamedQuery::PlannerRefused).await.unwrap();
     assert!(refused.contains("proposals_valid_by_parsed"), "{refused}");
+    let on = ledger
+        .query_plan(NamedQuery::PlannerRefusalsOn)
+        .await
+        .unwrap();
+    assert!(on.contains("observations_by_live_profile"), "{on}");
+    let decided = ledger.query_plan(NamedQuery::DecidedOn).await.unwrap();
+    assert!(decided.contains("experiments_by_identity"), "{decided}");
     let floor = ledger
         .query_plan(NamedQuery::LatestNoiseFloor)
         .await

@@ -132,6 +132,7 @@ async fn proposal_round_trip_keeps_raw_answer_and_rejection() {
             kind: "off_menu".into(),
             reason: "the experiment id is not on the menu".into(),
         }),
+        note: None,
     };
     let accepted = NewProposal {
         attempt: 2,
@@ -180,6 +181,7 @@ async fn experiment_round_trip_with_canonical_parameters() {
             raw_answer: Some("a".into()),
             parsed: Some(json!({"experiment": "rerank_pins"})),
             rejection: None,
+            note: None,
         })
         .await
         .unwrap();

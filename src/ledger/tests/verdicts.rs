@@ -250,6 +250,7 @@ async fn recent_experiments_carry_verdicts_and_proposers() {
             raw_answer: None,
             parsed: Some(json!({"experiment": "stage_speculative"})),
             rejection: None,
+            note: None,
         })
         .await
         .unwrap();

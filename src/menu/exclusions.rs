@@ -1,0 +1,183 @@
+//! Parameter values a proposal may not take on the current live profile:
+//! the live profile's own value (its candidate would be the live profile)
+//! and values already decided or refused on it.
+//!
+//! They live in the [`Menu`](super::Menu), so the schema sent to the model
+//! leaves them out and the validator refuses them, from one list: the
+//! validator refuses exactly what the schema excludes, and names the value
+//! and why ([`Rejection::Excluded`](super::Rejection::Excluded)).
+//!
+//! Every menu entry has at most one parameter (see
+//! [`MenuId::planner_params`](super::MenuId::planner_params)), so a value
+//! excluded for one parameter excludes that whole proposal.
+
+use std::fmt;
+
+use serde_json::{Value, json};
+
+use super::{MenuId, Param, ParamKind, ParamValue};
+
+/// Why a value is excluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The live profile's own value: nothing would change.
+    Live,
+    /// Already decided (measured) on this live profile by this experiment.
+    Decided { experiment: i64 },
+    /// The planner refused it on this live profile, in this cycle (of the
+    /// ledger) or in the cycle now running (`None`).
+    RefusedByPlanner { cycle: Option<i64> },
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::Live => f.write_str("equals the live profile's value"),
+            Why::Decided { experiment } => write!(
+                f,
+                "was already decided on this live profile (experiment {experiment})"
+            ),
+            Why::RefusedByPlanner { cycle: Some(c) } => write!(
+                f,
+                "was already refused by the planner on this live profile (cycle {c})"
+            ),
+            Why::RefusedByPlanner { cycle: None } => {
+                f.write_str("was refused by the planner earlier in this cycle")
+            }
+        }
+    }
+}
+
+/// One excluded value of one entry's parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Excluded {
+    pub experiment: MenuId,
+    pub param: String,
+    /// A validated value: a number or one of the menu's own enum strings.
+    pub value: ParamValue,
+    pub why: Why,
+}
+
+impl Excluded {
+    /// Whether a validated value of `param` of `experiment` is this one.
+    /// Numbers compare exactly, as JSON Schema's bounds do.
+    pub fn matches(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
+        self.experiment == experiment && self.param == param && same(&self.value, value)
+    }
+}
+
+/// `draft_len 0`: the parameter and its value, for messages and the prompt.
+pub fn named(param: &str, value: &ParamValue) -> String {
+    format!("{param} {}", shown(value))
+}
+
+/// A value as the prompt and messages show it (no float noise).
+pub fn shown(value: &ParamValue) -> String {
+    match value {
+        ParamValue::Integer(n) => n.to_string(),
+        ParamValue::Number(x) => x.to_string(),
+        ParamValue::Choice(c) => c.clone(),
+    }
+}
+
+fn same(a: &ParamValue, b: &ParamValue) -> bool {
+    match (a, b) {
+        (ParamValue::Choice(x), ParamValue::Choice(y)) => x == y,
+        (ParamValue::Choice(_), _) | (_, ParamValue::Choice(_)) => false,
+        (ParamValue::Integer(x), ParamValue::Integer(y)) => x == y,
+        _ => a.as_f64() == b.as_f64(),
+    }
+}
+
+/// The schema of `param` with `excluded` (its own excluded values) left
+/// out, or `None` when no value is left. Uses only what the simple
+/// constrained decoders take: integer ranges, numbers with exclusive bounds
+/// around each excluded point, string enums, `anyOf` of those.
+pub fn param_schema(param: &Param, excluded: &[&ParamValue]) -> Option<Value> {
+    match &param.kind {
+        ParamKind::Integer { min, max, .. } => {
+            let mut cut: Vec<i64> = excluded
+                .iter()
+                .filter_map(|v| v.as_i64())
+                .filter(|n| n >= min && n <= max)
+                .collect();
+            cut.sort_unstable();
+            cut.dedup();
+            let mut ranges = Vec::new();
+            let mut lo = *min;
+            for n in cut {
+                if n > lo {
+                    ranges.push((lo, n - 1));
+                }
+                lo = n.saturating_add(1);
+            }
+            if lo <= *max {
+                ranges.push((lo, *max));
+            }
+            let alts: Vec<Value> = ranges
+                .into_iter()
+                .map(|(a, b)| json!({"type": "integer", "minimum": a, "maximum": b}))
+                .collect();
+            one_or_any(alts)
+        }
+        ParamKind::Number { min, max, .. } => {
+            let mut cut: Vec<f64> = excluded
+                .iter()
+                .filter_map(|v| v.as_f64())
+                .filter(|x| x >= min && x <= max)
+                .collect();
+            cut.sort_by(f64::total_cmp);
+            cut.dedup();
+            if cut.is_empty() {
+                return Some(json!({"type": "number", "minimum": min, "maximum": max}));
+            }
+            // Pieces between the cut points: [min, c0), (c0, c1), ..., (cn, max].
+            let mut alts = Vec::new();
+            let mut lo: (f64, bool) = (*min, false);
+            for c in &cut {
+                if lo.0 < *c {
+                    alts.push(piece(lo, (*c, true)));
+                }
+                lo = (*c, true);
+            }
+            if lo.0 < *max || (lo.0 == *max && !lo.1) {
+                alts.push(piece(lo, (*max, false)));
+            }
+            one_or_any(alts)
+        }
+        ParamKind::Enum { values } => {
+            let left: Vec<&String> = values
+                .iter()
+                .filter(|v| {
+                    !excluded
+                        .iter()
+                        .any(|x| matches!(x, ParamValue::Choice(c) if c == *v))
+                })
+                .collect();
+            (!left.is_empty()).then(|| json!({"type": "string", "enum": left}))
+        }
+    }
+}
+
+/// A number range; `true` marks an open (exclusive) end.
+fn piece(lo: (f64, bool), hi: (f64, bool)) -> Value {
+    let mut s = serde_json::Map::new();
+    s.insert("type".into(), json!("number"));
+    s.insert(
+        if lo.1 { "exclusiveMinimum" } else { "minimum" }.into(),
+        json!(lo.0),
+    );
+    s.insert(
+        if hi.1 { "exclusiveMaximum" } else { "maximum" }.into(),
+        json!(hi.0),
+    );
+    Value::Object(s)
+}
+
+fn one_or_any(mut alts: Vec<Value>) -> Option<Value> {
+    match alts.len() {
+        0 => None,
+        1 => alts.pop(),
+        _ => Some(json!({ "anyOf": alts })),
+    }
+}
