@@ -90,6 +90,15 @@ fn moe_gguf() -> PathBuf {
     moe
 }
 
+/// One llama.cpp workload at a time in this binary. Each server decodes on
+/// 2 threads; two at once on a 2-core machine (with other work on it) pushed
+/// a cycle of `orchestrator run` past its 600 s timeout.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons the lock; the next one still runs.
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn find_gguf(dir: &Path) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let p = entry.path();
@@ -250,6 +259,7 @@ impl DuplicateCheck for NothingDecided {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -292,6 +302,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -356,6 +367,7 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_speculative_shadow_drafts_and_one_that_drafts_nothing_fails_with_that_reason() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     // The example: the model drafts for itself (same vocabulary).
@@ -425,6 +437,7 @@ fn orchestrator(config: &Config, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(tmp.path());
     let config = example(tmp.path(), &server, |t| t);
