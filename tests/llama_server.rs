@@ -92,11 +92,14 @@ fn moe_gguf() -> PathBuf {
 
 /// One llama.cpp workload at a time in this binary. Each server decodes on
 /// 2 threads; two at once on a 2-core machine (with other work on it) pushed
-/// a cycle of `orchestrator run` past its 600 s timeout.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // A failed test poisons the lock; the next one still runs.
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+/// a cycle of `orchestrator run` past its 600 s timeout. A tokio mutex, as
+/// the async tests hold it across their awaits; it has no poisoning, so a
+/// failed test does not fail the next.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// [`ONE_AT_A_TIME`] from a plain test.
+fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.blocking_lock()
 }
 
 fn find_gguf(dir: &Path) -> Option<PathBuf> {
@@ -259,7 +262,7 @@ impl DuplicateCheck for NothingDecided {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -302,7 +305,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -367,7 +370,7 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_speculative_shadow_drafts_and_one_that_drafts_nothing_fails_with_that_reason() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     // The example: the model drafts for itself (same vocabulary).

@@ -114,7 +114,7 @@ fn upcycling_smollm2_again_writes_the_same_bytes_and_a_moe_input_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn llama_server_serves_the_moe_as_4_experts_top_2_greedily_and_unlike_smollm2() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let moe = moe_gguf();
     let (_, dense) = artifacts();
