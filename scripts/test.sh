@@ -13,13 +13,14 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # The llama-server tier (tests/llama_server.rs) needs a real llama.cpp
-# llama-server and a small real GGUF model: built and fetched once into a
-# cache outside the checkout (15 to 41 minutes on 2 cores the first time,
-# depending on load, README "Disk and time"; a no-op after), then handed to
+# llama-server, a small real GGUF model and a mixture-of-experts GGUF upcycled
+# from it: built, fetched and written once into a cache outside the checkout
+# (15 to 41 minutes on 2 cores the first time, depending on load, README
+# "Disk and time"; a no-op after), then handed to
 # the tests through the environment.
 llama_env="$(bash scripts/llama-server.sh)"
 eval "$llama_env"
-export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF
+export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF LLAMA_SERVER_MOE_GGUF
 
 # The real kimi-k3-in-c tier (tests/kimi_k3_real.rs): the engine built from
 # KIMI_K3_SRC (default: the vendored source beside the checkout, as CI has

