@@ -777,6 +777,9 @@ fn warn_new_gaps(gaps: &[String]) {
     for gap in gaps {
         if gap == observe::NO_METRICS_ENDPOINT && TOLD.swap(true, Ordering::Relaxed) {
             tracing::debug!("observe: {gap}");
+        } else if gap.starts_with(observe::NO_HEAT_YET) {
+            // Expected until the stack's first run; not a warning.
+            tracing::info!("observe: {gap}");
         } else {
             tracing::warn!("observe: {gap}");
         }

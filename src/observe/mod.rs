@@ -85,6 +85,10 @@ impl Observation {
 pub const NO_METRICS_ENDPOINT: &str =
     "metrics: the stack has no metrics endpoint ([stack.metrics] url unset)";
 
+/// The start of the gap of a heat file that does not exist yet: on a fresh
+/// start nothing has run to write it, which is expected, not a fault.
+pub const NO_HEAT_YET: &str = "heat: none recorded yet";
+
 /// Reads everything `[stack.metrics]` names. Never fails unless metrics are
 /// required; gaps are reported instead.
 pub async fn observe(
@@ -132,7 +136,7 @@ pub async fn observe(
                 }
                 obs.heat = Some(heat);
             }
-            Err(e) => obs.gaps.push(format!("heat: {e}")),
+            Err(e) => obs.gaps.push(e),
         }
     }
     Ok(obs)
@@ -217,14 +221,27 @@ async fn read_heat(client: &reqwest::Client, source: &str) -> Result<Heat, Strin
             .timeout(Duration::from_secs(10))
             .send()
             .await
-            .map_err(|e| format!("{source}: {e}"))?;
+            .map_err(|e| format!("heat: {source}: {e}"))?;
         if !resp.status().is_success() {
-            return Err(format!("{source} answered {}", resp.status()));
+            return Err(format!("heat: {source} answered {}", resp.status()));
         }
-        let text = resp.text().await.map_err(|e| format!("{source}: {e}"))?;
-        Heat::parse(&text, source).map_err(|e| e.to_string())
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| format!("heat: {source}: {e}"))?;
+        Heat::parse(&text, source).map_err(|e| format!("heat: {e}"))
     } else {
-        Heat::load(std::path::Path::new(source)).map_err(|e| e.to_string())
+        Heat::load(std::path::Path::new(source)).map_err(|e| match e {
+            crate::heat::HeatError::Read { origin, source }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                format!(
+                    "{NO_HEAT_YET}: {origin} does not exist (the stack writes it as it runs, \
+                     e.g. with its first bench run)"
+                )
+            }
+            e => format!("heat: {e}"),
+        })
     }
 }
 
@@ -297,6 +314,9 @@ mod tests {
         assert_eq!(obs.gaps.len(), 2, "{:?}", obs.gaps);
         assert!(obs.gaps[0].starts_with("metrics:"), "{:?}", obs.gaps);
         assert!(obs.gaps[1].contains("expert_hist.json"), "{:?}", obs.gaps);
+        // A heat file that does not exist yet is said as such (a fresh
+        // start warned "cannot read ... No such file").
+        assert!(obs.gaps[1].starts_with(NO_HEAT_YET), "{:?}", obs.gaps);
         cfg.required = true;
         let err = observe(Some(&cfg), &client).await.unwrap_err();
         assert!(err.to_string().contains("required = true"), "{err}");
