@@ -121,14 +121,22 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
     let AbVerdict::Decided(d) = &report.verdict else {
         panic!("an A/A on a healthy engine is judged: {:?}", report.verdict);
     };
-    assert!(d.pairs >= 4 && d.pairs <= 6 && d.pairs % 2 == 0, "{d:?}");
     // Two warmups, then whole blocks: those the judge used, and those it
     // discarded (an arm whose runs disagreed), marked so and kept.
     let stored = ledger.runs(exp).await.unwrap();
     assert_eq!(stored.len(), report.runs.len());
     let discarded = stored.iter().filter(|r| r.discarded).count();
     assert_eq!(discarded % 4, 0, "whole blocks are discarded");
-    assert_eq!(stored.len(), 2 + 2 * d.pairs + discarded);
+    // On a loaded machine the judge may stop as too noisy (every block
+    // discarded past its bound); its `pairs` then counts every pair run, and
+    // the bookkeeping below must hold all the same.
+    let used = if d.too_noisy.is_some() {
+        d.pairs - discarded / 2
+    } else {
+        assert!(d.pairs >= 4 && d.pairs <= 6 && d.pairs % 2 == 0, "{d:?}");
+        d.pairs
+    };
+    assert_eq!(stored.len(), 2 + 2 * used + discarded);
     let arms: String = stored
         .iter()
         .map(|r| match r.arm {
@@ -141,7 +149,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
     let blocks: String = ["BCCB", "CBBC"]
         .iter()
         .cycle()
-        .take((d.pairs + discarded / 2) / 2)
+        .take((used + discarded / 2) / 2)
         .copied()
         .collect();
     assert_eq!(arms, format!("WW{blocks}"));
