@@ -29,6 +29,13 @@ fn ten_cycles_on_the_default_config_each_with_one_verdict() {
         "the first cycle measures the floor: {}",
         lines[0]
     );
+    // stderr is a pipe here, not a terminal: progress comes as log lines
+    // (a newcomer's piped demo showed nothing until the first verdict).
+    assert!(
+        stderr.contains("progress: cycle 1 · measure noise floor (bench) · "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\r'), "no redrawn terminal line in a log");
     assert!(
         lines
             .iter()
