@@ -29,15 +29,6 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// A free loopback port (bound, then released): nothing answers on it.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -81,7 +72,7 @@ fn the_kimi_example_fails_on_its_missing_engine_model_and_memory() {
 #[test]
 fn the_llama_server_example_fails_when_its_server_and_models_are_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let port = closed_port();
+    let port = common::free_port();
     let text_in = std::fs::read_to_string(repo().join("examples/llama-server.toml"))
         .unwrap()
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"))

@@ -23,14 +23,6 @@ const EXAMPLE: &str = include_str!("../examples/kimi-k3-in-c.toml");
 const TINY: &str =
     "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.002\ncache_gb = 0.002\n[compute]\nthreads = 1\n";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The example with `bin/k3 MODEL` replaced by `tinyk3 bench MODEL`, ids the
 /// tiny vocabulary holds, and everything it writes under `root`.
 fn example_text(root: &Path, engine: &[&str], model: &Path) -> String {
@@ -51,7 +43,10 @@ fn example_text(root: &Path, engine: &[&str], model: &Path) -> String {
             "../experiments",
             &repo.join("experiments").display().to_string(),
         )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
+        .replace(
+            "127.0.0.1:9464",
+            &format!("127.0.0.1:{}", common::free_port()),
+        )
         .replace("max_pairs = 16", "max_pairs = 8\nfloor_pairs = 10")
         .replace("run_timeout_s = 1800", "run_timeout_s = 60")
         .replace("memory_headroom_gb = 1.0", "memory_headroom_gb = 0.1")

@@ -12,6 +12,8 @@
 //! Skipped, with how to run it, when `K3_BIN` is unset: `scripts/test.sh`
 //! sets it from `KIMI_K3_SRC` (CI: the vendored source).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,14 +42,6 @@ fn engine() -> Option<Engine> {
     })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The example in `root`, with only what a user must change.
 fn write_config(root: &Path, e: &Engine) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -61,7 +55,10 @@ fn write_config(root: &Path, e: &Engine) -> PathBuf {
             "../experiments",
             &repo.join("experiments").display().to_string(),
         )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
+        .replace(
+            "127.0.0.1:9464",
+            &format!("127.0.0.1:{}", common::free_port()),
+        )
         .replace(
             "expert_bytes = 17555456",
             &format!("expert_bytes = {}", e.expert_bytes),

@@ -116,14 +116,6 @@ fn find_gguf(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A live llama-server on a free loopback port, killed on drop.
 struct Server {
     child: Child,
@@ -140,7 +132,7 @@ impl Server {
     /// The same with another model and extra flags.
     fn start_model(dir: &Path, gguf: &Path, extra: &[&str]) -> Server {
         let (bin, _) = artifacts();
-        let port = free_port();
+        let port = common::free_port();
         let log = dir.join(format!("llama-server-{port}.log"));
         let child = Command::new(&bin)
             .arg("-m")
@@ -228,7 +220,10 @@ fn example_with(
             "../experiments",
             &repo.join("experiments").display().to_string(),
         )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{}", free_port()))
+        .replace(
+            "127.0.0.1:9464",
+            &format!("127.0.0.1:{}", common::free_port()),
+        )
         .replace("max_tokens = 32", "max_tokens = 12")
         .replace("interval_s = 60", "interval_s = 0.01")
         .replace("max_pairs = 16", "max_pairs = 4\nfloor_pairs = 10")

@@ -77,6 +77,24 @@ impl Scorer for PerProfileBench {
     }
 }
 
+/// The A/B runner every test here uses: the system clock, never cancelled.
+fn runner<'a, S>(
+    scorer: &'a S,
+    ledger: &'a Ledger,
+    warmups_per_arm: usize,
+    deadline_cap: Option<Duration>,
+) -> AbRunner<'a, S, SystemClock> {
+    AbRunner {
+        scorer,
+        ledger,
+        clock: &SystemClock,
+        cancel: Cancel::never(),
+        warmups_per_arm,
+        deadline_cap,
+        progress: Default::default(),
+    }
+}
+
 fn bench(dir: &Path, model: &Path) -> BenchScorer {
     BenchScorer::from_config(&config_with_bench(dir, &tinyk3_argv(model), "", 30.0, 0.1)).unwrap()
 }
@@ -91,15 +109,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
     let exp = experiment(&ledger, &live, &live).await;
     let prompt_set = bench_prompt_set(cfg.stack.bench.as_ref().unwrap());
     let mut gate = HashGate::load(&ledger, STACK, &prompt_set).await.unwrap();
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 1,
-        deadline_cap: None,
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 1, None);
     let t0 = Instant::now();
     let report = runner
         .run_ab(
@@ -208,15 +218,7 @@ async fn a_candidate_with_other_output_is_a_hash_mismatch_with_no_delta() {
     };
     let exp = experiment(&ledger, &base, &cand).await;
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 1,
-        deadline_cap: None,
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 1, None);
     let report = runner
         .run_ab(
             exp,
@@ -268,15 +270,7 @@ async fn a_baseline_that_no_longer_matches_fails_loudly_and_says_rebaseline() {
     let scorer = bench(tmp.path(), &model);
     let exp = experiment(&ledger, &live, &live).await;
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 1,
-        deadline_cap: None,
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 1, None);
     let err = runner
         .run_ab(
             exp,
@@ -320,15 +314,7 @@ async fn a_failed_candidate_run_ends_the_experiment_failed_with_its_cause() {
     };
     let exp = experiment(&ledger, &base, &cand).await;
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 0,
-        deadline_cap: None,
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 0, None);
     let report = runner
         .run_ab(
             exp,
@@ -388,13 +374,8 @@ async fn shutdown_kills_the_running_child_group_promptly_and_records_the_run() {
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
     let (handle, cancel) = Cancel::new();
     let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
         cancel,
-        warmups_per_arm: 1,
-        deadline_cap: None,
-        progress: Default::default(),
+        ..runner(&scorer, &ledger, 1, None)
     };
     let t0 = Instant::now();
     let fire = async {
@@ -436,15 +417,7 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
     let live = profile_file(tmp.path(), "live.toml");
     let exp = experiment(&ledger, &live, &live).await;
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 0,
-        deadline_cap: None,
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 0, None);
     let min = Floor::try_from(0.001).unwrap();
     let mut p = Policy::new(Confidence::try_from(0.9).unwrap(), 4, 6, min).unwrap();
     // Fewer than the estimator's minimum are raised to it.
@@ -533,15 +506,7 @@ async fn each_run_gets_a_deadline_from_its_profiles_recorded_runs() {
     let prompt_set = bench_prompt_set(cfg.stack.bench.as_ref().unwrap());
     let mut gate = HashGate::load(&ledger, STACK, &prompt_set).await.unwrap();
     let cap = Duration::from_secs(900);
-    let runner = AbRunner {
-        scorer: &scorer,
-        ledger: &ledger,
-        clock: &SystemClock,
-        cancel: Cancel::never(),
-        warmups_per_arm: 1,
-        deadline_cap: Some(cap),
-        progress: Default::default(),
-    };
+    let runner = runner(&scorer, &ledger, 1, Some(cap));
     let report = runner
         .run_ab(
             exp,

@@ -71,15 +71,6 @@ fn ten_cycles_on_the_default_config_each_with_one_verdict() {
     demo.assert_children_gone();
 }
 
-/// A free loopback port (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A config in `dir` whose bench is `program` (and nothing else), with the
 /// bandit proposer and a quick tick, and a live profile beside it.
 fn failing_bench_config(dir: &std::path::Path, program: &std::path::Path) -> std::path::PathBuf {
@@ -111,7 +102,7 @@ max_pairs = 6
 [daemon]
 metrics_listen = "127.0.0.1:{port}"
 "#,
-        port = free_port(),
+        port = common::free_port(),
         menu = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"),
     );
     std::fs::write(

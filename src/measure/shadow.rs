@@ -73,6 +73,9 @@ pub struct RunningShadow {
     group: Group,
     base_url: reqwest::Url,
     health: reqwest::Url,
+    /// The health probe's client (bounded by [`PROBE_TIMEOUT`]), kept from
+    /// the start for every later probe.
+    probe: reqwest::Client,
     /// The drafted-tokens counter after the last run: each run's own drafts
     /// are the rise from here (a fresh shadow starts it at 0).
     drafted_before: f64,
@@ -101,11 +104,7 @@ impl RunningShadow {
         if self.group.try_exited().is_some() {
             return false;
         }
-        let client = reqwest::Client::builder()
-            .timeout(PROBE_TIMEOUT)
-            .build()
-            .expect("a client with a timeout always builds");
-        matches!(client.get(self.health.clone()).send().await, Ok(r) if r.status().is_success())
+        matches!(self.probe.get(self.health.clone()).send().await, Ok(r) if r.status().is_success())
     }
 }
 
@@ -225,6 +224,7 @@ impl ShadowScorer {
                         group,
                         base_url,
                         health,
+                        probe: client,
                         drafted_before: 0.0,
                     });
                 }

@@ -87,6 +87,16 @@ pub fn tiny_model(seed: u64) -> (tempfile::TempDir, PathBuf) {
 
 /// A config in `dir` whose bench is `argv` (TOML array items, already
 /// quoted), with the given run timeout and memory headroom.
+/// A free loopback port (bound, then released): nothing answers on it
+/// until a test starts something there.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn config_with_bench(
     dir: &Path,
     argv: &str,

@@ -15,15 +15,6 @@ use serde_json::Value;
 
 use super::common;
 
-/// A free loopback port (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub struct Demo {
     pub dir: tempfile::TempDir,
     pub serve: u16,
@@ -43,7 +34,11 @@ impl Demo {
         let dir = tempfile::tempdir().unwrap();
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let tinyk3 = common::tinyk3_bin();
-        let (serve, far, metrics) = (free_port(), free_port(), free_port());
+        let (serve, far, metrics) = (
+            common::free_port(),
+            common::free_port(),
+            common::free_port(),
+        );
         let mut text = std::fs::read_to_string(repo.join("config.toml")).unwrap();
         // Every substitution must find its text: a config.toml edit that
         // silently stops one from matching would test another protocol.
