@@ -121,15 +121,22 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str
     }
 }
 
-/// The Prometheus text exposition (format 0.0.4).
+/// The Prometheus text exposition (format 0.0.4), one family of gauges and
+/// counters per helper so each stays readable.
 pub fn render(live: &Live) -> String {
     let s = live.snapshot.lock().expect("metrics lock");
-    let in_flight = live.in_flight.load(Ordering::SeqCst);
-    let queued = live
-        .admitted
-        .load(Ordering::SeqCst)
-        .saturating_sub(in_flight);
     let mut out = String::new();
+    render_engine(&mut out, &s);
+    render_tokens(&mut out, &s);
+    render_tiers(&mut out, &s);
+    render_requests(&mut out, live);
+    render_trace(&mut out, &s);
+    out
+}
+
+/// Speed, heat coverage, the far tier's health, drafting and the phases of
+/// the forward pass.
+fn render_engine(out: &mut String, s: &Snapshot) {
     let (tokens, secs) = s
         .recent
         .iter()
@@ -140,7 +147,7 @@ pub fn render(live: &Live) -> String {
         f64::NAN
     };
     metric(
-        &mut out,
+        out,
         "tinyk3_seconds_per_token",
         "gauge",
         &format!(
@@ -158,7 +165,7 @@ pub fn render(live: &Live) -> String {
         f64::NAN
     };
     metric(
-        &mut out,
+        out,
         "tinyk3_heat_coverage",
         "gauge",
         "Share of expert requests served without a cold disk read (pinned, cache or far).",
@@ -166,7 +173,7 @@ pub fn render(live: &Live) -> String {
     );
     let far = c.as_ref().map(|c| c.far.clone()).unwrap_or_default();
     metric(
-        &mut out,
+        out,
         "tinyk3_far_available",
         "gauge",
         "1 when the far expert tier is configured and answering.",
@@ -174,14 +181,14 @@ pub fn render(live: &Live) -> String {
     );
     let draft = c.as_ref().map(|c| c.draft).unwrap_or_default();
     metric(
-        &mut out,
+        out,
         "tinyk3_draft_proposed_total",
         "counter",
         "Draft tokens proposed by speculative decoding.",
         &[("", draft.proposed as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_draft_accepted_total",
         "counter",
         "Draft tokens the full model accepted.",
@@ -189,7 +196,7 @@ pub fn render(live: &Live) -> String {
     );
     let ph = c.as_ref().map(|c| c.phases).unwrap_or_default();
     metric(
-        &mut out,
+        out,
         "tinyk3_phase_seconds_total",
         "counter",
         "Seconds of the forward pass by part since start (prefill and decode): trunk, experts (and by tier), draft.",
@@ -202,45 +209,56 @@ pub fn render(live: &Live) -> String {
             ("phase=\"draft\"", ph.draft),
         ],
     );
+}
+
+/// Tokens generated and prompt tokens processed, with their seconds.
+fn render_tokens(out: &mut String, s: &Snapshot) {
     metric(
-        &mut out,
+        out,
         "tinyk3_tokens_predicted_total",
         "counter",
         "Tokens generated.",
         &[("", s.predicted_tokens as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_tokens_predicted_seconds_total",
         "counter",
         "Seconds spent generating them (decode steps).",
         &[("", s.predicted_seconds)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_prompt_tokens_total",
         "counter",
         "Prompt tokens processed.",
         &[("", s.prompt_tokens as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_prompt_cached_tokens_total",
         "counter",
         "Prompt tokens whose KV cache was reused from the previous request (not processed).",
         &[("", s.prompt_cached_tokens as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_prompt_seconds_total",
         "counter",
         "Seconds spent on prompt prefill.",
         &[("", s.prompt_seconds)],
     );
+}
+
+/// What each tier holds and serves, and the bytes read from disk.
+fn render_tiers(out: &mut String, s: &Snapshot) {
+    let c = s.counters.clone();
+    let hits = c.as_ref().map(|c| c.hits).unwrap_or_default();
+    let far = c.as_ref().map(|c| c.far.clone()).unwrap_or_default();
     let r = c.as_ref().map(|c| c.residency).unwrap_or_default();
     let stride = s.expert_stride as f64;
     metric(
-        &mut out,
+        out,
         "tinyk3_tier_experts",
         "gauge",
         "Experts held per tier (far: the expert server's warm set).",
@@ -251,7 +269,7 @@ pub fn render(live: &Live) -> String {
         ],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_tier_bytes",
         "gauge",
         "Expert bytes held per tier.",
@@ -262,7 +280,7 @@ pub fn render(live: &Live) -> String {
         ],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_tier_hits_total",
         "counter",
         "Expert requests served per tier (cold: read from disk).",
@@ -275,28 +293,37 @@ pub fn render(live: &Live) -> String {
     );
     let disk = c.as_ref().map_or(0, |c| c.disk_bytes_read);
     metric(
-        &mut out,
+        out,
         "tinyk3_disk_bytes_read_total",
         "counter",
         "Bytes read from disk around the page cache (experts and trunk).",
         &[("", disk as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_trunk_resident_bytes",
         "gauge",
         "Trunk bytes held in RAM.",
         &[("", r.trunk_resident_bytes as f64)],
     );
+}
+
+/// The generation queue and the HTTP responses by status.
+fn render_requests(out: &mut String, live: &Live) {
+    let in_flight = live.in_flight.load(Ordering::SeqCst);
+    let queued = live
+        .admitted
+        .load(Ordering::SeqCst)
+        .saturating_sub(in_flight);
     metric(
-        &mut out,
+        out,
         "tinyk3_requests_in_flight",
         "gauge",
         "Generations running (at most 1).",
         &[("", in_flight as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_requests_queued",
         "gauge",
         "Generations waiting in the queue.",
@@ -313,27 +340,30 @@ pub fn render(live: &Live) -> String {
         .map(|(l, v)| (l.as_str(), *v as f64))
         .collect();
     metric(
-        &mut out,
+        out,
         "tinyk3_http_responses_total",
         "counter",
         "HTTP responses by status code.",
         &samples,
     );
+}
+
+/// The bounded ring of expert requests behind the heat trace.
+fn render_trace(out: &mut String, s: &Snapshot) {
     metric(
-        &mut out,
+        out,
         "tinyk3_heat_trace_entries",
         "gauge",
         "Expert requests held in the trace ring.",
         &[("", s.ring.len() as f64)],
     );
     metric(
-        &mut out,
+        out,
         "tinyk3_heat_trace_dropped_total",
         "counter",
         "Oldest trace entries dropped from the bounded ring.",
         &[("", s.ring.dropped as f64)],
     );
-    out
 }
 
 #[cfg(test)]
