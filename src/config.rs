@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::judge::{Confidence, Floor, ParamError, Policy};
-use crate::measure::template::{ArgvTemplate, Special, TemplateError};
+use crate::process::template::{ArgvTemplate, Special, TemplateError};
 use crate::menu::MenuId;
 
 /// The environment variable that selects the config file.

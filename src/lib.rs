@@ -28,6 +28,7 @@ pub mod measure;
 pub mod menu;
 pub mod observe;
 pub mod plan;
+pub mod process;
 pub mod profile;
 pub mod progress;
 pub mod report;

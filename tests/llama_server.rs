@@ -27,7 +27,7 @@ use orchestrator::brain::{
 };
 use orchestrator::config::Config;
 use orchestrator::ledger::{ExperimentId, LedgerError, TimingSource};
-use orchestrator::measure::cancel::Cancel;
+use orchestrator::process::cancel::Cancel;
 use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
 use orchestrator::measure::shadow::ShadowScorer;
 use orchestrator::measure::surface::{SurfaceScorer, drafted_tokens};

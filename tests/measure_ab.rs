@@ -13,7 +13,7 @@ use orchestrator::judge::{Confidence, Floor, Policy};
 use orchestrator::ledger::{ExperimentId, Ledger, NewExperiment, NewReferenceHash};
 use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, SystemClock};
 use orchestrator::measure::bench::BenchScorer;
-use orchestrator::measure::cancel::Cancel;
+use orchestrator::process::cancel::Cancel;
 use orchestrator::measure::gate::{GateError, HashGate, bench_prompt_set};
 use orchestrator::measure::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use orchestrator::menu::MenuId;

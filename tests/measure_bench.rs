@@ -11,7 +11,7 @@ use assert_cmd::Command;
 use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use orchestrator::ledger::TimingSource;
 use orchestrator::measure::bench::{BenchScorer, NOTE_PREFIX};
-use orchestrator::measure::cancel::Cancel;
+use orchestrator::process::cancel::Cancel;
 use orchestrator::measure::output::{OutputError, OutputHash};
 use orchestrator::measure::scorer::{MeasureError, RunFailure, Scorer};
 

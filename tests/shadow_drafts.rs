@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{alive, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
-use orchestrator::measure::cancel::Cancel;
+use orchestrator::process::cancel::Cancel;
 use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
 use orchestrator::measure::shadow::ShadowScorer;
 use orchestrator::measure::surface::drafted_tokens;

@@ -10,7 +10,7 @@ use crate::cli::RebaselineArgs;
 use crate::config::Config;
 use crate::cycle::{Scorers, StackScorer};
 use crate::ledger::NewReferenceHash;
-use crate::measure::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use crate::measure::scorer::{ProfileFile, Scorer};
 
 pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {

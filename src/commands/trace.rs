@@ -18,7 +18,7 @@ use super::UsageError;
 use crate::cli::{TraceArgs, TraceProtocol};
 use crate::config::Config;
 use crate::cycle::{Scorers, StackScorer};
-use crate::measure::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use crate::measure::pressure;
 use crate::measure::scorer::{ProfileFile, Scorer};
 

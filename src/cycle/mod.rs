@@ -32,7 +32,7 @@ use crate::ledger::{
     NewExperiment, NewObservation, NewVerdict, ProposalId,
 };
 use crate::measure::ab::{AbError, AbRunner, AbVerdict, Clock, NoiseOutcome, RecordedRun};
-use crate::measure::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::{ProfileFile, Scorer};
 use crate::menu::{Menu, MenuId, Proposal};

@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::measure::bench::BenchScorer;
-use crate::measure::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use crate::measure::gate;
 use crate::measure::scorer::{ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::measure::shadow::ShadowScorer;

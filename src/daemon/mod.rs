@@ -12,12 +12,10 @@
 //!
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
-//! - [`orphans`]: finding and killing a dead daemon's children.
 //! - [`proposer`]: the configured proposer as one type.
 
 pub mod lock;
 pub mod metrics;
-pub mod orphans;
 pub mod proposer;
 
 use std::time::Duration;
@@ -33,7 +31,8 @@ use crate::embedded;
 use crate::judge::Policy;
 use crate::ledger::Ledger;
 use crate::measure::ab::SystemClock;
-use crate::measure::cancel::{Cancel, CancelHandle};
+use crate::process::cancel::{Cancel, CancelHandle};
+use crate::process::orphans;
 use crate::menu::Menu;
 use crate::progress::Progress;
 use crate::vocab::{CycleStatus, StageState};
@@ -207,7 +206,7 @@ fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
             left.iter().map(|o| o.pid).collect::<Vec<_>>()
         ),
     }
-    crate::measure::process::tag_children(orphans::TAG_VAR, &tag);
+    crate::process::group::tag_children(orphans::TAG_VAR, &tag);
     Ok(())
 }
 

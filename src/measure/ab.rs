@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use super::deadline::{self, Deadline};
 use super::gate::{GateCheck, GateError, HashGate};
 use super::pressure::{self, Pressure};

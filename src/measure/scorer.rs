@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use super::cgroup::MemoryLimit;
 use super::output::{OutputError, OutputHash};
 use super::preflight::PreflightError;
@@ -72,7 +72,7 @@ pub struct RunOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     #[error("{0}")]
-    Spawn(#[source] super::process::ProcessError),
+    Spawn(#[source] crate::process::group::ProcessError),
     #[error(
         "the run was still going after {}s and its whole process group was killed; raise [measure] run_timeout_s if the stack is only slow, or see the stderr tail for why it hangs",
         after.as_secs_f64()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::cancel::Cancel;
+use crate::process::cancel::Cancel;
 use super::output::OutputHash;
 use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use crate::config::{Config, Surface};

@@ -17,7 +17,7 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::measure::preflight::{self, GB};
 use crate::measure::pressure::{self, Pressure};
-use crate::measure::template::ArgvTemplate;
+use crate::process::template::ArgvTemplate;
 use crate::menu::Menu;
 use crate::profile::Profile;
 
