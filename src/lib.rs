@@ -15,6 +15,7 @@
 pub mod atomic_file;
 pub mod brain;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cycle;

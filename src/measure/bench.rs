@@ -11,15 +11,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::process::cancel::Cancel;
 use super::cgroup::{self, MemoryLimit, RunCgroup};
 use super::output::{self, OutputError};
 use super::preflight;
-use crate::process::group::{self, Exit, ProcessError, Spec};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
-use crate::process::template::{ArgvTemplate, RenderContext};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use crate::config::{Bench, BenchOutput, Config};
 use crate::ledger::TimingSource;
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Exit, ProcessError, Spec};
+use crate::process::template::{ArgvTemplate, RenderContext};
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// Marks the orchestrator's own lines in a run's stderr tail.

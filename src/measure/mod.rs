@@ -5,7 +5,7 @@
 //! - [`pressure`]: Linux pressure stall information and load average over a run.
 //! - [`cgroup`]: a cgroup v2 memory limit per run where the machine allows one.
 //! - [`output`]: the bench JSON checked, and the FNV-1a 64 output hash.
-//! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`, `ProfileFile`.
+//! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`.
 //! - [`bench`]: the bench scorer (a command per measurement).
 //! - [`surface`]: the surface scorer (fixed greedy requests to an OpenAI-compatible server).
 //! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.

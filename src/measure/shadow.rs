@@ -14,13 +14,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::process::cancel::Cancel;
 use super::preflight;
-use crate::process::group::{self, Group, Spec};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use super::surface::SurfaceScorer;
-use crate::process::template::{ArgvTemplate, RenderContext};
 use crate::config::{Config, Shadow};
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Group, Spec};
+use crate::process::template::{ArgvTemplate, RenderContext};
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// Pause between health probes.
