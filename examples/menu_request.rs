@@ -13,10 +13,11 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 
-use orchestrator::brain::{ChatClient, LiveMetrics, NoiseFloorState, Situation, prompt};
+use orchestrator::brain::{ChatClient, NoiseFloorState, Situation, prompt};
 use orchestrator::config::Config;
 use orchestrator::ledger::{CycleId, ExperimentId, ExperimentOutcome, Interval};
 use orchestrator::menu::{Menu, MenuId};
+use orchestrator::observe::LiveMetrics;
 use orchestrator::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// What cycle `i` of a run has seen: the experiments before it, newest first.

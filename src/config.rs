@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::judge::{Confidence, Floor, ParamError, Policy};
-use crate::measure::template::{ArgvTemplate, Special, TemplateError};
 use crate::menu::MenuId;
+use crate::process::template::{ArgvTemplate, Special, TemplateError};
 
 /// The environment variable that selects the config file.
 pub const CONFIG_ENV: &str = "ORCHESTRATOR_CONFIG";

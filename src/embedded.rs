@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Embedded};
-use crate::measure::cancel::Cancel;
-use crate::measure::process::{self, Group, ProcessError, Spec};
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Group, ProcessError, Spec};
 use crate::profile::{Profile, ProfileError};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ pub async fn prepare(config: &Config, e: &Embedded, cancel: &Cancel) -> Result<(
             e.model_dir.display().to_string(),
         ];
         args.extend(e.init_args.iter().cloned());
-        let exit = process::run(&spec(config, e, args, Duration::from_secs(600)), cancel)
+        let exit = group::run(&spec(config, e, args, Duration::from_secs(600)), cancel)
             .await
             .map_err(|source| EmbeddedError::Init {
                 dir: e.model_dir.clone(),

@@ -15,6 +15,7 @@
 pub mod atomic_file;
 pub mod brain;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cycle;
@@ -28,6 +29,7 @@ pub mod measure;
 pub mod menu;
 pub mod observe;
 pub mod plan;
+pub mod process;
 pub mod profile;
 pub mod progress;
 pub mod report;

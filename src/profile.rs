@@ -1,6 +1,7 @@
 //! The profile: the serving stack's tunable settings, a TOML document with
 //! typed knobs. Identified by the sha256 digest of its canonical form, so two
-//! files that differ only in comments or layout are the same profile.
+//! files that differ only in comments or layout are the same profile. A
+//! [`ProfileFile`] is a profile with the file it lives in.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -371,6 +372,38 @@ impl Profile {
         }
         let dir = profile_path.parent().unwrap_or(Path::new("."));
         Some(dir.join(&self.pins.file))
+    }
+}
+
+/// A profile and the file it lives in (the stack reads the file; a relative
+/// pin list is relative to its directory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileFile {
+    pub path: PathBuf,
+    pub profile: Profile,
+}
+
+impl ProfileFile {
+    /// Reads and validates a profile file.
+    pub fn load(path: &Path) -> Result<ProfileFile, ProfileError> {
+        Ok(ProfileFile {
+            path: path.to_path_buf(),
+            profile: Profile::load(path)?,
+        })
+    }
+
+    /// Writes `profile` atomically to `path` (put it next to its pin list).
+    pub fn write(path: &Path, profile: Profile) -> Result<ProfileFile, ProfileError> {
+        profile.write_atomic(path)?;
+        Ok(ProfileFile {
+            path: path.to_path_buf(),
+            profile,
+        })
+    }
+
+    /// The directory relative paths in the profile are resolved against.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 }
 

@@ -15,8 +15,8 @@
 //! `orchestrator run`, exit 2), naming the entry, the knobs and both fixes.
 
 use crate::config::Config;
-use crate::measure::template::{ArgvTemplate, Special};
 use crate::menu::{Menu, MenuId};
+use crate::process::template::{ArgvTemplate, Special};
 use crate::profile::Knob;
 use crate::vocab::Method;
 

@@ -13,12 +13,13 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use orchestrator::brain::{
-    Backoff, ChatClient, Decision, DuplicateCheck, LiveMetrics, ModelProposer, NoiseFloorState,
-    Proposer, Situation,
+    Backoff, ChatClient, Decision, DuplicateCheck, ModelProposer, NoiseFloorState, Proposer,
+    Situation,
 };
 use orchestrator::config::{Model, Seconds};
 use orchestrator::ledger::{ExperimentId, LedgerError};
 use orchestrator::menu::{Menu, Proposal};
+use orchestrator::observe::LiveMetrics;
 use orchestrator::vocab::ProposerKind;
 
 /// A `tinyk3 serve` child, killed and reaped when dropped.

@@ -11,11 +11,11 @@ use common::{script, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
 use orchestrator::heat::{Heat, Trace};
 use orchestrator::measure::bench::BenchScorer;
-use orchestrator::measure::cancel::Cancel;
-use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
-use orchestrator::measure::template::RenderContext;
+use orchestrator::measure::scorer::{MeasureError, Scorer};
 use orchestrator::menu::{Menu, MenuId};
-use orchestrator::profile::Profile;
+use orchestrator::process::cancel::Cancel;
+use orchestrator::process::template::RenderContext;
+use orchestrator::profile::{Profile, ProfileFile};
 
 const EXAMPLE: &str = include_str!("../examples/kimi-k3-in-c.toml");
 

@@ -22,17 +22,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use orchestrator::brain::{
-    Backoff, ChatClient, DuplicateCheck, LiveMetrics, ModelProposer, NoiseFloorState, Proposer,
-    Situation,
+    Backoff, ChatClient, DuplicateCheck, ModelProposer, NoiseFloorState, Proposer, Situation,
 };
 use orchestrator::config::Config;
 use orchestrator::ledger::{ExperimentId, LedgerError, TimingSource};
-use orchestrator::measure::cancel::Cancel;
-use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
+use orchestrator::measure::scorer::{MeasureError, Scorer};
 use orchestrator::measure::shadow::ShadowScorer;
 use orchestrator::measure::surface::{SurfaceScorer, drafted_tokens};
 use orchestrator::menu::{Menu, MenuId, Proposal};
-use orchestrator::profile::Profile;
+use orchestrator::observe::LiveMetrics;
+use orchestrator::process::cancel::Cancel;
+use orchestrator::profile::{Profile, ProfileFile};
 use rand::SeedableRng;
 
 const EXAMPLE: &str = include_str!("../examples/llama-server.toml");

@@ -11,9 +11,9 @@ use assert_cmd::Command;
 use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use orchestrator::ledger::TimingSource;
 use orchestrator::measure::bench::{BenchScorer, NOTE_PREFIX};
-use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::output::{OutputError, OutputHash};
 use orchestrator::measure::scorer::{MeasureError, RunFailure, Scorer};
+use orchestrator::process::cancel::Cancel;
 
 fn scorer(dir: &std::path::Path, argv: &str) -> BenchScorer {
     BenchScorer::from_config(&config_with_bench(dir, argv, "", 30.0, 0.1)).unwrap()
@@ -68,8 +68,8 @@ async fn a_tinyk3_run_is_valid_and_its_hash_depends_only_on_the_checkpoint() {
     // Another profile, same checkpoint: same output (tinyk3 is bit-identical).
     let mut bigger = p.profile.clone();
     bigger.memory.cache_gb = 0.005;
-    let p2 = orchestrator::measure::scorer::ProfileFile::write(&tmp.path().join("p2.toml"), bigger)
-        .unwrap();
+    let p2 =
+        orchestrator::profile::ProfileFile::write(&tmp.path().join("p2.toml"), bigger).unwrap();
     let b = s.score(&p2, &Cancel::never()).await.unwrap();
     assert_eq!(a.output_hash, b.output_hash);
     // Another seed: other output.
@@ -127,7 +127,7 @@ async fn a_profile_the_engine_refuses_is_a_usage_failure_exit_2() {
     let mut p = profile_file(tmp.path(), "p.toml");
     // Too small a cache for top-k experts: the engine names the smallest.
     p.profile.memory.cache_gb = 0.000_000_1;
-    let p = orchestrator::measure::scorer::ProfileFile::write(&p.path, p.profile).unwrap();
+    let p = orchestrator::profile::ProfileFile::write(&p.path, p.profile).unwrap();
     let f = s.score(&p, &Cancel::never()).await.unwrap_err();
     assert!(matches!(f.error, MeasureError::Usage { .. }), "{f}");
     assert!(f.to_string().contains("smallest"), "{f}");

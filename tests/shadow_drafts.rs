@@ -10,11 +10,11 @@ use std::path::Path;
 
 use common::{alive, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
-use orchestrator::measure::cancel::Cancel;
-use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
+use orchestrator::measure::scorer::{MeasureError, Scorer};
 use orchestrator::measure::shadow::ShadowScorer;
 use orchestrator::measure::surface::drafted_tokens;
-use orchestrator::profile::Profile;
+use orchestrator::process::cancel::Cancel;
+use orchestrator::profile::{Profile, ProfileFile};
 
 const TINY: &str =
     "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.002\ncache_gb = 0.002\n[compute]\nthreads = 1\n";

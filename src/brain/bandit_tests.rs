@@ -11,8 +11,9 @@ use serde_json::json;
 
 use super::*;
 use crate::brain::double::{Decided, repo_menu};
-use crate::brain::{LiveMetrics, NoiseFloorState, params_value};
+use crate::brain::{NoiseFloorState, params_value};
 use crate::ledger::{CycleId, ExperimentId};
+use crate::observe::LiveMetrics;
 use crate::vocab::Digest;
 
 fn fresh_floor() -> NoiseFloorState {

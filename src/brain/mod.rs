@@ -38,6 +38,7 @@ use crate::ledger::{
     CycleId, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal, ProposalRejection,
 };
 use crate::menu::{Menu, MenuId, Proposal, Rejection};
+use crate::observe::LiveMetrics;
 use crate::profile::{Knob, KnobValue};
 use crate::vocab::{Digest, ProposerKind};
 
@@ -45,7 +46,7 @@ pub use bandit::{BanditAlgorithm, BanditProposer};
 pub use client::{ChatClient, Message, Role};
 pub use error::BrainError;
 pub use model::{Backoff, ModelProposer};
-pub use prompt::{LiveMetrics, NoiseFloorState, StackDescription};
+pub use prompt::{NoiseFloorState, StackDescription};
 
 /// What a proposer knows when it chooses: all of it is the orchestrator's
 /// own data (config, metrics, the ledger), none of it the model's words.

@@ -8,7 +8,6 @@
 //! the model's strings, so the model's words never enter a prompt (and so
 //! never enter the ledger's prompt column).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use super::client::{Message, Role};
 use crate::config::Config;
 use crate::ledger::ExperimentOutcome;
 use crate::menu::{Excluded, Menu, MenuEntry, MenuId, ParamKind, Rejection};
+use crate::observe::LiveMetrics;
 use crate::profile::{Knob, KnobValue};
 
 /// The most excluded values listed per parameter; the schema leaves out
@@ -64,24 +64,6 @@ impl StackDescription {
             format!("the serving stack `{}`", self.name)
         }
     }
-}
-
-/// The live metrics scraped at the start of a cycle; `None` when the stack
-/// does not export a series or it could not be read.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LiveMetrics {
-    /// Seconds per generated token of the live stack.
-    pub seconds_per_token: Option<f64>,
-    /// Share of expert reads served from RAM tiers (pinned + LRU cache), 0..1.
-    pub tier_residency: Option<f64>,
-    /// Share of routed expert activations that hit a pinned expert, 0..1.
-    pub heat_coverage: Option<f64>,
-    /// Far tier state: 1 when the far expert server answers, 0 when not.
-    pub far_available: Option<f64>,
-    /// Share of drafted tokens the full model accepted, 0..1.
-    pub draft_acceptance: Option<f64>,
-    /// Any other scraped series, by our name from `[stack.metrics.names]`.
-    pub other: BTreeMap<String, f64>,
 }
 
 /// The noise floor as the proposers need it. The caller decides staleness

@@ -78,6 +78,7 @@ pub fn render_error(err: &anyhow::Error) -> String {
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let usage = err.chain().any(|e| {
         e.is::<UsageError>()
+            || e.is::<crate::daemon::StartRefused>()
             || e.is::<ConfigError>()
             || e.is::<MenuError>()
             || e.is::<crate::support::SupportError>()
@@ -112,5 +113,33 @@ mod tests {
         assert_eq!(text.matches(&cause).count(), 1, "{text}");
         let wrapped = anyhow::anyhow!("inner cause").context("outer");
         assert_eq!(render_error(&wrapped), "outer: inner cause");
+    }
+
+    /// The daemon's refusal to start (here: the model's API key variable is
+    /// not set) is a configuration problem: exit 2, with the fix, and no
+    /// ledger created.
+    #[test]
+    fn a_daemon_refusing_to_start_exits_2_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+        let mut config = Config::load(&shipped).unwrap();
+        config.ledger_path = dir.path().join("orchestrator.db");
+        config.model.api_key_env = Some("ORCHESTRATOR_TEST_KEY_NEVER_SET".into());
+        let opts = crate::daemon::RunOptions {
+            once: true,
+            ..Default::default()
+        };
+        let err = runtime()
+            .unwrap()
+            .block_on(crate::daemon::run(config, opts))
+            .unwrap_err();
+        assert_eq!(exit_code(&err), 2, "{err:#}");
+        let text = render_error(&err);
+        assert!(
+            text.contains("ORCHESTRATOR_TEST_KEY_NEVER_SET")
+                && text.contains("is not set; export it"),
+            "{text}"
+        );
+        assert!(!dir.path().join("orchestrator.db").exists());
     }
 }

@@ -10,8 +10,9 @@ use crate::cli::RebaselineArgs;
 use crate::config::Config;
 use crate::cycle::{Scorers, StackScorer};
 use crate::ledger::NewReferenceHash;
-use crate::measure::cancel::Cancel;
-use crate::measure::scorer::{ProfileFile, Scorer};
+use crate::measure::scorer::Scorer;
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 
 pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
     if args.reason.trim().is_empty() {

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::measure::template::{ArgvTemplate, RenderContext};
+use crate::process::template::{ArgvTemplate, RenderContext};
 use crate::profile::Profile;
 
 /// How to run the stack with `profile` once it is the live profile, as

@@ -18,9 +18,10 @@ use super::UsageError;
 use crate::cli::{TraceArgs, TraceProtocol};
 use crate::config::Config;
 use crate::cycle::{Scorers, StackScorer};
-use crate::measure::cancel::Cancel;
 use crate::measure::pressure;
-use crate::measure::scorer::{ProfileFile, Scorer};
+use crate::measure::scorer::Scorer;
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 
 /// The CSV header; `docs/traces.md` documents each column.
 pub const HEADER: &str = "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some";

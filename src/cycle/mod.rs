@@ -25,20 +25,21 @@ pub use line::CycleReport;
 pub use scorer::{Scorers, StackScorer};
 
 use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{
     CycleId, CycleOutcome, ExperimentId, ExperimentOutcome, Interval, Ledger, LedgerError,
     NewExperiment, NewObservation, NewVerdict, ProposalId,
 };
-use crate::measure::ab::{AbError, AbRunner, AbVerdict, Clock, NoiseOutcome, RecordedRun};
-use crate::measure::cancel::Cancel;
+use crate::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, RecordedRun};
 use crate::measure::gate::HashGate;
-use crate::measure::scorer::{ProfileFile, Scorer};
+use crate::measure::scorer::Scorer;
 use crate::menu::{Menu, MenuId, Proposal};
 use crate::observe;
 use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
-use crate::profile::Profile;
+use crate::process::cancel::Cancel;
+use crate::profile::{Profile, ProfileFile};
 use crate::progress::{Progress, phase};
 use crate::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
 

@@ -4,11 +4,12 @@
 
 use crate::config::Config;
 use crate::measure::bench::BenchScorer;
-use crate::measure::cancel::Cancel;
 use crate::measure::gate;
-use crate::measure::scorer::{ProfileFile, RunFailure, RunOutcome, Scorer};
+use crate::measure::scorer::{RunFailure, RunOutcome, Scorer};
 use crate::measure::shadow::ShadowScorer;
 use crate::measure::surface::SurfaceScorer;
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// The scorers a config provides.

@@ -12,12 +12,10 @@
 //!
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
-//! - [`orphans`]: finding and killing a dead daemon's children.
 //! - [`proposer`]: the configured proposer as one type.
 
 pub mod lock;
 pub mod metrics;
-pub mod orphans;
 pub mod proposer;
 
 use std::time::Duration;
@@ -27,14 +25,15 @@ use chrono::Utc;
 use rand::Rng;
 use tokio::time::MissedTickBehavior;
 
+use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::cycle::{Cycle, Scorers};
 use crate::embedded;
 use crate::judge::Policy;
 use crate::ledger::Ledger;
-use crate::measure::ab::SystemClock;
-use crate::measure::cancel::{Cancel, CancelHandle};
 use crate::menu::Menu;
+use crate::process::cancel::{Cancel, CancelHandle};
+use crate::process::orphans;
 use crate::progress::Progress;
 use crate::vocab::{CycleStatus, StageState};
 
@@ -89,20 +88,29 @@ impl RunSummary {
     }
 }
 
+/// The daemon refuses to start: a part of the config it builds at start
+/// (the judge's policy, the proposer) is unusable. A configuration problem,
+/// so `orchestrator run` exits 2 (`commands::exit_code` says so); its own
+/// type because the daemon sits below `commands` and imports nothing from it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartRefused(pub String);
+
 /// The judge's policy from the config's measurement section (validated
 /// when the config is loaded, so this only fails on a hand-built config).
 pub fn policy(config: &Config) -> anyhow::Result<Policy> {
-    config.measure.policy().map_err(|e| {
-        crate::commands::UsageError(format!("{}: [measure] {e}", config.path.display())).into()
-    })
+    config
+        .measure
+        .policy()
+        .map_err(|e| StartRefused(format!("{}: [measure] {e}", config.path.display())).into())
 }
 
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
     let menu = crate::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let policy = policy(&config)?;
-    let mut proposer = AnyProposer::from_config(&config)
-        .map_err(|e| crate::commands::UsageError(e.to_string()))?;
+    let mut proposer =
+        AnyProposer::from_config(&config).map_err(|e| StartRefused(e.to_string()))?;
     if let Some(dir) = config.ledger_path.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the ledger's directory {}", dir.display()))?;
@@ -207,7 +215,7 @@ fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
             left.iter().map(|o| o.pid).collect::<Vec<_>>()
         ),
     }
-    crate::measure::process::tag_children(orphans::TAG_VAR, &tag);
+    crate::process::group::tag_children(orphans::TAG_VAR, &tag);
     Ok(())
 }
 

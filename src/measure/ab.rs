@@ -11,11 +11,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::cancel::Cancel;
 use super::deadline::{self, Deadline};
 use super::gate::{GateCheck, GateError, HashGate};
 use super::pressure::{self, Pressure};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
+use crate::clock::Clock;
 use crate::judge::{
     self, AbSchedule, Decision, Discards, Floor, FloorEnd, FloorNext, FloorSchedule, JudgeError,
     Next, NoiseFloor, Policy, Timed,
@@ -24,23 +24,10 @@ use crate::ledger::{
     ExperimentId, Interval, Ledger, LedgerError, NewNoiseFloor, NewRun, NewVerdict, RunId,
     RunPressure, TokenParts,
 };
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 use crate::progress::Progress;
 use crate::vocab::{Arm, Digest, VerdictKind};
-
-/// The time of day, injected so tests and replays are deterministic.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> DateTime<Utc>;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now()
-    }
-}
 
 /// A run as recorded, with what the stack reported beyond the metric.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,15 +11,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::cancel::Cancel;
 use super::cgroup::{self, MemoryLimit, RunCgroup};
 use super::output::{self, OutputError};
 use super::preflight;
-use super::process::{self, Exit, ProcessError, Spec};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
-use super::template::{ArgvTemplate, RenderContext};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use crate::config::{Bench, BenchOutput, Config};
 use crate::ledger::TimingSource;
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Exit, ProcessError, Spec};
+use crate::process::template::{ArgvTemplate, RenderContext};
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// Marks the orchestrator's own lines in a run's stderr tail.
@@ -132,7 +133,7 @@ impl BenchScorer {
             capture_stdout: self.output == BenchOutput::Stdout,
             cgroup_procs: cg.as_ref().map(RunCgroup::procs),
         };
-        let ran = process::run(&spec, cancel).await;
+        let ran = group::run(&spec, cancel).await;
         let oom_kills = cg.as_ref().map_or(0, RunCgroup::oom_kills);
         if let Some(cg) = cg {
             cg.remove().await;
@@ -186,7 +187,7 @@ impl BenchScorer {
             duration: exit.duration,
             stderr_tail: with_note(&exit.stderr_tail),
         };
-        let message = process::last_line(&exit.stderr_tail).to_string();
+        let message = group::last_line(&exit.stderr_tail).to_string();
         if oom_kills > 0 {
             let limit_bytes = match limit {
                 MemoryLimit::Applied { bytes, .. } => *bytes,

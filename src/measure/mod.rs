@@ -1,13 +1,11 @@
-//! Measurement: turning a profile into runs of the real stack.
+//! Measurement: turning a profile into runs of the real stack (the child
+//! processes themselves are [`crate::process`]'s).
 //!
-//! - [`template`]: argv templates filled from a profile (never a shell).
-//! - [`cancel`]: the shutdown signal every measurement listens to.
-//! - [`process`]: children in their own process group, timeout, group kill, stderr tail.
 //! - [`preflight`]: refuse a run when available memory is below budget plus headroom.
 //! - [`pressure`]: Linux pressure stall information and load average over a run.
 //! - [`cgroup`]: a cgroup v2 memory limit per run where the machine allows one.
 //! - [`output`]: the bench JSON checked, and the FNV-1a 64 output hash.
-//! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`, `ProfileFile`.
+//! - [`scorer`]: the `Scorer` trait, `RunOutcome`, `MeasureError`.
 //! - [`bench`]: the bench scorer (a command per measurement).
 //! - [`surface`]: the surface scorer (fixed greedy requests to an OpenAI-compatible server).
 //! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.
@@ -16,15 +14,12 @@
 
 pub mod ab;
 pub mod bench;
-pub mod cancel;
 pub mod cgroup;
 pub mod deadline;
 pub mod gate;
 pub mod output;
 pub mod preflight;
 pub mod pressure;
-pub mod process;
 pub mod scorer;
 pub mod shadow;
 pub mod surface;
-pub mod template;

@@ -2,50 +2,18 @@
 //! typed failure, behind a small trait the A/B runner (and tests) inject.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::cancel::Cancel;
 use super::cgroup::MemoryLimit;
 use super::output::{OutputError, OutputHash};
 use super::preflight::PreflightError;
 use crate::ledger::{TimingSource, TokenParts};
-use crate::profile::{Profile, ProfileError};
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
-
-/// A profile and the file it lives in (the stack reads the file; a relative
-/// pin list is relative to its directory).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProfileFile {
-    pub path: PathBuf,
-    pub profile: Profile,
-}
-
-impl ProfileFile {
-    /// Reads and validates a profile file.
-    pub fn load(path: &Path) -> Result<ProfileFile, ProfileError> {
-        Ok(ProfileFile {
-            path: path.to_path_buf(),
-            profile: Profile::load(path)?,
-        })
-    }
-
-    /// Writes `profile` atomically to `path` (put it next to its pin list).
-    pub fn write(path: &Path, profile: Profile) -> Result<ProfileFile, ProfileError> {
-        profile.write_atomic(path)?;
-        Ok(ProfileFile {
-            path: path.to_path_buf(),
-            profile,
-        })
-    }
-
-    /// The directory relative paths in the profile are resolved against.
-    pub fn dir(&self) -> &Path {
-        self.path.parent().unwrap_or(Path::new("."))
-    }
-}
 
 /// A valid measurement.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +40,7 @@ pub struct RunOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     #[error("{0}")]
-    Spawn(#[source] super::process::ProcessError),
+    Spawn(#[source] crate::process::group::ProcessError),
     #[error(
         "the run was still going after {}s and its whole process group was killed; raise [measure] run_timeout_s if the stack is only slow, or see the stderr tail for why it hangs",
         after.as_secs_f64()

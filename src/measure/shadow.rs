@@ -14,13 +14,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::cancel::Cancel;
 use super::preflight;
-use super::process::{self, Group, Spec};
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use super::surface::SurfaceScorer;
-use super::template::{ArgvTemplate, RenderContext};
 use crate::config::{Config, Shadow};
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Group, Spec};
+use crate::process::template::{ArgvTemplate, RenderContext};
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// Pause between health probes.
@@ -151,7 +152,7 @@ impl ShadowScorer {
     ) -> Result<RunningShadow, RunFailure> {
         preflight::check(&profile.profile, self.headroom_gb).map_err(RunFailure::before_start)?;
         let port = free_port().map_err(|source| {
-            RunFailure::before_start(MeasureError::Spawn(process::ProcessError::Spawn {
+            RunFailure::before_start(MeasureError::Spawn(group::ProcessError::Spawn {
                 program: "(a free loopback port)".into(),
                 cwd: self.cwd.clone(),
                 source,
@@ -193,7 +194,7 @@ impl ShadowScorer {
                 return Err(RunFailure {
                     error: MeasureError::ShadowExited {
                         status: status.to_string(),
-                        message: process::last_line(&tail).to_string(),
+                        message: group::last_line(&tail).to_string(),
                     },
                     exit_code: status.code(),
                     duration: t0.elapsed(),
@@ -360,7 +361,7 @@ impl Scorer for ShadowScorer {
                 tracing::warn!(
                     "the shadow for profile {} exited or stopped answering; starting another (its stderr ends: {})",
                     profile.profile.digest().short(),
-                    process::last_line(&tail)
+                    group::last_line(&tail)
                 );
                 self.start(profile, cancel).await?
             }

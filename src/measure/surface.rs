@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::cancel::Cancel;
 use super::output::OutputHash;
-use super::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use crate::config::{Config, Surface};
 use crate::ledger::{TimingSource, TokenParts};
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 use crate::vocab::Method;
 
 /// How long to wait for a TCP connection to the server.

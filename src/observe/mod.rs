@@ -1,5 +1,5 @@
-//! Observe: what the cycle reads before proposing — the stack's metrics, its
-//! expert heat histogram and request trace. What cannot be read is said
+//! Observe: what the cycle reads before proposing — the stack's metrics (as
+//! the proposer's [`LiveMetrics`]), its expert heat histogram and request trace. What cannot be read is said
 //! (in [`Observation::gaps`]), and fails the cycle only when the config says
 //! metrics are required.
 //!
@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::brain::LiveMetrics;
 use crate::config::Metrics;
 use crate::heat::{Heat, Trace};
 
@@ -27,6 +26,24 @@ pub const TIER_RESIDENCY: &str = "tier_residency";
 pub const FAR_AVAILABLE: &str = "far_available";
 pub const DRAFT_PROPOSED: &str = "draft_proposed";
 pub const DRAFT_ACCEPTED: &str = "draft_accepted";
+
+/// The live metrics scraped at the start of a cycle; `None` when the stack
+/// does not export a series or it could not be read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveMetrics {
+    /// Seconds per generated token of the live stack.
+    pub seconds_per_token: Option<f64>,
+    /// Share of expert reads served from RAM tiers (pinned + LRU cache), 0..1.
+    pub tier_residency: Option<f64>,
+    /// Share of routed expert activations that hit a pinned expert, 0..1.
+    pub heat_coverage: Option<f64>,
+    /// Far tier state: 1 when the far expert server answers, 0 when not.
+    pub far_available: Option<f64>,
+    /// Share of drafted tokens the full model accepted, 0..1.
+    pub draft_acceptance: Option<f64>,
+    /// Any other scraped series, by our name from `[stack.metrics.names]`.
+    pub other: BTreeMap<String, f64>,
+}
 
 /// What one cycle saw.
 #[derive(Debug, Clone, Default)]

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use orchestrator::config::Config;
-use orchestrator::measure::scorer::ProfileFile;
-use orchestrator::profile::Profile;
+use orchestrator::profile::{Profile, ProfileFile};
 
 /// The tinyk3 binary: `TINYK3_BIN`, else the newest of
 /// `$CARGO_TARGET_DIR` or `<workspace>/target`, `release` or `debug`.

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::measure::template::{ArgTemplate, ArgvTemplate};
+use crate::process::template::{ArgTemplate, ArgvTemplate};
 
 /// A path one argument of a command names, and where in the config.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +55,7 @@ fn literal_path(arg: &ArgTemplate) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::template::Special;
+    use crate::process::template::Special;
 
     fn argv(args: &[&str], optional: &[(&str, &[&str])]) -> ArgvTemplate {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

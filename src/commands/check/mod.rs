@@ -17,8 +17,8 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::measure::preflight::{self, GB};
 use crate::measure::pressure::{self, Pressure};
-use crate::measure::template::ArgvTemplate;
 use crate::menu::Menu;
+use crate::process::template::ArgvTemplate;
 use crate::profile::Profile;
 
 /// Checks that failed (exit 1): each was printed with its fix.

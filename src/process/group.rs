@@ -1,7 +1,8 @@
-//! Child processes for measurements: argv only (never a shell), each in its
-//! own process group, bounded by a timeout and by the shutdown signal, and on
-//! any ending the whole group killed and the leader reaped, so no orphan
-//! engine outlives its run. Keeps the tail of stderr as evidence.
+//! Child processes (bench runs, shadow servers, the embedded stack): argv
+//! only (never a shell), each in its own process group, bounded by a timeout
+//! and by the shutdown signal, and on any ending the whole group killed and
+//! the leader reaped, so no orphan engine outlives its run. Keeps the tail
+//! of stderr as evidence.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -31,7 +32,7 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// An environment variable every child gets, set once by the daemon
 /// ([`tag_children`]): it names the ledger the child works for, so a daemon
 /// started after a crash can find and kill what the dead one started
-/// (`daemon::orphans`). A process-wide setting because every spawn site
+/// ([`super::orphans`]). A process-wide setting because every spawn site
 /// (embedded stack, bench, shadow server) must carry it and none may forget.
 static CHILD_TAG: std::sync::RwLock<Option<(String, String)>> = std::sync::RwLock::new(None);
 
