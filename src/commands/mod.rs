@@ -80,7 +80,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         e.is::<UsageError>()
             || e.is::<ConfigError>()
             || e.is::<MenuError>()
-            || e.is::<crate::support::SupportError>()
+            || e.is::<crate::stack_support::SupportError>()
             || matches!(
                 e.downcast_ref::<ProfileError>(),
                 Some(ProfileError::Parse { .. } | ProfileError::Invalid { .. })

@@ -297,7 +297,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.params = Some(brain::params_value(&proposal));
 
         if proposal.experiment == MenuId::Remeasure {
-            let method = self.menu.entry(MenuId::Remeasure).method;
+            let method = self
+                .menu
+                .entry(MenuId::Remeasure)
+                .map_err(|e| Stop::Failed(e.to_string()))?
+                .method;
             let scorer = self
                 .scorers
                 .for_live(method)
@@ -451,7 +455,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             path: plan.candidate_path.clone(),
             profile: plan.candidate.clone(),
         };
-        let entry = self.menu.entry(proposal.experiment);
+        let entry = self
+            .menu
+            .entry(proposal.experiment)
+            .map_err(|e| Stop::Failed(e.to_string()))?;
         let scorer = self
             .scorers
             .for_candidate(entry.method)
