@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
     let config = PathBuf::from(args.next().unwrap_or_else(|| "config.toml".into()));
     let cycle: u32 = args.next().map_or(Ok(1), |c| c.parse())?;
     let config = Config::load(&config)?;
-    let menu = orchestrator::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
+    let menu = orchestrator::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let metrics = LiveMetrics {
         seconds_per_token: Some(0.9 - 0.013 * f64::from(cycle)),
         tier_residency: Some(0.55 + 0.01 * f64::from(cycle % 9)),

@@ -189,7 +189,7 @@ pub struct Stack {
     pub metrics: Option<Metrics>,
     pub shadow: Option<Shadow>,
     /// Menu entries this stack cannot carry out (`[stack] unsupported`):
-    /// refused when proposed, never silently skipped (see [`crate::support`]).
+    /// refused when proposed, never silently skipped (see [`crate::stack_support`]).
     pub unsupported: Vec<MenuId>,
 }
 

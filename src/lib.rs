@@ -8,7 +8,7 @@
 //! - [`ledger`]: the SQLite experiment ledger; all SQL lives here.
 //! - [`brain`]: the proposer: the served model (chat API) or a bandit over the menu.
 //! - [`heat`]: the expert heat histogram and request trace, parsed and checked.
-//! - [`support`]: which menu entries a stack supports (`[stack] unsupported`), checked against its commands.
+//! - [`stack_support`]: which menu entries a stack supports (`[stack] unsupported`), checked against its commands.
 //! - [`plan`]: one planner per menu entry; `rerank_pins` replays the trace first.
 //! - [`report`]: the weekly report from the ledger, Markdown or HTML with SVG charts.
 
@@ -33,5 +33,5 @@ pub mod process;
 pub mod profile;
 pub mod progress;
 pub mod report;
-pub mod support;
+pub mod stack_support;
 pub mod vocab;

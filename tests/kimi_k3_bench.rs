@@ -81,7 +81,7 @@ fn the_example_loads_with_its_levers_and_renders_the_cli_contract() {
         Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kimi-k3-in-c.toml"))
             .unwrap();
     let menu = Menu::load(&config.menu_dir).unwrap();
-    let menu = orchestrator::support::stack_menu(&config, &menu).unwrap();
+    let menu = orchestrator::stack_support::stack_menu(&config, &menu).unwrap();
     let ids: Vec<MenuId> = menu.entries().iter().map(|e| e.id).collect();
     assert_eq!(
         ids,

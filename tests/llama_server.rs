@@ -262,7 +262,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
     let menu = Menu::load(&config.menu_dir).unwrap();
-    let menu = orchestrator::support::stack_menu(&config, &menu).unwrap();
+    let menu = orchestrator::stack_support::stack_menu(&config, &menu).unwrap();
     let client = ChatClient::from_config(&config.model).unwrap();
     let mut proposer = ModelProposer::new(
         client,

@@ -85,7 +85,7 @@ fn bandit(seed: u64) -> BanditProposer {
 #[test]
 fn grids_follow_the_menu_steps() {
     let menu = repo_menu();
-    let g = |id: MenuId| grid(&menu.entry(id).params[0].kind);
+    let g = |id: MenuId| grid(&menu.entry(id).unwrap().params[0].kind);
     let pins = g(MenuId::RerankPins);
     assert_eq!(pins.len(), 33, "0..=512 by 16");
     assert_eq!(pins[1], ParamValue::Integer(16));

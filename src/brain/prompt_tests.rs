@@ -339,7 +339,7 @@ fn the_stack_description_comes_from_config() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (file, experts) in [("config.toml", true), ("examples/llama-server.toml", false)] {
         let config = Config::load(&root.join(file)).unwrap();
-        let menu = crate::support::stack_menu(&config, &repo_menu()).unwrap();
+        let menu = crate::stack_support::stack_menu(&config, &repo_menu()).unwrap();
         let d = StackDescription::of(&config, &menu);
         assert_eq!(d.experts, experts, "{file}");
         assert_eq!(d.name, config.stack.name);

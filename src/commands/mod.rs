@@ -81,7 +81,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<crate::daemon::StartRefused>()
             || e.is::<ConfigError>()
             || e.is::<MenuError>()
-            || e.is::<crate::support::SupportError>()
+            || e.is::<crate::stack_support::SupportError>()
             || matches!(
                 e.downcast_ref::<ProfileError>(),
                 Some(ProfileError::Parse { .. } | ProfileError::Invalid { .. })

@@ -298,7 +298,11 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
         r.params = Some(brain::params_value(&proposal));
 
         if proposal.experiment == MenuId::Remeasure {
-            let method = self.menu.entry(MenuId::Remeasure).method;
+            let method = self
+                .menu
+                .entry(MenuId::Remeasure)
+                .map_err(|e| Stop::Failed(e.to_string()))?
+                .method;
             let scorer = self
                 .scorers
                 .for_live(method)
@@ -452,7 +456,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             path: plan.candidate_path.clone(),
             profile: plan.candidate.clone(),
         };
-        let entry = self.menu.entry(proposal.experiment);
+        let entry = self
+            .menu
+            .entry(proposal.experiment)
+            .map_err(|e| Stop::Failed(e.to_string()))?;
         let scorer = self
             .scorers
             .for_candidate(entry.method)
@@ -522,6 +529,10 @@ impl<P: Proposer, C: Clock> Cycle<'_, P, C> {
             })
             .await?;
         r.experiment_id = Some(experiment_id);
+        // Failed once it is recorded, so the next cycle does not retry it.
+        if let Err(e) = self.menu.entry(original.menu_id) {
+            return Err(Stop::Failed(unconfirmable(first, &e)));
+        }
         self.ab(experiment_id, live, &candidate, &scorer, r).await?;
         if r.verdict == Some(VerdictKind::Win) {
             tracing::debug!(experiment = %experiment_id, "phase stage");
@@ -812,6 +823,16 @@ fn live_knobs(
     knobs.sort();
     knobs.dedup();
     knobs.into_iter().map(|k| (k, live.get(k))).collect()
+}
+
+/// Why the win `first` of an entry the stack has since declared
+/// unsupported is not confirmed, and the fix.
+fn unconfirmable(first: ExperimentId, e: &crate::menu::UnsupportedEntry) -> String {
+    format!(
+        "experiment #{first}'s entry `{id}` is unsupported by the stack {stack} ([stack] unsupported); its confirmation cannot run. Remove \"{id}\" from [stack] unsupported to confirm it",
+        id = e.id,
+        stack = e.stack,
+    )
 }
 
 /// Runs whose pressure says what the machine is like now (two blocks).

@@ -107,7 +107,7 @@ pub fn policy(config: &Config) -> anyhow::Result<Policy> {
 
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
-    let menu = crate::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
+    let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let policy = policy(&config)?;
     let mut proposer =
         AnyProposer::from_config(&config).map_err(|e| StartRefused(e.to_string()))?;

@@ -5,17 +5,18 @@
 //! strings), the live profile and measured inputs; nothing the served model
 //! wrote reaches a path. File names come from content digests.
 //!
-//! - [`pins`]: `rerank_pins`, checked by [`replay`] of the recorded trace.
-//! - [`warm_set`], [`speculative`], [`split`], [`remeasure`]: the other entries.
+//! - [`rerank_pins`]: checked by [`replay`] of the recorded trace.
+//! - [`deepen_warm_set`], [`stage_speculative`], [`rebalance_trunk_cache`],
+//!   [`remeasure`]: the other entries.
 //! - [`pin_list`]: the `K3EXPERTS` format.
 
+pub mod deepen_warm_set;
 pub mod pin_list;
-pub mod pins;
+pub mod rebalance_trunk_cache;
 pub mod remeasure;
 pub mod replay;
-pub mod speculative;
-pub mod split;
-pub mod warm_set;
+pub mod rerank_pins;
+pub mod stage_speculative;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -189,10 +190,10 @@ pub fn unchanged(live: &Profile) -> Vec<(MenuId, &'static str, ParamValue)> {
 /// The planner of a menu entry.
 pub fn planner(id: MenuId) -> &'static dyn Planner {
     match id {
-        MenuId::RerankPins => &pins::RerankPins,
-        MenuId::DeepenWarmSet => &warm_set::DeepenWarmSet,
-        MenuId::StageSpeculative => &speculative::StageSpeculative,
-        MenuId::RebalanceTrunkCache => &split::RebalanceTrunkCache,
+        MenuId::RerankPins => &rerank_pins::RerankPins,
+        MenuId::DeepenWarmSet => &deepen_warm_set::DeepenWarmSet,
+        MenuId::StageSpeculative => &stage_speculative::StageSpeculative,
+        MenuId::RebalanceTrunkCache => &rebalance_trunk_cache::RebalanceTrunkCache,
         MenuId::Remeasure => &remeasure::Remeasure,
     }
 }

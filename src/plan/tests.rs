@@ -68,7 +68,7 @@ fn every_planner_touches_only_the_knobs_its_menu_entry_declares() {
     for p in cases {
         assert_eq!(planner(p.experiment).id(), p.experiment);
         let plan = plan(&ctx(&live, dir), &p).unwrap();
-        let touches = &menu.entry(p.experiment).touches;
+        let touches = &menu.entry(p.experiment).unwrap().touches;
         for change in live.diff(&plan.candidate) {
             assert!(
                 touches.contains(&change.knob),

@@ -131,7 +131,7 @@ PY
 fi
 
 # The trunk/cache split at one fixed budget, as the orchestrator's
-# `rebalance_trunk_cache` planner sets it (src/plan/split.rs): trunk_gb =
+# `rebalance_trunk_cache` planner sets it (src/plan/rebalance_trunk_cache.rs): trunk_gb =
 # trunk_fraction x (trunk + cache) rounded to whole MB, cache_gb = the rest.
 # ABAB-interleaved (the order rotates each round); medians and ratios vs the
 # best point.

@@ -43,7 +43,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     println!("config   {}: ok", config.path.display());
     let mut found = Findings::default();
 
-    let menu = crate::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
+    let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let ids: Vec<&str> = menu.entries().iter().map(|e| e.id.as_str()).collect();
     println!(
         "menu     {}: {} entries ({})",

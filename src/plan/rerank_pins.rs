@@ -271,5 +271,5 @@ impl Replayed {
 }
 
 #[cfg(test)]
-#[path = "pins_tests.rs"]
+#[path = "rerank_pins_tests.rs"]
 mod tests;
