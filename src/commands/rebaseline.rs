@@ -67,7 +67,8 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
                 "{}: reference for prompt set `{prompt_set}` is now {} (was {}), pinned by {by}",
                 scorer.label(),
                 outcome.output_hash.as_str(),
-                old.map(|o| o.output_hash).unwrap_or_else(|| "none".into()),
+                old.map(|o| o.recorded.output_hash)
+                    .unwrap_or_else(|| "none".into()),
             );
         }
         ledger.close().await;

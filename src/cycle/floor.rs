@@ -127,20 +127,22 @@ fn stale_because(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::NoiseFloorId;
+    use crate::ledger::{NewNoiseFloor, NoiseFloorId};
 
     fn floor_row(measured_at: DateTime<Utc>, cpu: Option<f64>) -> NoiseFloor {
         NoiseFloor {
             id: NoiseFloorId(1),
-            stack: "s/bench".into(),
-            profile_digest: Digest::of(b"live"),
-            value: 0.03,
-            n: 20,
-            method: "qn-sigma-v1".into(),
-            measured_at,
-            experiment_id: None,
-            load1: Some(0.5),
-            cpu_pressure: cpu,
+            recorded: NewNoiseFloor {
+                stack: "s/bench".into(),
+                profile_digest: Digest::of(b"live"),
+                value: 0.03,
+                n: 20,
+                method: "qn-sigma-v1".into(),
+                measured_at,
+                experiment_id: None,
+                load1: Some(0.5),
+                cpu_pressure: cpu,
+            },
         }
     }
 
@@ -196,7 +198,7 @@ mod tests {
     fn a_floor_above_the_limit_is_never_used() {
         let t0 = Utc::now();
         let mut f = floor_row(t0, None);
-        f.value = 0.13;
+        f.recorded.value = 0.13;
         let why = stale_because(&f, &Digest::of(b"live"), &rules(None, None), t0).unwrap();
         assert!(why.contains("above max_noise_floor"), "{why}");
     }

@@ -1,5 +1,4 @@
-//! Judgement: the measured noise floor, the paired sequential A/B, and the
-//! simulation that shows both keep their promises.
+//! Judgement: the measured noise floor and the paired sequential A/B.
 //!
 //! - [`policy`]: validated confidence, floor and pair budget (built from config).
 //! - [`noise`]: the noise floor from A/A pairs (robust scale, clamped below).
@@ -9,7 +8,6 @@
 //! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
 //! - [`schedule`]: the run schedules of an A/B and a floor A/A, as state
 //!   machines the daemon and the replay benchmark both drive.
-//! - [`simulate`]: ground-truth simulation against today's fixed-sample habits.
 //!
 //! Everything here is a pure function of measured numbers; measuring them is
 //! `measure`'s job and storing them the ledger's.
@@ -21,7 +19,6 @@ pub mod policy;
 pub mod protocol;
 pub mod schedule;
 pub mod sequential;
-pub mod simulate;
 
 pub use interval::Estimate;
 pub use noise::{NoiseError, NoiseFloor};

@@ -139,7 +139,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 /// Median absolute deviation from the median (unscaled); 0 when empty.
-pub(crate) fn mad(values: &[f64]) -> f64 {
+pub fn mad(values: &[f64]) -> f64 {
     let Some(m) = median(values) else { return 0.0 };
     let dev: Vec<f64> = values.iter().map(|x| (x - m).abs()).collect();
     median(&dev).unwrap_or(0.0)

@@ -1,6 +1,8 @@
 //! Cycles of the loop, the observation each one starts with, and the recent
 //! cycles with their verdicts (`orchestrator ledger`).
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -10,14 +12,14 @@ use sqlx::{FromRow, Row};
 use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
-use super::verdicts::{self, Verdict};
+use super::verdicts::Verdict;
 use super::{Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
 use crate::vocab::{CycleStatus, Digest, ProposerKind};
 
-/// One cycle of the loop.
+/// The ledger's record of one cycle of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
-pub struct Cycle {
+pub struct CycleRecord {
     pub id: CycleId,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
@@ -54,7 +56,7 @@ impl CycleOutcome {
 }
 
 /// What the cycle saw before proposing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewObservation {
     pub cycle_id: CycleId,
     pub observed_at: DateTime<Utc>,
@@ -65,21 +67,10 @@ pub struct NewObservation {
     pub live_profile_digest: Digest,
 }
 
-/// A stored observation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Observation {
-    pub id: ObservationId,
-    pub cycle_id: CycleId,
-    pub observed_at: DateTime<Utc>,
-    pub metrics: Value,
-    pub heat: Option<Value>,
-    pub live_profile_digest: Digest,
-}
-
-impl FromRow<'_, SqliteRow> for Observation {
+/// Hand-written for the JSON columns, as [`super::NewExperiment`]'s.
+impl FromRow<'_, SqliteRow> for NewObservation {
     fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(Observation {
-            id: row.try_get("id")?,
+        Ok(NewObservation {
             cycle_id: row.try_get("cycle_id")?,
             observed_at: row.try_get("observed_at")?,
             metrics: json_col(row, "metrics")?,
@@ -89,11 +80,27 @@ impl FromRow<'_, SqliteRow> for Observation {
     }
 }
 
+/// A stored observation: its id and the observation as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Observation {
+    pub id: ObservationId,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewObservation,
+}
+
+impl Deref for Observation {
+    type Target = NewObservation;
+    fn deref(&self) -> &NewObservation {
+        &self.recorded
+    }
+}
+
 /// A cycle with every verdict recorded in it (normally one; a cycle that
 /// confirms a win has two), for `orchestrator ledger`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CycleSummary {
-    pub cycle: Cycle,
+    pub cycle: CycleRecord,
     pub verdicts: Vec<CycleVerdict>,
 }
 
@@ -150,7 +157,7 @@ async fn open_cycle(
     .map_err(cx.err("open a cycle"))
 }
 
-async fn get_cycle(c: &mut SqliteConnection, cx: &Ctx, id: CycleId) -> Result<Cycle> {
+async fn get_cycle(c: &mut SqliteConnection, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
     sqlx::query_as(
         "SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = ?1",
     )
@@ -268,7 +275,7 @@ async fn recent_cycles(
     limit: u32,
 ) -> Result<Vec<CycleSummary>> {
     let op = "list recent cycles";
-    let cycles: Vec<Cycle> = sqlx::query_as(SQL_RECENT_CYCLES)
+    let cycles: Vec<CycleRecord> = sqlx::query_as(SQL_RECENT_CYCLES)
         .bind(i64::from(limit))
         .fetch_all(&mut *c)
         .await
@@ -288,7 +295,7 @@ async fn recent_cycles(
         })
         .collect();
     for row in rows {
-        let verdict = verdicts::from_row(&row).map_err(cx.err(op))?;
+        let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
         let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
         let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
         let proposal_id: Option<ProposalId> = row.try_get("e_proposal_id").map_err(cx.err(op))?;
@@ -344,7 +351,7 @@ impl WriteTx {
         insert_observation(c, cx, o).await
     }
 
-    pub async fn cycle(&mut self, id: CycleId) -> Result<Cycle> {
+    pub async fn cycle(&mut self, id: CycleId) -> Result<CycleRecord> {
         let (c, cx) = self.parts();
         get_cycle(c, cx, id).await
     }
@@ -387,7 +394,7 @@ impl Ledger {
         insert_observation(&mut c, &self.ctx, o).await
     }
 
-    pub async fn cycle(&self, id: CycleId) -> Result<Cycle> {
+    pub async fn cycle(&self, id: CycleId) -> Result<CycleRecord> {
         let mut c = self.conn("read a cycle").await?;
         get_cycle(&mut c, &self.ctx, id).await
     }

@@ -1,6 +1,8 @@
 //! Experiments (one candidate profile against one base profile), the recent
 //! history the proposers read, and the duplicate check.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -15,7 +17,7 @@ use crate::menu::MenuId;
 use crate::vocab::{Digest, Method, ProposerKind, VerdictKind};
 
 /// An experiment about to be measured.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewExperiment {
     pub cycle_id: CycleId,
     /// The proposal that chose it; `None` when no proposer did (a scheduled
@@ -37,28 +39,11 @@ pub struct NewExperiment {
     pub planner_notes: Option<Value>,
 }
 
-/// A stored experiment.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Experiment {
-    pub id: ExperimentId,
-    pub cycle_id: CycleId,
-    pub proposal_id: Option<ProposalId>,
-    pub confirmation_of: Option<ExperimentId>,
-    pub created_at: DateTime<Utc>,
-    pub menu_id: MenuId,
-    pub parameters: Value,
-    pub method: Method,
-    pub base_profile: String,
-    pub base_digest: Digest,
-    pub candidate_profile: String,
-    pub candidate_digest: Digest,
-    pub planner_notes: Option<Value>,
-}
-
-impl FromRow<'_, SqliteRow> for Experiment {
+/// Hand-written for the JSON columns: `json_col` keeps the column's name in
+/// a decoding error and reads a stored `null` as `Some(Null)`.
+impl FromRow<'_, SqliteRow> for NewExperiment {
     fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(Experiment {
-            id: row.try_get("id")?,
+        Ok(NewExperiment {
             cycle_id: row.try_get("cycle_id")?,
             proposal_id: row.try_get("proposal_id")?,
             confirmation_of: row.try_get("confirmation_of")?,
@@ -72,6 +57,23 @@ impl FromRow<'_, SqliteRow> for Experiment {
             candidate_digest: row.try_get("candidate_digest")?,
             planner_notes: opt_json_col(row, "planner_notes")?,
         })
+    }
+}
+
+/// A stored experiment: its id and the experiment as recorded, whose
+/// fields it reads as its own.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Experiment {
+    pub id: ExperimentId,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewExperiment,
+}
+
+impl Deref for Experiment {
+    type Target = NewExperiment;
+    fn deref(&self) -> &NewExperiment {
+        &self.recorded
     }
 }
 

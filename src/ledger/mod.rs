@@ -83,7 +83,9 @@ use sqlx::{Connection, Row, Sqlite, Transaction};
 
 pub use check::{CheckContext, Rule, Violation};
 pub use costs::CycleCost;
-pub use cycles::{Cycle, CycleOutcome, CycleSummary, CycleVerdict, NewObservation, Observation};
+pub use cycles::{
+    CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
+};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{

@@ -1,6 +1,8 @@
 //! Noise-floor estimates: the smallest relative change distinguishable from
 //! repeating the same profile, measured from A/A pairs, per stack.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
@@ -13,7 +15,7 @@ use super::{Ledger, Result, WriteTx};
 use crate::vocab::Digest;
 
 /// A noise floor about to be recorded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct NewNoiseFloor {
     /// The serving stack's name in the config.
     pub stack: String,
@@ -35,19 +37,20 @@ pub struct NewNoiseFloor {
     pub cpu_pressure: Option<f64>,
 }
 
-/// A stored noise floor.
+/// A stored noise floor: its id and the floor as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct NoiseFloor {
     pub id: NoiseFloorId,
-    pub stack: String,
-    pub profile_digest: Digest,
-    pub value: f64,
-    pub n: u32,
-    pub method: String,
-    pub measured_at: DateTime<Utc>,
-    pub experiment_id: Option<ExperimentId>,
-    pub load1: Option<f64>,
-    pub cpu_pressure: Option<f64>,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewNoiseFloor,
+}
+
+impl Deref for NoiseFloor {
+    type Target = NewNoiseFloor;
+    fn deref(&self) -> &NewNoiseFloor {
+        &self.recorded
+    }
 }
 
 pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = ?1 \

@@ -1,6 +1,8 @@
 //! Proposer answers: the prompt sent, the raw answer, and either the parsed
 //! proposal or why it was refused. One row per attempt.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -24,7 +26,7 @@ pub struct ProposalRejection {
 
 /// One attempt of a proposer. At least one of `parsed` and `rejection` is
 /// set; both are for a valid proposal refused as a duplicate.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewProposal {
     pub cycle_id: CycleId,
     pub proposer: ProposerKind,
@@ -42,27 +44,12 @@ pub struct NewProposal {
     pub note: Option<String>,
 }
 
-/// A stored proposal.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Proposal {
-    pub id: ProposalId,
-    pub cycle_id: CycleId,
-    pub proposer: ProposerKind,
-    pub attempt: u32,
-    pub created_at: DateTime<Utc>,
-    pub prompt: Option<String>,
-    pub raw_answer: Option<String>,
-    pub parsed: Option<Value>,
-    pub rejection: Option<ProposalRejection>,
-    pub note: Option<String>,
-}
-
-impl FromRow<'_, SqliteRow> for Proposal {
+/// Hand-written for the JSON column and the rejection, two columns in one.
+impl FromRow<'_, SqliteRow> for NewProposal {
     fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
         let kind: Option<String> = row.try_get("rejection_kind")?;
         let reason: Option<String> = row.try_get("rejection")?;
-        Ok(Proposal {
-            id: row.try_get("id")?,
+        Ok(NewProposal {
             cycle_id: row.try_get("cycle_id")?,
             proposer: row.try_get("proposer")?,
             attempt: row.try_get("attempt")?,
@@ -75,6 +62,22 @@ impl FromRow<'_, SqliteRow> for Proposal {
                 .map(|(kind, reason)| ProposalRejection { kind, reason }),
             note: row.try_get("note")?,
         })
+    }
+}
+
+/// A stored proposal: its id and the attempt as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Proposal {
+    pub id: ProposalId,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewProposal,
+}
+
+impl Deref for Proposal {
+    type Target = NewProposal;
+    fn deref(&self) -> &NewProposal {
+        &self.recorded
     }
 }
 

@@ -1,6 +1,8 @@
 //! Reference output hashes for the hash gate, pinned per (stack, prompt set).
 //! Append-only: a re-pin adds a row with who and why; the latest one rules.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
@@ -13,7 +15,7 @@ use super::{Ledger, Result, WriteTx};
 use crate::vocab::Digest;
 
 /// A reference hash about to be pinned.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct NewReferenceHash {
     pub stack: String,
     pub prompt_set: String,
@@ -26,17 +28,20 @@ pub struct NewReferenceHash {
     pub reason: String,
 }
 
-/// A stored reference hash.
+/// A stored reference hash: its id and the pin as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct ReferenceHash {
     pub id: ReferenceHashId,
-    pub stack: String,
-    pub prompt_set: String,
-    pub profile_digest: Digest,
-    pub output_hash: String,
-    pub pinned_at: DateTime<Utc>,
-    pub pinned_by: String,
-    pub reason: String,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewReferenceHash,
+}
+
+impl Deref for ReferenceHash {
+    type Target = NewReferenceHash;
+    fn deref(&self) -> &NewReferenceHash {
+        &self.recorded
+    }
 }
 
 pub(crate) const SQL_CURRENT_REFERENCE: &str = "SELECT * FROM reference_hashes \

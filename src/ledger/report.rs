@@ -12,7 +12,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
 use super::codec::ts;
-use super::cycles::Cycle;
+use super::cycles::CycleRecord;
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
 use super::noise::NoiseFloor;
@@ -188,7 +188,12 @@ pub(crate) const SQL_REPORT_LEVER_RUNS: &str = "SELECT arm, pair_index, seconds_
        AND seconds_per_token IS NOT NULL \
      ORDER BY order_index";
 
-async fn cycles(c: &mut SqliteConnection, cx: &Ctx, start: &str, end: &str) -> Result<Vec<Cycle>> {
+async fn cycles(
+    c: &mut SqliteConnection,
+    cx: &Ctx,
+    start: &str,
+    end: &str,
+) -> Result<Vec<CycleRecord>> {
     sqlx::query_as(SQL_REPORT_CYCLES)
         .bind(start)
         .bind(end)
@@ -203,7 +208,7 @@ impl Ledger {
         &self,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
-    ) -> Result<Vec<Cycle>> {
+    ) -> Result<Vec<CycleRecord>> {
         let mut c = self.conn("read the report's cycles").await?;
         cycles(&mut c, &self.ctx, &ts(&start), &ts(&end)).await
     }

@@ -1,6 +1,8 @@
 //! Engine runs: every run of every arm, kept as evidence, including the
 //! refused and failed ones.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -59,7 +61,7 @@ pub struct RunPressure {
 }
 
 /// One run about to be recorded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewRun {
     pub experiment_id: ExperimentId,
     pub arm: Arm,
@@ -86,35 +88,11 @@ pub struct NewRun {
     pub pressure: RunPressure,
 }
 
-/// A stored run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Run {
-    pub id: RunId,
-    pub experiment_id: ExperimentId,
-    pub arm: Arm,
-    pub order_index: u32,
-    pub pair_index: Option<u32>,
-    pub started_at: DateTime<Utc>,
-    pub seconds_per_token: Option<f64>,
-    pub timing_source: Option<TimingSource>,
-    pub tokens: Option<u64>,
-    pub output_hash: Option<String>,
-    pub exit_code: Option<i32>,
-    pub duration_s: f64,
-    pub stderr_tail: String,
-    pub refused: bool,
-    pub error: Option<String>,
-    pub parts: TokenParts,
-    pub pressure: RunPressure,
-    /// Its block was discarded by the judge (pressure or discordance).
-    pub discarded: bool,
-}
-
-impl FromRow<'_, SqliteRow> for Run {
+/// Hand-written for `tokens`, stored as a signed integer.
+impl FromRow<'_, SqliteRow> for NewRun {
     fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
         let tokens: Option<i64> = row.try_get("tokens")?;
-        Ok(Run {
-            id: row.try_get("id")?,
+        Ok(NewRun {
             experiment_id: row.try_get("experiment_id")?,
             arm: row.try_get("arm")?,
             order_index: row.try_get("order_index")?,
@@ -132,8 +110,26 @@ impl FromRow<'_, SqliteRow> for Run {
             error: row.try_get("error")?,
             parts: TokenParts::from_row(row)?,
             pressure: RunPressure::from_row(row)?,
-            discarded: row.try_get("discarded")?,
         })
+    }
+}
+
+/// A stored run: its id, the run as recorded, and what the judge later
+/// made of it.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+pub struct Run {
+    pub id: RunId,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewRun,
+    /// Its block was discarded by the judge (pressure or discordance).
+    pub discarded: bool,
+}
+
+impl Deref for Run {
+    type Target = NewRun;
+    fn deref(&self) -> &NewRun {
+        &self.recorded
     }
 }
 

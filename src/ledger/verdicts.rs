@@ -1,10 +1,12 @@
 //! Verdicts: exactly one per experiment, plus one for a cycle that ended
 //! before it had an experiment (a refused proposal, an unreachable model).
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{FromRow, Row};
 
 use super::codec::ts;
 use super::error::{Ctx, is_unique_violation};
@@ -16,7 +18,7 @@ use crate::vocab::VerdictKind;
 /// verdict (`win`, `loss`, `within_noise`, `inconclusive`) carries `effect`,
 /// `interval`, `noise_floor`, `method` and `pairs > 0`; that `hash_mismatch`
 /// carries no effect; and that refusals carry a `reason`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewVerdict {
     pub kind: VerdictKind,
     pub decided_at: DateTime<Utc>,
@@ -49,43 +51,40 @@ impl NewVerdict {
     }
 }
 
-/// A stored verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Hand-written for the interval, two columns in one.
+impl FromRow<'_, SqliteRow> for NewVerdict {
+    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
+        let low: Option<f64> = row.try_get("interval_low")?;
+        let high: Option<f64> = row.try_get("interval_high")?;
+        Ok(NewVerdict {
+            kind: row.try_get("kind")?,
+            decided_at: row.try_get("decided_at")?,
+            effect: row.try_get("effect")?,
+            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+            noise_floor: row.try_get("noise_floor")?,
+            pairs: row.try_get("pairs")?,
+            method: row.try_get("method")?,
+            reason: row.try_get("reason")?,
+        })
+    }
+}
+
+/// A stored verdict: its id, where the store put it (the cycle, and the
+/// experiment when there was one), and the verdict as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct Verdict {
     pub id: VerdictId,
     pub cycle_id: CycleId,
     pub experiment_id: Option<ExperimentId>,
-    pub kind: VerdictKind,
-    pub decided_at: DateTime<Utc>,
-    pub effect: Option<f64>,
-    pub interval: Option<Interval>,
-    pub noise_floor: Option<f64>,
-    pub pairs: u32,
-    pub method: Option<String>,
-    pub reason: Option<String>,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub recorded: NewVerdict,
 }
 
-pub(crate) fn from_row(row: &SqliteRow) -> Result<Verdict, sqlx::Error> {
-    let low: Option<f64> = row.try_get("interval_low")?;
-    let high: Option<f64> = row.try_get("interval_high")?;
-    Ok(Verdict {
-        id: row.try_get("id")?,
-        cycle_id: row.try_get("cycle_id")?,
-        experiment_id: row.try_get("experiment_id")?,
-        kind: row.try_get("kind")?,
-        decided_at: row.try_get("decided_at")?,
-        effect: row.try_get("effect")?,
-        interval: low.zip(high).map(|(low, high)| Interval { low, high }),
-        noise_floor: row.try_get("noise_floor")?,
-        pairs: row.try_get("pairs")?,
-        method: row.try_get("method")?,
-        reason: row.try_get("reason")?,
-    })
-}
-
-impl sqlx::FromRow<'_, SqliteRow> for Verdict {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        from_row(row)
+impl Deref for Verdict {
+    type Target = NewVerdict;
+    fn deref(&self) -> &NewVerdict {
+        &self.recorded
     }
 }
 

@@ -141,16 +141,7 @@ impl HashGate {
                 ),
             };
             let id = ledger.pin_reference_hash(&new).await?;
-            self.reference = Some(ReferenceHash {
-                id,
-                stack: new.stack,
-                prompt_set: new.prompt_set,
-                profile_digest: new.profile_digest,
-                output_hash: new.output_hash,
-                pinned_at: new.pinned_at,
-                pinned_by: new.pinned_by,
-                reason: new.reason,
-            });
+            self.reference = Some(ReferenceHash { id, recorded: new });
             return Ok(GateCheck::Pinned);
         };
         if reference.output_hash == hash.as_str() {

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::judge::noise::median;
 use crate::ledger::{
-    Cycle, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStage,
+    CycleRecord, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStage,
     ReportVerdict, TokenParts,
 };
 use crate::menu::MenuId;
@@ -445,7 +445,7 @@ fn lever_bests(
     out
 }
 
-fn cycle_counts(cycles: &[Cycle]) -> CycleCounts {
+fn cycle_counts(cycles: &[CycleRecord]) -> CycleCounts {
     let mut c = CycleCounts::default();
     for cy in cycles {
         c.total += 1;
@@ -667,7 +667,7 @@ fn cause_of(text: &str, r: &Redactor) -> String {
     }
 }
 
-fn failures(cycles: &[Cycle], verdicts: &[ReportVerdict], r: &Redactor) -> Vec<Failure> {
+fn failures(cycles: &[CycleRecord], verdicts: &[ReportVerdict], r: &Redactor) -> Vec<Failure> {
     let mut by_cause: BTreeMap<String, BTreeSet<crate::ledger::CycleId>> = BTreeMap::new();
     for c in cycles {
         if let Some(e) = &c.error {

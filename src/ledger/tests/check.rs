@@ -126,7 +126,7 @@ async fn recovery_gives_an_interrupted_measurement_a_failed_verdict() {
     assert!(found.is_empty(), "{found:#?}");
     let v = ledger.verdict(e).await.unwrap().unwrap();
     assert_eq!(v.kind, VerdictKind::Failed);
-    assert!(v.reason.unwrap().contains("killed"));
+    assert!(v.recorded.reason.unwrap().contains("killed"));
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ async fn cycle_round_trip_and_close_once() {
     let open = ledger.cycle(id).await.unwrap();
     assert_eq!(
         open,
-        Cycle {
+        CycleRecord {
             id,
             started_at: t(0),
             ended_at: None,
@@ -99,11 +99,7 @@ async fn observation_round_trip() {
         got,
         Observation {
             id,
-            cycle_id: cycle,
-            observed_at: t(1),
-            metrics: new.metrics.clone(),
-            heat: new.heat.clone(),
-            live_profile_digest: digest(1),
+            recorded: new.clone(),
         }
     );
     let bad = ledger
@@ -200,18 +196,7 @@ async fn experiment_round_trip_with_canonical_parameters() {
         got,
         Experiment {
             id,
-            cycle_id: cycle,
-            proposal_id: Some(proposal),
-            confirmation_of: None,
-            created_at: new.created_at,
-            menu_id: MenuId::RerankPins,
-            parameters: new.parameters.clone(),
-            method: Method::Bench,
-            base_profile: new.base_profile.clone(),
-            base_digest: digest(1),
-            candidate_profile: new.candidate_profile.clone(),
-            candidate_digest: digest(2),
-            planner_notes: new.planner_notes.clone(),
+            recorded: new.clone(),
         }
     );
     let stored: String = sqlx::query_scalar("SELECT parameters FROM experiments WHERE id = ?1")
@@ -273,22 +258,7 @@ async fn run_round_trip_and_run_rules() {
             stored,
             &Run {
                 id: *id,
-                experiment_id: new.experiment_id,
-                arm: new.arm,
-                order_index: new.order_index,
-                pair_index: new.pair_index,
-                started_at: new.started_at,
-                seconds_per_token: new.seconds_per_token,
-                timing_source: new.timing_source,
-                tokens: new.tokens,
-                output_hash: new.output_hash.clone(),
-                exit_code: new.exit_code,
-                duration_s: new.duration_s,
-                stderr_tail: new.stderr_tail.clone(),
-                refused: new.refused,
-                error: new.error.clone(),
-                parts: new.parts,
-                pressure: new.pressure,
+                recorded: new.clone(),
                 discarded: false,
             }
         );
@@ -438,13 +408,7 @@ async fn reference_hash_current_is_the_latest_pin() {
         got,
         ReferenceHash {
             id,
-            stack: "tinyk3".into(),
-            prompt_set: "greedy-8".into(),
-            profile_digest: digest(1),
-            output_hash: "bbbbbbbbbbbbbbbb".into(),
-            pinned_at: t(500),
-            pinned_by: "alice".into(),
-            reason: "engine rebuilt with the new kernels".into(),
+            recorded: repin,
         }
     );
     assert_eq!(

@@ -20,17 +20,19 @@ async fn exactly_one_verdict_per_experiment() {
             id,
             cycle_id: cycle,
             experiment_id: Some(exp),
-            kind: VerdictKind::WithinNoise,
-            decided_at: t(100),
-            effect: Some(0.004),
-            interval: Some(Interval {
-                low: -0.01,
-                high: 0.015
-            }),
-            noise_floor: Some(0.02),
-            pairs: 6,
-            method: Some("test confidence sequence".into()),
-            reason: None,
+            recorded: NewVerdict {
+                kind: VerdictKind::WithinNoise,
+                decided_at: t(100),
+                effect: Some(0.004),
+                interval: Some(Interval {
+                    low: -0.01,
+                    high: 0.015
+                }),
+                noise_floor: Some(0.02),
+                pairs: 6,
+                method: Some("test confidence sequence".into()),
+                reason: None,
+            },
         }
     );
 

@@ -2,8 +2,9 @@
 
 use std::fmt::Write as _;
 
-use super::{Protocol, Report, Tally};
-use crate::vocab::VerdictKind;
+use orchestrator::vocab::VerdictKind;
+
+use super::simulate::{Protocol, Report, Tally};
 
 /// Index of each effect in [`Report::effects`].
 const AA: usize = 0;

@@ -12,10 +12,14 @@
 //! at a fixed size) the smallest size that meets the error targets under the
 //! same noise, seed and trials; the cheapest of those is the comparator.
 
+mod simulate;
+mod table;
+
 use std::time::Instant;
 
-use orchestrator::judge::simulate::{self, Config, NoiseModel, Protocol, Summary};
 use orchestrator::judge::{Floor, Policy};
+use simulate::{Config, NoiseModel, Protocol};
+use table::Summary;
 
 /// A number from the environment; `None` when unset or not a number.
 fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
