@@ -1,5 +1,7 @@
 //! Tests of config loading: the default file, defaults, and every refusal.
 
+use std::time::Duration;
+
 use super::*;
 
 fn default_text() -> String {
@@ -28,7 +30,7 @@ fn the_default_config_loads() {
         c.stack.live_profile,
         Path::new("/etc/orch/ledger/profiles/live.toml")
     );
-    assert_eq!(c.measure.confidence.get(), 0.10);
+    assert_eq!(c.policy.confidence.get(), 0.10);
     assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
     assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
 }
@@ -41,8 +43,8 @@ fn safe_defaults_fill_missing_keys() {
     )
     .unwrap();
     assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
-    assert_eq!(c.measure.min_pairs, 4);
-    assert_eq!(c.measure.floor_pairs, 20);
+    assert_eq!(c.policy.min_pairs, 4);
+    assert_eq!(c.policy.floor_pairs, 20);
     assert_eq!(c.cycle.history, 8);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
 }
@@ -176,14 +178,6 @@ fn broken_toml_names_the_line() {
 fn an_unreadable_file_says_how_to_choose_another() {
     let e = Config::load(Path::new("/nonexistent/config.toml")).unwrap_err();
     assert!(e.to_string().contains("--config PATH"), "{e}");
-}
-
-#[test]
-fn edit_distance_is_levenshtein() {
-    assert_eq!(edit_distance("kitten", "sitting"), 3);
-    assert_eq!(edit_distance("", "abc"), 3);
-    assert_eq!(nearest("min_pair"), Some("min_pairs"));
-    assert_eq!(nearest("zzzzzzzzzzzz"), None);
 }
 
 #[test]

@@ -89,18 +89,10 @@ impl RunSummary {
     }
 }
 
-/// The judge's policy from the config's measurement section (validated
-/// when the config is loaded, so this only fails on a hand-built config).
-pub fn policy(config: &Config) -> anyhow::Result<Policy> {
-    config.measure.policy().map_err(|e| {
-        crate::commands::UsageError(format!("{}: [measure] {e}", config.path.display())).into()
-    })
-}
-
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
     let menu = crate::support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
-    let policy = policy(&config)?;
+    let policy = config.policy;
     let mut proposer = AnyProposer::from_config(&config)
         .map_err(|e| crate::commands::UsageError(e.to_string()))?;
     if let Some(dir) = config.ledger_path.parent() {
