@@ -43,12 +43,20 @@ pub(super) fn toml_error(text: &str, path: &Path, e: &toml::de::Error) -> Config
     }
 }
 
-/// `[table] key: ` for the key assigned on `line`, if that line assigns one.
+/// `[table] key: ` for the key assigned on `line`, if that line assigns
+/// one; the header itself (`[stack.bnch]: `) when `line` opens a table, so
+/// a misspelled table is not blamed on the table above it.
 fn key_at(text: &str, line: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let Some(this) = lines.get(line.saturating_sub(1)) else {
         return String::new();
     };
+    let trimmed = this.trim();
+    if trimmed.starts_with('[') {
+        if let Some(end) = trimmed.rfind(']') {
+            return format!("{}: ", &trimmed[..=end]);
+        }
+    }
     let table = lines[..line.saturating_sub(1)]
         .iter()
         .rev()
