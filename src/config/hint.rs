@@ -14,8 +14,9 @@ pub(super) fn hint(message: &str) -> String {
     };
     match nearest(bad, &expected) {
         Some(good) => format!("; did you mean `{good}`?"),
-        None => "; remove it (see the comments in the default config.toml for valid keys)"
-            .to_string(),
+        None => {
+            "; remove it (see the comments in the default config.toml for valid keys)".to_string()
+        }
     }
 }
 
@@ -67,13 +68,17 @@ mod tests {
     fn edit_distance_is_levenshtein() {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(nearest("min_pair", &["max_pairs", "min_pairs"]), Some("min_pairs"));
+        assert_eq!(
+            nearest("min_pair", &["max_pairs", "min_pairs"]),
+            Some("min_pairs")
+        );
         assert_eq!(nearest("zzzzzzzzzzzz", &["min_pairs"]), None);
     }
 
     #[test]
     fn every_form_of_serdes_refusal_is_read() {
-        let one_of = "unknown field `intervall_s`, expected one of `interval_s`, `proposer`, `history`";
+        let one_of =
+            "unknown field `intervall_s`, expected one of `interval_s`, `proposer`, `history`";
         assert_eq!(
             unknown_field(one_of),
             Some(("intervall_s", vec!["interval_s", "proposer", "history"]))

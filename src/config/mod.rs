@@ -89,8 +89,7 @@ impl Config {
     /// Parses config text as if it were the file at `path`; the first
     /// problem found is the one reported.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| error::toml_error(text, path, &e))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| error::toml_error(text, path, &e))?;
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let base_dir = abs
             .parent()

@@ -120,9 +120,15 @@ impl TryFrom<(RawStack, &Path)> for Stack {
         if rs.name.trim().is_empty() {
             return Err("[stack] name must not be empty".into());
         }
-        let bench = rs.bench.map(|b| Bench::try_from((b, base_dir))).transpose()?;
+        let bench = rs
+            .bench
+            .map(|b| Bench::try_from((b, base_dir)))
+            .transpose()?;
         let surface = rs.surface.map(Surface::try_from).transpose()?;
-        let metrics = rs.metrics.map(|m| Metrics::try_from((m, base_dir))).transpose()?;
+        let metrics = rs
+            .metrics
+            .map(|m| Metrics::try_from((m, base_dir)))
+            .transpose()?;
         let shadow = rs.shadow.map(Shadow::try_from).transpose()?;
         let unsupported = parse_unsupported(&rs.unsupported)?;
         if bench.is_none() && surface.is_none() {
@@ -169,9 +175,7 @@ impl TryFrom<RawSurface> for Surface {
     type Error = String;
     fn try_from(s: RawSurface) -> Result<Surface, String> {
         if s.prompts.is_empty() {
-            return Err(
-                "[stack.surface] prompts is empty; give at least one fixed prompt".into(),
-            );
+            return Err("[stack.surface] prompts is empty; give at least one fixed prompt".into());
         }
         if s.max_tokens == 0 {
             return Err("[stack.surface] max_tokens must be at least 1".into());

@@ -221,7 +221,10 @@ fn an_unknown_key_is_matched_against_its_own_table_only() {
         "connect_timeout_s = 5",
         "interval_s = 3\nconnect_timeout_s = 5",
     ));
-    assert!(msg.contains("[model] interval_s: unknown field `interval_s`"), "{msg}");
+    assert!(
+        msg.contains("[model] interval_s: unknown field `interval_s`"),
+        "{msg}"
+    );
     assert!(!msg.contains("did you mean"), "{msg}");
     assert!(msg.contains("remove it"), "{msg}");
     // A near key of the right table still wins over the same text elsewhere.
@@ -240,7 +243,10 @@ fn a_misspelled_table_is_named_by_its_own_header() {
         "[[stack.bench.optionl]]\nwhen = \"far.addr\"",
         1,
     ));
-    assert!(msg.contains(": [[stack.bench.optionl]]: unknown field `optionl`"), "{msg}");
+    assert!(
+        msg.contains(": [[stack.bench.optionl]]: unknown field `optionl`"),
+        "{msg}"
+    );
     assert!(msg.contains("did you mean `optional`?"), "{msg}");
 }
 
@@ -269,7 +275,10 @@ fn every_key_of_the_default_file_is_suggested_for_its_typo() {
         let typo = format!("{key}x = {}", line.split_once(" = ").unwrap().1);
         lines[i] = &typo;
         let msg = err(&lines.join("\n"));
-        assert!(msg.contains(&format!("did you mean `{key}`?")), "{table} {key}: {msg}");
+        assert!(
+            msg.contains(&format!("did you mean `{key}`?")),
+            "{table} {key}: {msg}"
+        );
         checked += 1;
     }
     assert!(checked > 60, "only {checked} keys found in config.toml");
