@@ -104,7 +104,7 @@ async fn brain_against_real_tinyk3_serve() {
         connect_timeout: Seconds::from_secs(5),
         request_timeout: Seconds::from_secs(120),
         max_attempts: 3,
-        max_tokens: orchestrator::brain::client::MAX_TOKENS,
+        max_tokens: orchestrator::config::DEFAULT_MAX_TOKENS,
         rationale_max_chars: orchestrator::menu::RATIONALE_MAX_CHARS,
         bandit_fallback_after: 3,
     };

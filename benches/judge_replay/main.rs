@@ -26,10 +26,10 @@ mod synthetic;
 mod table;
 mod trace;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use orchestrator::judge::{Confidence, Floor, Policy};
+use orchestrator::judge::{Confidence, Policy};
 use replay::{FloorUse, Judge, Stream};
 use table::{Cell, Targets};
 use trace::Trace;
@@ -51,32 +51,11 @@ fn effects(f: f64) -> Vec<(String, f64)> {
     ]
 }
 
-/// The policy the daemon ships (`config.toml`'s `[measure]`), built the
-/// way the config builds it.
+/// The policy the daemon ships: `config.toml`'s, as the config builds it.
 fn shipped() -> Policy {
-    let toml = std::fs::read_to_string("config.toml").expect("run from the repository root");
-    let config: toml::Value = toml::from_str(&toml).expect("config.toml parses");
-    let m = config
-        .get("measure")
-        .cloned()
-        .unwrap_or(toml::Value::Table(Default::default()));
-    let num = |k: &str, d: f64| {
-        m.get(k)
-            .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
-            .unwrap_or(d)
-    };
-    let mut p = Policy::new(
-        Confidence::try_from(num("confidence", 0.2)).expect("valid confidence"),
-        num("min_pairs", 4.0) as usize,
-        num("max_pairs", 12.0) as usize,
-        Floor::try_from(num("min_noise_floor", 0.01f64).ln_1p()).expect("valid floor"),
-    )
-    .expect("valid policy");
-    p.floor_pairs = num("floor_pairs", Policy::DEFAULT_FLOOR_PAIRS as f64) as usize;
-    p.max_floor = Some(Floor::try_from(num("max_noise_floor", 0.50f64).ln_1p()).expect("valid"));
-    p.max_pressure = Some(num("max_pressure", 0.9));
-    p.max_discarded_blocks = num("max_discarded_blocks", 4.0) as usize;
-    p
+    orchestrator::config::Config::load(Path::new("config.toml"))
+        .expect("config.toml loads (run from the repository root)")
+        .policy
 }
 
 fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {

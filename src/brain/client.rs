@@ -16,10 +16,6 @@ use serde_json::{Value, json};
 use super::error::{BrainError, excerpt};
 use crate::config;
 
-/// The default `[model] max_tokens`: the answer is one small JSON object (a
-/// rationale of at most 400 characters); this bounds a runaway generation.
-pub const MAX_TOKENS: u32 = 512;
-
 /// Refuse bodies larger than this: a chat answer is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 

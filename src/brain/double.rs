@@ -194,7 +194,7 @@ pub(crate) fn model_config(
         connect_timeout: config::Seconds::try_from(1.0).unwrap(),
         request_timeout: config::Seconds::try_from(request_timeout_s).unwrap(),
         max_attempts,
-        max_tokens: super::client::MAX_TOKENS,
+        max_tokens: config::DEFAULT_MAX_TOKENS,
         rationale_max_chars: crate::menu::RATIONALE_MAX_CHARS,
         bandit_fallback_after: 3,
     }

@@ -1,5 +1,7 @@
 //! Tests of config loading: the default file, defaults, and every refusal.
 
+use std::time::Duration;
+
 use super::*;
 
 fn default_text() -> String {
@@ -28,7 +30,7 @@ fn the_default_config_loads() {
         c.stack.live_profile,
         Path::new("/etc/orch/ledger/profiles/live.toml")
     );
-    assert_eq!(c.measure.confidence.get(), 0.10);
+    assert_eq!(c.policy.confidence.get(), 0.10);
     assert_eq!(c.cycle.interval_s.duration(), Duration::from_secs(30));
     assert!(c.stack.bench.is_some() && c.stack.shadow.is_some());
 }
@@ -41,8 +43,8 @@ fn safe_defaults_fill_missing_keys() {
     )
     .unwrap();
     assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
-    assert_eq!(c.measure.min_pairs, 4);
-    assert_eq!(c.measure.floor_pairs, 20);
+    assert_eq!(c.policy.min_pairs, 4);
+    assert_eq!(c.policy.floor_pairs, 20);
     assert_eq!(c.cycle.history, 8);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
 }
@@ -179,14 +181,6 @@ fn an_unreadable_file_says_how_to_choose_another() {
 }
 
 #[test]
-fn edit_distance_is_levenshtein() {
-    assert_eq!(edit_distance("kitten", "sitting"), 3);
-    assert_eq!(edit_distance("", "abc"), 3);
-    assert_eq!(nearest("min_pair"), Some("min_pairs"));
-    assert_eq!(nearest("zzzzzzzzzzzz"), None);
-}
-
-#[test]
 fn the_rationale_bound_defaults_to_400_and_is_capped() {
     let demo = parse(&default_text()).unwrap();
     assert_eq!(demo.model.rationale_max_chars, 0);
@@ -218,4 +212,74 @@ fn the_bandit_fallback_defaults_to_3_and_needs_at_least_1() {
     let msg =
         err(&default_text().replace("bandit_fallback_after = 3", "bandit_fallback_after = -1"));
     assert!(msg.contains("bandit_fallback_after"), "{msg}");
+}
+
+#[test]
+fn an_unknown_key_is_matched_against_its_own_table_only() {
+    // `interval_s` is a key of [cycle], not of [model]: no false "did you mean".
+    let msg = err(&default_text().replace(
+        "connect_timeout_s = 5",
+        "interval_s = 3\nconnect_timeout_s = 5",
+    ));
+    assert!(
+        msg.contains("[model] interval_s: unknown field `interval_s`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("did you mean"), "{msg}");
+    assert!(msg.contains("remove it"), "{msg}");
+    // A near key of the right table still wins over the same text elsewhere.
+    let msg = err(&default_text().replace("when = \"far.addr\"", "wen = \"far.addr\""));
+    assert!(msg.contains("[[stack.bench.optional]] wen:"), "{msg}");
+    assert!(msg.contains("did you mean `when`?"), "{msg}");
+}
+
+#[test]
+fn a_misspelled_table_is_named_by_its_own_header() {
+    let msg = err(&default_text().replacen("[cycle]\n", "[cycel]\n", 1));
+    assert!(msg.contains(": [cycel]: unknown field `cycel`"), "{msg}");
+    assert!(msg.contains("did you mean `cycle`?"), "{msg}");
+    let msg = err(&default_text().replacen(
+        "[[stack.bench.optional]]\nwhen = \"far.addr\"",
+        "[[stack.bench.optionl]]\nwhen = \"far.addr\"",
+        1,
+    ));
+    assert!(
+        msg.contains(": [[stack.bench.optionl]]: unknown field `optionl`"),
+        "{msg}"
+    );
+    assert!(msg.contains("did you mean `optional`?"), "{msg}");
+}
+
+#[test]
+fn every_key_of_the_default_file_is_suggested_for_its_typo() {
+    // The hint's candidates come from serde's refusal of each table, so a
+    // table whose type stops listing its keys (a `flatten`, a hand-written
+    // Deserialize) would lose its hints silently; this walks every key the
+    // default file sets, outside the free-form maps.
+    let text = default_text();
+    let mut table = String::new();
+    let mut checked = 0;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            table = line.to_string();
+            continue;
+        }
+        let Some((key, _)) = line.split_once(" = ") else {
+            continue;
+        };
+        if line.starts_with('#') || table == "[stack.metrics.names]" {
+            continue;
+        }
+        let mut lines: Vec<&str> = text.lines().collect();
+        let typo = format!("{key}x = {}", line.split_once(" = ").unwrap().1);
+        lines[i] = &typo;
+        let msg = err(&lines.join("\n"));
+        assert!(
+            msg.contains(&format!("did you mean `{key}`?")),
+            "{table} {key}: {msg}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 60, "only {checked} keys found in config.toml");
 }

@@ -89,26 +89,17 @@ impl RunSummary {
 }
 
 /// The daemon refuses to start: a part of the config it builds at start
-/// (the judge's policy, the proposer) is unusable. A configuration problem,
+/// (the proposer) is unusable. A configuration problem,
 /// so `orchestrator run` exits 2 (`commands::exit_code` says so); its own
 /// type because the daemon sits below `commands` and imports nothing from it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StartRefused(pub String);
 
-/// The judge's policy from the config's measurement section (validated
-/// when the config is loaded, so this only fails on a hand-built config).
-pub fn policy(config: &Config) -> anyhow::Result<Policy> {
-    config
-        .measure
-        .policy()
-        .map_err(|e| StartRefused(format!("{}: [measure] {e}", config.path.display())).into())
-}
-
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
     let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
-    let policy = policy(&config)?;
+    let policy = config.policy;
     let mut proposer =
         AnyProposer::from_config(&config).map_err(|e| StartRefused(e.to_string()))?;
     if let Some(dir) = config.ledger_path.parent() {

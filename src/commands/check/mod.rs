@@ -246,7 +246,7 @@ fn describe_machine(p: &Pressure, config: &Config) -> String {
             "{load}; /proc/pressure is missing (kernel without PSI): runs are not checked for interference"
         );
     }
-    let limit = config.measure.max_pressure.get();
+    let limit = config.policy.max_pressure.unwrap_or(1.0);
     let worst = p.cpu.unwrap_or(0.0).max(p.memory.unwrap_or(0.0));
     let verdict = if worst > limit {
         format!(

@@ -1,0 +1,49 @@
+//! The judge's keys of `[measure]` → the judge's [`Policy`], built and
+//! checked once at load: the config states the floor's clamp and limit as
+//! relative changes, the judge takes log ratios.
+
+use super::raw::RawMeasure;
+use crate::judge::{Confidence, Floor, Policy};
+
+/// Confidence, pair budget, the floor's lower clamp and upper limit, the
+/// floor's pairs and the pressure rules; refused with the key named when
+/// the judge's own rules (even pair counts, whole ABBA blocks) or the
+/// config's bounds do not hold.
+impl TryFrom<&RawMeasure> for Policy {
+    type Error = String;
+    fn try_from(m: &RawMeasure) -> Result<Policy, String> {
+        if m.min_pairs == 0 || m.min_pairs > m.max_pairs {
+            return Err(format!(
+                "[measure] min_pairs ({}) must be at least 1 and at most max_pairs ({})",
+                m.min_pairs, m.max_pairs
+            ));
+        }
+        let judges = |e| format!("[measure] {e}");
+        let mut p = Policy::new(
+            Confidence::try_from(m.confidence.get()).map_err(judges)?,
+            m.min_pairs as usize,
+            m.max_pairs as usize,
+            Floor::try_from(m.min_noise_floor.get().ln_1p()).map_err(judges)?,
+        )
+        .map_err(judges)?;
+        p.floor_pairs = m.floor_pairs as usize;
+        p.max_floor = Some(Floor::try_from(m.max_noise_floor.get().ln_1p()).map_err(judges)?);
+        p.max_pressure = Some(m.max_pressure.get());
+        p.max_discarded_blocks = m.max_discarded_blocks as usize;
+        if (m.floor_pairs as usize) < crate::judge::noise::MIN_PAIRS || m.floor_pairs > 200 {
+            return Err(format!(
+                "[measure] floor_pairs must be between {} and 200 (got {}); each pair is two runs of the live profile",
+                crate::judge::noise::MIN_PAIRS,
+                m.floor_pairs
+            ));
+        }
+        if m.max_noise_floor.get() <= m.min_noise_floor.get() {
+            return Err(format!(
+                "[measure] max_noise_floor ({}) must be above min_noise_floor ({})",
+                m.max_noise_floor.get(),
+                m.min_noise_floor.get()
+            ));
+        }
+        Ok(p)
+    }
+}
