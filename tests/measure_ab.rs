@@ -187,7 +187,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(Some(reference.output_hash), stored[0].output_hash);
+    assert_eq!(Some(reference.recorded.output_hash), stored[0].output_hash);
     // Exactly one verdict, with its statistics, as the ledger keeps it.
     ledger
         .insert_verdict(exp, &report.verdict.to_new_verdict(Utc::now()))
