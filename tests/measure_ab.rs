@@ -9,16 +9,14 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
-use orchestrator::clock::SystemClock;
 use orchestrator::judge::{Confidence, Floor, Policy};
 use orchestrator::ledger::{ExperimentId, Ledger, NewExperiment, NewReferenceHash};
-use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome};
+use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, SystemClock};
 use orchestrator::measure::bench::BenchScorer;
+use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::gate::{GateError, HashGate, bench_prompt_set};
-use orchestrator::measure::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
+use orchestrator::measure::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
 use orchestrator::menu::MenuId;
-use orchestrator::process::cancel::Cancel;
-use orchestrator::profile::ProfileFile;
 use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
 
 const STACK: &str = "tinyk3-test";
@@ -189,7 +187,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(Some(reference.output_hash.clone()), stored[0].output_hash);
+    assert_eq!(Some(reference.recorded.output_hash), stored[0].output_hash);
     // Exactly one verdict, with its statistics, as the ledger keeps it.
     ledger
         .insert_verdict(exp, &report.verdict.to_new_verdict(Utc::now()))

@@ -419,3 +419,105 @@ async fn reference_hash_current_is_the_latest_pin() {
         None
     );
 }
+
+/// A stored row serialises as one flat object, its id first, as it did when
+/// each table had a twin struct: `ledger --json` and `stage show --json`
+/// print these, and the composed `recorded` row must not show as a level.
+#[tokio::test]
+async fn stored_rows_serialise_flat_with_the_id_first() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let exp = ledger
+        .insert_experiment(&experiment(cycle, 1, 2))
+        .await
+        .unwrap();
+    ledger
+        .insert_run(&run(exp, Arm::Baseline, 0, Some(0)))
+        .await
+        .unwrap();
+    let new = measured(VerdictKind::WithinNoise, 0.004, -0.01, 0.015);
+    ledger.insert_verdict(exp, &new).await.unwrap();
+    /// The row as JSON text, and its top-level keys, sorted.
+    fn keys(row: &impl serde::Serialize) -> (String, Vec<String>) {
+        let text = serde_json::to_string(row).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        (text, keys)
+    }
+    let sorted = |names: &[&str]| {
+        let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    };
+
+    let (text, got) = keys(&ledger.experiment(exp).await.unwrap());
+    assert!(text.starts_with("{\"id\":"), "{text}");
+    assert_eq!(
+        got,
+        sorted(&[
+            "id",
+            "cycle_id",
+            "proposal_id",
+            "confirmation_of",
+            "created_at",
+            "menu_id",
+            "parameters",
+            "method",
+            "base_profile",
+            "base_digest",
+            "candidate_profile",
+            "candidate_digest",
+            "planner_notes",
+        ])
+    );
+    let (text, got) = keys(&ledger.runs(exp).await.unwrap()[0]);
+    assert!(text.starts_with("{\"id\":"), "{text}");
+    assert!(text.ends_with(",\"discarded\":false}"), "{text}");
+    assert_eq!(
+        got,
+        sorted(&[
+            "id",
+            "experiment_id",
+            "arm",
+            "order_index",
+            "pair_index",
+            "started_at",
+            "seconds_per_token",
+            "timing_source",
+            "tokens",
+            "output_hash",
+            "exit_code",
+            "duration_s",
+            "stderr_tail",
+            "refused",
+            "error",
+            "parts",
+            "pressure",
+            "discarded",
+        ])
+    );
+    let (text, got) = keys(&ledger.verdict(exp).await.unwrap().unwrap());
+    assert!(
+        text.starts_with(&format!(
+            "{{\"id\":1,\"cycle_id\":{cycle},\"experiment_id\":{exp},\"kind\":"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        got,
+        sorted(&[
+            "id",
+            "cycle_id",
+            "experiment_id",
+            "kind",
+            "decided_at",
+            "effect",
+            "interval",
+            "noise_floor",
+            "pairs",
+            "method",
+            "reason",
+        ])
+    );
+}
