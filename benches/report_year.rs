@@ -96,20 +96,7 @@ async fn cycle(
         .await
         .unwrap();
     let staged = i % STAGE_EVERY == 0;
-    let roll: f64 = rng.random();
-    let (kind, effect) = if staged {
-        (VerdictKind::Win, -0.05)
-    } else if roll < 0.5 {
-        (VerdictKind::WithinNoise, (rng.random::<f64>() - 0.5) * 0.02)
-    } else if roll < 0.7 {
-        (VerdictKind::Loss, 0.03 + rng.random::<f64>() * 0.05)
-    } else if roll < 0.8 {
-        (VerdictKind::Inconclusive, -0.01)
-    } else if roll < 0.9 {
-        (VerdictKind::Win, -0.02 - rng.random::<f64>() * 0.05)
-    } else {
-        (VerdictKind::HashMismatch, 0.0)
-    };
+    let (kind, effect) = draw_verdict(rng, staged);
     let mut ids = Vec::new();
     for k in 0..if staged { 2 } else { 1 } {
         let e = tx
@@ -132,21 +119,7 @@ async fn cycle(
         counts.experiments += 1;
         let level = 1.2 * (1.0 + 0.01 * (rng.random::<f64>() - 0.5));
         for order in 0..WARMUPS + 2 * PAIRS {
-            let (arm, pair) = if order < WARMUPS {
-                (Arm::Warmup, None)
-            } else {
-                let j = order - WARMUPS;
-                let first_is_baseline = (j / 2) % 2 == 0;
-                let baseline = (j % 2 == 0) == first_is_baseline;
-                (
-                    if baseline {
-                        Arm::Baseline
-                    } else {
-                        Arm::Candidate
-                    },
-                    Some(j / 2),
-                )
-            };
+            let (arm, pair) = arm_at(order);
             let refused = kind == VerdictKind::HashMismatch && arm == Arm::Candidate;
             let spt = match arm {
                 _ if refused => None,
@@ -182,25 +155,9 @@ async fn cycle(
             .unwrap();
             counts.runs += 1;
         }
-        let measured = kind != VerdictKind::HashMismatch;
-        tx.insert_verdict(
-            e,
-            &NewVerdict {
-                kind,
-                decided_at: at + Duration::minutes(2),
-                effect: measured.then_some(effect),
-                interval: measured.then_some(Interval {
-                    low: effect - 0.01,
-                    high: effect + 0.01,
-                }),
-                noise_floor: measured.then_some(0.01),
-                pairs: if measured { PAIRS } else { 0 },
-                method: measured.then(|| "bench fixture".to_string()),
-                reason: (!measured).then(|| "candidate output hash differs".to_string()),
-            },
-        )
-        .await
-        .unwrap();
+        tx.insert_verdict(e, &verdict_row(kind, effect, at))
+            .await
+            .unwrap();
         ids.push(e);
     }
     if staged {
@@ -216,6 +173,62 @@ async fn cycle(
     tx.close_cycle(c, &outcome, at + Duration::minutes(4))
         .await
         .unwrap();
+}
+
+/// The cycle's verdict and its effect (a log ratio): a staged cycle wins,
+/// the others draw from a fixed mix of outcomes.
+fn draw_verdict(rng: &mut StdRng, staged: bool) -> (VerdictKind, f64) {
+    let roll: f64 = rng.random();
+    if staged {
+        (VerdictKind::Win, -0.05)
+    } else if roll < 0.5 {
+        (VerdictKind::WithinNoise, (rng.random::<f64>() - 0.5) * 0.02)
+    } else if roll < 0.7 {
+        (VerdictKind::Loss, 0.03 + rng.random::<f64>() * 0.05)
+    } else if roll < 0.8 {
+        (VerdictKind::Inconclusive, -0.01)
+    } else if roll < 0.9 {
+        (VerdictKind::Win, -0.02 - rng.random::<f64>() * 0.05)
+    } else {
+        (VerdictKind::HashMismatch, 0.0)
+    }
+}
+
+/// The arm and pair of run `order`: the warmups, then A/B pairs whose order
+/// alternates (AB, BA, AB, ...).
+fn arm_at(order: u32) -> (Arm, Option<u32>) {
+    if order < WARMUPS {
+        return (Arm::Warmup, None);
+    }
+    let j = order - WARMUPS;
+    let first_is_baseline = (j / 2) % 2 == 0;
+    let baseline = (j % 2 == 0) == first_is_baseline;
+    (
+        if baseline {
+            Arm::Baseline
+        } else {
+            Arm::Candidate
+        },
+        Some(j / 2),
+    )
+}
+
+/// The verdict row of an experiment started `at`; a hash mismatch measured nothing.
+fn verdict_row(kind: VerdictKind, effect: f64, at: DateTime<Utc>) -> NewVerdict {
+    let measured = kind != VerdictKind::HashMismatch;
+    NewVerdict {
+        kind,
+        decided_at: at + Duration::minutes(2),
+        effect: measured.then_some(effect),
+        interval: measured.then_some(Interval {
+            low: effect - 0.01,
+            high: effect + 0.01,
+        }),
+        noise_floor: measured.then_some(0.01),
+        pairs: if measured { PAIRS } else { 0 },
+        method: measured.then(|| "bench fixture".to_string()),
+        reason: (!measured).then(|| "candidate output hash differs".to_string()),
+    }
 }
 
 /// Writes the year, one transaction per week, into `path`.

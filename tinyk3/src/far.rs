@@ -418,7 +418,7 @@ mod tests {
         };
         let bytes = encode_request(&req);
         assert_eq!(read_request(&mut bytes.as_slice()).unwrap(), req);
-        let mut bad = bytes.clone();
+        let mut bad = bytes;
         bad[0] = b'X';
         assert!(matches!(
             read_request(&mut bad.as_slice()),

@@ -8,6 +8,7 @@
 //! cursor accepts it and the shortest completion after it still fits the budget:
 //! that is what makes every answer close within `max_tokens`.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::number::NumState;
@@ -224,66 +225,22 @@ fn expand(g: &Grammar, mut c: Cursor, out: &mut Vec<Cursor>) {
             out.push(c);
             return;
         };
-        match top {
+        let step = match top {
             Frame::Lit(b, p) if p == b.len() => {
                 c.pop();
+                ControlFlow::Continue(())
             }
             Frame::Lit(..) | Frame::Str { .. } => {
                 out.push(c);
                 return;
             }
             Frame::Num { node, st } => {
-                let Node::Number(b) = &g.nodes[node] else {
-                    unreachable!("a number frame")
-                };
-                let complete = b.min_extra(&st) == Some(0);
-                let extendable = !b.allowed(&st).is_empty();
-                if complete {
-                    let mut ended = c.clone();
-                    ended.pop();
-                    expand(g, ended, out);
-                }
-                if extendable {
-                    out.push(c);
-                }
+                end_or_extend_number(g, c, node, st, out);
                 return;
             }
             Frame::Value(n) => {
                 c.pop();
-                match &g.nodes[n] {
-                    Node::Object(_) => c.extend([
-                        Frame::Obj {
-                            node: n,
-                            next: 0,
-                            written: false,
-                        },
-                        lit(b"{"),
-                    ]),
-                    Node::FreeObject => c.extend([Frame::FreeObj { count: 0 }, lit(b"{")]),
-                    Node::Array { .. } => c.extend([Frame::Arr { node: n, count: 0 }, lit(b"[")]),
-                    Node::FreeArray => c.extend([Frame::FreeArr { count: 0 }, lit(b"[")]),
-                    Node::String { .. } => c.extend([Frame::Str { node: n, len: 0 }, lit(b"\"")]),
-                    Node::Number(_) => c.push(Frame::Num {
-                        node: n,
-                        st: NumState::default(),
-                    }),
-                    Node::Literals(ls) => {
-                        for l in ls {
-                            let mut d = c.clone();
-                            d.push(Frame::Lit(l.clone(), 0));
-                            expand(g, d, out);
-                        }
-                        return;
-                    }
-                    Node::AnyOf(alts) => {
-                        for a in alts {
-                            let mut d = c.clone();
-                            d.push(Frame::Value(*a));
-                            expand(g, d, out);
-                        }
-                        return;
-                    }
-                }
+                open_value(g, &mut c, n, out)
             }
             Frame::Obj {
                 node,
@@ -291,89 +248,195 @@ fn expand(g: &Grammar, mut c: Cursor, out: &mut Vec<Cursor>) {
                 written,
             } => {
                 c.pop();
-                let Node::Object(props) = &g.nodes[node] else {
-                    unreachable!("an object frame")
-                };
-                for (j, p) in props.iter().enumerate().skip(next) {
-                    let mut d = c.clone();
-                    let key = if written {
-                        p.comma_key.clone()
-                    } else {
-                        p.key.clone()
-                    };
-                    d.extend([
-                        Frame::Obj {
-                            node,
-                            next: j + 1,
-                            written: true,
-                        },
-                        Frame::Value(p.value),
-                        Frame::Lit(key, 0),
-                    ]);
-                    expand(g, d, out);
-                    if p.required {
-                        break;
-                    }
-                }
-                if props[next.min(props.len())..].iter().all(|p| !p.required) {
-                    c.push(lit(b"}"));
-                    continue;
-                }
-                return;
+                next_property(g, &mut c, node, next, written, out)
             }
             Frame::Arr { node, count } => {
                 c.pop();
-                let Node::Array { items, min, max } = &g.nodes[node] else {
-                    unreachable!("an array frame")
-                };
-                if max.is_none_or(|m| count < m) {
-                    let mut d = c.clone();
-                    d.extend([
-                        Frame::Arr {
-                            node,
-                            count: count + 1,
-                        },
-                        Frame::Value(*items),
-                    ]);
-                    if count > 0 {
-                        d.push(lit(b","));
-                    }
-                    expand(g, d, out);
-                }
-                if count >= *min {
-                    c.push(lit(b"]"));
-                    continue;
-                }
-                return;
+                next_item(g, &mut c, node, count, out)
             }
             Frame::FreeObj { count } => {
                 c.pop();
-                let mut d = c.clone();
-                d.extend([
-                    Frame::FreeObj { count: count + 1 },
-                    Frame::Value(g.any),
-                    lit(b":"),
-                    Frame::Str {
-                        node: g.free_string,
-                        len: 0,
-                    },
-                    lit(if count > 0 { b",\"" } else { b"\"" }),
-                ]);
-                expand(g, d, out);
-                c.push(lit(b"}"));
+                next_free_member(g, &mut c, count, out);
+                ControlFlow::Continue(())
             }
             Frame::FreeArr { count } => {
                 c.pop();
-                let mut d = c.clone();
-                d.extend([Frame::FreeArr { count: count + 1 }, Frame::Value(g.any)]);
-                if count > 0 {
-                    d.push(lit(b","));
-                }
-                expand(g, d, out);
-                c.push(lit(b"]"));
+                next_free_item(g, &mut c, count, out);
+                ControlFlow::Continue(())
             }
+        };
+        if step.is_break() {
+            return;
         }
     }
+}
+
+// Each step below is given the cursor with the frame it expands popped. It
+// pushes every fork it opens to `out` (through `expand`) and answers
+// `Continue` when `c` itself has more to expand, `Break` when the forks took
+// every way on.
+
+/// A number on top (`st` written so far): forks a cursor that ends it if it
+/// is complete, and keeps `c` if it can take more digits.
+fn end_or_extend_number(g: &Grammar, c: Cursor, node: NodeId, st: NumState, out: &mut Vec<Cursor>) {
+    let Node::Number(b) = &g.nodes[node] else {
+        unreachable!("a number frame")
+    };
+    let complete = b.min_extra(&st) == Some(0);
+    let extendable = !b.allowed(&st).is_empty();
+    if complete {
+        let mut ended = c.clone();
+        ended.pop();
+        expand(g, ended, out);
+    }
+    if extendable {
+        out.push(c);
+    }
+}
+
+/// Opens value `n`: pushes its opening bytes and the frame that writes its
+/// body, or forks once per literal or `anyOf` branch.
+fn open_value(g: &Grammar, c: &mut Cursor, n: NodeId, out: &mut Vec<Cursor>) -> ControlFlow<()> {
+    match &g.nodes[n] {
+        Node::Object(_) => c.extend([
+            Frame::Obj {
+                node: n,
+                next: 0,
+                written: false,
+            },
+            lit(b"{"),
+        ]),
+        Node::FreeObject => c.extend([Frame::FreeObj { count: 0 }, lit(b"{")]),
+        Node::Array { .. } => c.extend([Frame::Arr { node: n, count: 0 }, lit(b"[")]),
+        Node::FreeArray => c.extend([Frame::FreeArr { count: 0 }, lit(b"[")]),
+        Node::String { .. } => c.extend([Frame::Str { node: n, len: 0 }, lit(b"\"")]),
+        Node::Number(_) => c.push(Frame::Num {
+            node: n,
+            st: NumState::default(),
+        }),
+        Node::Literals(ls) => {
+            for l in ls {
+                let mut d = c.clone();
+                d.push(Frame::Lit(l.clone(), 0));
+                expand(g, d, out);
+            }
+            return ControlFlow::Break(());
+        }
+        Node::AnyOf(alts) => {
+            for a in alts {
+                let mut d = c.clone();
+                d.push(Frame::Value(*a));
+                expand(g, d, out);
+            }
+            return ControlFlow::Break(());
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// Inside object `node` from property `next` on: forks one cursor per
+/// property that may come next (up to the first required one), and closes
+/// the object in `c` when no required property is left.
+fn next_property(
+    g: &Grammar,
+    c: &mut Cursor,
+    node: NodeId,
+    next: usize,
+    written: bool,
+    out: &mut Vec<Cursor>,
+) -> ControlFlow<()> {
+    let Node::Object(props) = &g.nodes[node] else {
+        unreachable!("an object frame")
+    };
+    for (j, p) in props.iter().enumerate().skip(next) {
+        let mut d = c.clone();
+        let key = if written {
+            p.comma_key.clone()
+        } else {
+            p.key.clone()
+        };
+        d.extend([
+            Frame::Obj {
+                node,
+                next: j + 1,
+                written: true,
+            },
+            Frame::Value(p.value),
+            Frame::Lit(key, 0),
+        ]);
+        expand(g, d, out);
+        if p.required {
+            break;
+        }
+    }
+    if props[next.min(props.len())..].iter().all(|p| !p.required) {
+        c.push(lit(b"}"));
+        return ControlFlow::Continue(());
+    }
+    ControlFlow::Break(())
+}
+
+/// Inside array `node` with `count` items: forks a cursor with one more item
+/// if the maximum allows, and closes the array in `c` if the minimum is met.
+fn next_item(
+    g: &Grammar,
+    c: &mut Cursor,
+    node: NodeId,
+    count: usize,
+    out: &mut Vec<Cursor>,
+) -> ControlFlow<()> {
+    let Node::Array { items, min, max } = &g.nodes[node] else {
+        unreachable!("an array frame")
+    };
+    if max.is_none_or(|m| count < m) {
+        let mut d = c.clone();
+        d.extend([
+            Frame::Arr {
+                node,
+                count: count + 1,
+            },
+            Frame::Value(*items),
+        ]);
+        if count > 0 {
+            d.push(lit(b","));
+        }
+        expand(g, d, out);
+    }
+    if count >= *min {
+        c.push(lit(b"]"));
+        return ControlFlow::Continue(());
+    }
+    ControlFlow::Break(())
+}
+
+/// Inside a free object with `count` members: forks a cursor with one more
+/// `"key":value` member and closes the object in `c`.
+fn next_free_member(g: &Grammar, c: &mut Cursor, count: usize, out: &mut Vec<Cursor>) {
+    let mut d = c.clone();
+    d.extend([
+        Frame::FreeObj { count: count + 1 },
+        Frame::Value(g.any),
+        lit(b":"),
+        Frame::Str {
+            node: g.free_string,
+            len: 0,
+        },
+        lit(if count > 0 { b",\"" } else { b"\"" }),
+    ]);
+    expand(g, d, out);
+    c.push(lit(b"}"));
+}
+
+/// Inside a free array with `count` items: forks a cursor with one more item
+/// and closes the array in `c`.
+fn next_free_item(g: &Grammar, c: &mut Cursor, count: usize, out: &mut Vec<Cursor>) {
+    let mut d = c.clone();
+    d.extend([Frame::FreeArr { count: count + 1 }, Frame::Value(g.any)]);
+    if count > 0 {
+        d.push(lit(b","));
+    }
+    expand(g, d, out);
+    c.push(lit(b"]"));
 }
 
 /// The fewest bytes that complete a cursor.
@@ -539,15 +602,14 @@ mod tests {
     #[test]
     fn top_level_number_may_end_or_go_on() {
         let g = grammar(json!({"type": "integer", "minimum": 1, "maximum": 500}));
-        let c = Constraint::new(g);
-        let mut c2 = c.clone();
-        c2.advance(b'4');
-        let ch = c2.choices(10);
+        let mut c = Constraint::new(g);
+        c.advance(b'4');
+        let ch = c.choices(10);
         assert!(ch.may_end);
         assert_eq!(ch.bytes, b"0123456789".to_vec());
-        c2.advance(b'9');
-        assert_eq!(c2.choices(10).bytes, b"0123456789".to_vec());
-        c2.advance(b'9');
-        assert!(!c2.can_continue() && c2.is_complete());
+        c.advance(b'9');
+        assert_eq!(c.choices(10).bytes, b"0123456789".to_vec());
+        c.advance(b'9');
+        assert!(!c.can_continue() && c.is_complete());
     }
 }

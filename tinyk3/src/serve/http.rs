@@ -357,7 +357,7 @@ fn stream(env: Envelope, mut rx: UnboundedReceiver<Event>, include_usage: bool) 
         // A send fails only when the client has gone; dropping `rx` then stops the generation.
         if out
             .send(event(&env.chunk(
-                json!({"role": "assistant", "content": ""}),
+                &json!({"role": "assistant", "content": ""}),
                 None,
                 None,
             )))
@@ -367,13 +367,13 @@ fn stream(env: Envelope, mut rx: UnboundedReceiver<Event>, include_usage: bool) 
         }
         while let Some(ev) = rx.recv().await {
             let sent = match ev {
-                Event::Delta(d) => out.send(event(&env.chunk(json!({"content": d}), None, None))),
+                Event::Delta(d) => out.send(event(&env.chunk(&json!({"content": d}), None, None))),
                 Event::Done {
                     finish_reason,
                     timings,
                 } => {
                     let _ = out.send(event(&env.chunk(
-                        json!({}),
+                        &json!({}),
                         Some(finish_reason),
                         Some(&timings),
                     )));

@@ -95,7 +95,7 @@ pub fn run(opts: Options) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    rt.block_on(serve(opts, settings, manifest.digest.clone(), addr))
+    rt.block_on(serve(opts, settings, manifest.digest, addr))
 }
 
 async fn serve(opts: Options, settings: Settings, digest: String, addr: SocketAddr) -> Result<()> {

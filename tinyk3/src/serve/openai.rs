@@ -451,7 +451,7 @@ impl Envelope {
     /// A stream chunk with a delta (and, on the last one, the finish reason and timings).
     pub fn chunk(
         &self,
-        delta: Value,
+        delta: &Value,
         finish_reason: Option<&str>,
         timings: Option<&Timings>,
     ) -> Value {

@@ -132,127 +132,25 @@ impl Compiler {
         (any, string)
     }
 
+    /// Compiles one (sub)schema at `path`: the combinators first (`anyOf`,
+    /// `enum`/`const`, a list of types), then the one type it names or implies.
     fn compile(&mut self, schema: &Json, path: &str) -> Result<NodeId, SchemaError> {
         let obj = match schema {
             Json::Object(o) => o.as_slice(),
             Json::Bool(true) => return self.compile(&Json::Object(Vec::new()), path),
             _ => return Err(err(path, "a schema must be an object")),
         };
-        for (key, _) in obj {
-            let known = matches!(
-                key.as_str(),
-                "type"
-                    | "properties"
-                    | "required"
-                    | "additionalProperties"
-                    | "enum"
-                    | "const"
-                    | "minimum"
-                    | "maximum"
-                    | "exclusiveMinimum"
-                    | "exclusiveMaximum"
-                    | "minLength"
-                    | "maxLength"
-                    | "anyOf"
-                    | "items"
-                    | "minItems"
-                    | "maxItems"
-            );
-            if !known && !ANNOTATIONS.contains(&key.as_str()) {
-                return Err(err(path, format!("unsupported schema keyword `{key}`")));
-            }
-        }
+        check_keywords(obj, path)?;
         if let Some(alts) = get(obj, "anyOf") {
-            let Some(alts) = alts.as_array().filter(|a| !a.is_empty()) else {
-                return Err(err(path, "`anyOf` must be a non-empty array of schemas"));
-            };
-            if let Some((other, _)) = obj
-                .iter()
-                .find(|(k, _)| !ANNOTATIONS.contains(&k.as_str()) && k != "anyOf")
-            {
-                return Err(err(
-                    path,
-                    format!(
-                        "`anyOf` next to `{other}` is not supported; move `{other}` into each alternative"
-                    ),
-                ));
-            }
-            let mut ids = Vec::new();
-            for (i, alt) in alts.iter().enumerate() {
-                ids.push(self.compile(alt, &format!("{path}/anyOf/{i}"))?);
-            }
-            let min = ids
-                .iter()
-                .map(|i| self.min_len[*i])
-                .min()
-                .expect("non-empty");
-            return Ok(self.push(Node::AnyOf(ids), min));
+            return self.any_of(obj, alts, path);
         }
         if get(obj, "enum").is_some() || get(obj, "const").is_some() {
-            let values: Vec<&Json> = match (get(obj, "enum"), get(obj, "const")) {
-                (Some(Json::Array(a)), None) if !a.is_empty() => a.iter().collect(),
-                (None, Some(c)) => vec![c],
-                (Some(_), Some(_)) => {
-                    return Err(err(path, "`enum` and `const` together are not supported"));
-                }
-                _ => return Err(err(path, "`enum` must be a non-empty array")),
-            };
-            if let Some(ty) = get(obj, "type").and_then(Json::as_str) {
-                if let Some(bad) = values.iter().find(|v| !is_type(v, ty)) {
-                    return Err(err(path, format!("enum value {bad} is not of type {ty:?}")));
-                }
-            }
-            let mut lits = Vec::new();
-            for v in values {
-                let text = v.to_value().to_string();
-                if text.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
-                    return Err(err(
-                        path,
-                        format!(
-                            "enum value {text} has bytes outside printable ASCII, which the byte-level decoder does not emit"
-                        ),
-                    ));
-                }
-                lits.push(lit(&text));
-            }
-            let min = lits.iter().map(|l| l.len()).min().expect("non-empty");
-            return Ok(self.push(Node::Literals(lits), min));
+            return self.literals(obj, path);
         }
         let ty = match get(obj, "type") {
             None => None,
             Some(Json::String(t)) => Some(t.as_str()),
-            Some(Json::Array(ts)) => {
-                // `"type": ["string", "null"]` is an anyOf over the types.
-                let mut ids = Vec::new();
-                for (i, t) in ts.iter().enumerate() {
-                    let Some(t) = t.as_str() else {
-                        return Err(err(path, "`type` must be a string or an array of strings"));
-                    };
-                    let one: Vec<(String, Json)> = obj
-                        .iter()
-                        .map(|(k, v)| {
-                            (
-                                k.clone(),
-                                if k == "type" {
-                                    Json::String(t.into())
-                                } else {
-                                    v.clone()
-                                },
-                            )
-                        })
-                        .collect();
-                    ids.push(self.compile(&Json::Object(one), &format!("{path}/type/{i}"))?);
-                }
-                if ids.is_empty() {
-                    return Err(err(path, "`type` must not be an empty array"));
-                }
-                let min = ids
-                    .iter()
-                    .map(|i| self.min_len[*i])
-                    .min()
-                    .expect("non-empty");
-                return Ok(self.push(Node::AnyOf(ids), min));
-            }
+            Some(Json::Array(ts)) => return self.type_union(obj, ts, path),
             Some(_) => return Err(err(path, "`type` must be a string or an array of strings")),
         };
         let ty = match ty {
@@ -269,59 +167,172 @@ impl Compiler {
         match ty {
             "object" => self.object(obj, path),
             "array" => self.array(obj, path),
-            "string" => {
-                let min = usize_kw(obj, "minLength", path)?.unwrap_or(0);
-                let max = usize_kw(obj, "maxLength", path)?;
-                if max.is_some_and(|m| m < min) {
-                    return Err(err(
-                        path,
-                        "`maxLength` is below `minLength`: no string satisfies it",
-                    ));
-                }
-                Ok(self.push(
-                    Node::String {
-                        min,
-                        max: Some(max.unwrap_or(FREE_STRING_MAX)),
-                    },
-                    min + 2,
-                ))
-            }
-            "integer" | "number" => {
-                let f = |k: &str| -> Result<Option<f64>, SchemaError> {
-                    match get(obj, k) {
-                        None => Ok(None),
-                        Some(v) => v
-                            .as_f64()
-                            .map(Some)
-                            .ok_or_else(|| err(path, format!("`{k}` must be a number"))),
-                    }
-                };
-                let limits = Limits {
-                    minimum: f("minimum")?,
-                    maximum: f("maximum")?,
-                    exclusive_minimum: f("exclusiveMinimum")?,
-                    exclusive_maximum: f("exclusiveMaximum")?,
-                };
-                match Bounds::new(ty == "integer", limits) {
-                    Ok(b) => {
-                        let min = b
-                            .min_extra(&NumState::default())
-                            .expect("non-empty bounds complete");
-                        Ok(self.push(Node::Number(b), min))
-                    }
-                    Err(BoundsError::Empty) => Err(err(
-                        path,
-                        format!("no {ty} satisfies `minimum`/`maximum` here"),
-                    )),
-                    Err(BoundsError::TooLarge(v)) => Err(err(
-                        path,
-                        format!("bound {v} is beyond the 15 significant digits the decoder writes"),
-                    )),
-                }
-            }
+            "string" => self.string(obj, path),
+            "integer" | "number" => self.number(obj, ty, path),
             "boolean" => Ok(self.push(Node::Literals(vec![lit("true"), lit("false")]), 4)),
             "null" => Ok(self.push(Node::Literals(vec![lit("null")]), 4)),
             other => Err(err(path, format!("unsupported `type` {other:?}"))),
+        }
+    }
+
+    /// One node that is any of `ids` (non-empty); its shortest text is theirs.
+    fn push_any_of(&mut self, ids: Vec<NodeId>) -> NodeId {
+        let min = ids
+            .iter()
+            .map(|i| self.min_len[*i])
+            .min()
+            .expect("non-empty");
+        self.push(Node::AnyOf(ids), min)
+    }
+
+    /// `anyOf` (`alts`), which must stand alone beside annotations.
+    fn any_of(
+        &mut self,
+        obj: &[(String, Json)],
+        alts: &Json,
+        path: &str,
+    ) -> Result<NodeId, SchemaError> {
+        let Some(alts) = alts.as_array().filter(|a| !a.is_empty()) else {
+            return Err(err(path, "`anyOf` must be a non-empty array of schemas"));
+        };
+        if let Some((other, _)) = obj
+            .iter()
+            .find(|(k, _)| !ANNOTATIONS.contains(&k.as_str()) && k != "anyOf")
+        {
+            return Err(err(
+                path,
+                format!(
+                    "`anyOf` next to `{other}` is not supported; move `{other}` into each alternative"
+                ),
+            ));
+        }
+        let mut ids = Vec::new();
+        for (i, alt) in alts.iter().enumerate() {
+            ids.push(self.compile(alt, &format!("{path}/anyOf/{i}"))?);
+        }
+        Ok(self.push_any_of(ids))
+    }
+
+    /// `enum` or `const`: the exact texts, each of the schema's `type` if it names one.
+    fn literals(&mut self, obj: &[(String, Json)], path: &str) -> Result<NodeId, SchemaError> {
+        let values: Vec<&Json> = match (get(obj, "enum"), get(obj, "const")) {
+            (Some(Json::Array(a)), None) if !a.is_empty() => a.iter().collect(),
+            (None, Some(c)) => vec![c],
+            (Some(_), Some(_)) => {
+                return Err(err(path, "`enum` and `const` together are not supported"));
+            }
+            _ => return Err(err(path, "`enum` must be a non-empty array")),
+        };
+        if let Some(ty) = get(obj, "type").and_then(Json::as_str) {
+            if let Some(bad) = values.iter().find(|v| !is_type(v, ty)) {
+                return Err(err(path, format!("enum value {bad} is not of type {ty:?}")));
+            }
+        }
+        let mut lits = Vec::new();
+        for v in values {
+            let text = v.to_value().to_string();
+            if text.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
+                return Err(err(
+                    path,
+                    format!(
+                        "enum value {text} has bytes outside printable ASCII, which the byte-level decoder does not emit"
+                    ),
+                ));
+            }
+            lits.push(lit(&text));
+        }
+        let min = lits.iter().map(|l| l.len()).min().expect("non-empty");
+        Ok(self.push(Node::Literals(lits), min))
+    }
+
+    /// `"type": ["string", "null"]`: an anyOf over the schema with each type in turn.
+    fn type_union(
+        &mut self,
+        obj: &[(String, Json)],
+        types: &[Json],
+        path: &str,
+    ) -> Result<NodeId, SchemaError> {
+        let mut ids = Vec::new();
+        for (i, t) in types.iter().enumerate() {
+            let Some(t) = t.as_str() else {
+                return Err(err(path, "`type` must be a string or an array of strings"));
+            };
+            let one: Vec<(String, Json)> = obj
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        if k == "type" {
+                            Json::String(t.into())
+                        } else {
+                            v.clone()
+                        },
+                    )
+                })
+                .collect();
+            ids.push(self.compile(&Json::Object(one), &format!("{path}/type/{i}"))?);
+        }
+        if ids.is_empty() {
+            return Err(err(path, "`type` must not be an empty array"));
+        }
+        Ok(self.push_any_of(ids))
+    }
+
+    fn string(&mut self, obj: &[(String, Json)], path: &str) -> Result<NodeId, SchemaError> {
+        let min = usize_kw(obj, "minLength", path)?.unwrap_or(0);
+        let max = usize_kw(obj, "maxLength", path)?;
+        if max.is_some_and(|m| m < min) {
+            return Err(err(
+                path,
+                "`maxLength` is below `minLength`: no string satisfies it",
+            ));
+        }
+        Ok(self.push(
+            Node::String {
+                min,
+                max: Some(max.unwrap_or(FREE_STRING_MAX)),
+            },
+            min + 2,
+        ))
+    }
+
+    /// `ty` is `integer` or `number`.
+    fn number(
+        &mut self,
+        obj: &[(String, Json)],
+        ty: &str,
+        path: &str,
+    ) -> Result<NodeId, SchemaError> {
+        let f = |k: &str| -> Result<Option<f64>, SchemaError> {
+            match get(obj, k) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| err(path, format!("`{k}` must be a number"))),
+            }
+        };
+        let limits = Limits {
+            minimum: f("minimum")?,
+            maximum: f("maximum")?,
+            exclusive_minimum: f("exclusiveMinimum")?,
+            exclusive_maximum: f("exclusiveMaximum")?,
+        };
+        match Bounds::new(ty == "integer", limits) {
+            Ok(b) => {
+                let min = b
+                    .min_extra(&NumState::default())
+                    .expect("non-empty bounds complete");
+                Ok(self.push(Node::Number(b), min))
+            }
+            Err(BoundsError::Empty) => Err(err(
+                path,
+                format!("no {ty} satisfies `minimum`/`maximum` here"),
+            )),
+            Err(BoundsError::TooLarge(v)) => Err(err(
+                path,
+                format!("bound {v} is beyond the 15 significant digits the decoder writes"),
+            )),
         }
     }
 
@@ -448,6 +459,35 @@ impl Compiler {
         let len = 2 + min * self.min_len[items] + min.saturating_sub(1);
         Ok(self.push(Node::Array { items, min, max }, len))
     }
+}
+
+/// Refuses a keyword the compiler does not know (it would be silently ignored otherwise).
+fn check_keywords(obj: &[(String, Json)], path: &str) -> Result<(), SchemaError> {
+    for (key, _) in obj {
+        let known = matches!(
+            key.as_str(),
+            "type"
+                | "properties"
+                | "required"
+                | "additionalProperties"
+                | "enum"
+                | "const"
+                | "minimum"
+                | "maximum"
+                | "exclusiveMinimum"
+                | "exclusiveMaximum"
+                | "minLength"
+                | "maxLength"
+                | "anyOf"
+                | "items"
+                | "minItems"
+                | "maxItems"
+        );
+        if !known && !ANNOTATIONS.contains(&key.as_str()) {
+            return Err(err(path, format!("unsupported schema keyword `{key}`")));
+        }
+    }
+    Ok(())
 }
 
 /// Does `v` have JSON Schema type `ty`?
