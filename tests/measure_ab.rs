@@ -9,14 +9,16 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
+use orchestrator::clock::SystemClock;
 use orchestrator::judge::{Confidence, Floor, Policy};
 use orchestrator::ledger::{ExperimentId, Ledger, NewExperiment, NewReferenceHash};
-use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, SystemClock};
+use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome};
 use orchestrator::measure::bench::BenchScorer;
-use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::gate::{GateError, HashGate, bench_prompt_set};
-use orchestrator::measure::scorer::{MeasureError, ProfileFile, RunFailure, RunOutcome, Scorer};
+use orchestrator::measure::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
 use orchestrator::menu::MenuId;
+use orchestrator::process::cancel::Cancel;
+use orchestrator::profile::ProfileFile;
 use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
 
 const STACK: &str = "tinyk3-test";
