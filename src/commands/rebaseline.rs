@@ -8,8 +8,8 @@ use std::path::Path;
 use super::UsageError;
 use crate::cli::RebaselineArgs;
 use crate::config::Config;
-use crate::cycle::{Scorers, StackScorer};
 use crate::ledger::NewReferenceHash;
+use crate::measure::by_protocol::{Scorers, StackScorer};
 use crate::measure::cancel::Cancel;
 use crate::measure::scorer::{ProfileFile, Scorer};
 

@@ -28,11 +28,12 @@ use rand::Rng;
 use tokio::time::MissedTickBehavior;
 
 use crate::config::Config;
-use crate::cycle::{Cycle, Scorers};
+use crate::cycle::CycleRunner;
 use crate::embedded;
 use crate::judge::Policy;
 use crate::ledger::Ledger;
 use crate::measure::ab::SystemClock;
+use crate::measure::by_protocol::Scorers;
 use crate::measure::cancel::{Cancel, CancelHandle};
 use crate::menu::Menu;
 use crate::progress::Progress;
@@ -288,7 +289,7 @@ async fn run_loop(
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        let mut cycle = Cycle {
+        let mut cycle = CycleRunner {
             config,
             policy,
             menu,
