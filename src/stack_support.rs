@@ -80,7 +80,7 @@ pub fn stack_menu(config: &Config, menu: &Menu) -> Result<Menu, SupportError> {
 }
 
 /// The command a candidate of `method` runs, as the cycle chooses it
-/// ([`crate::cycle::Scorers::for_candidate`]): the bench for bench entries
+/// ([`crate::measure::by_protocol::Scorers::for_candidate`]): the bench for bench entries
 /// when there is one, else a shadow, and the other way round for surface.
 fn candidate_command(config: &Config, method: Method) -> Option<(&ArgvTemplate, &'static str)> {
     let bench = config

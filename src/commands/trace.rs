@@ -17,7 +17,7 @@ use anyhow::Context;
 use super::UsageError;
 use crate::cli::{TraceArgs, TraceProtocol};
 use crate::config::Config;
-use crate::cycle::{Scorers, StackScorer};
+use crate::measure::by_protocol::{Scorers, StackScorer};
 use crate::measure::pressure;
 use crate::measure::scorer::Scorer;
 use crate::process::cancel::Cancel;

@@ -6,7 +6,6 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::valid_times;
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
 use crate::measure::ab::RecordedRun;
@@ -148,6 +147,14 @@ impl fmt::Display for CycleReport {
         }
         Ok(())
     }
+}
+
+/// Runs of an arm that produced a metric, for the cycle line.
+pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
+    runs.iter()
+        .filter(|r| r.run.arm == arm && !r.run.refused)
+        .filter_map(|r| r.run.seconds_per_token)
+        .collect()
 }
 
 #[cfg(test)]

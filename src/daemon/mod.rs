@@ -27,10 +27,11 @@ use tokio::time::MissedTickBehavior;
 
 use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::cycle::{Cycle, Scorers};
+use crate::cycle::CycleRunner;
 use crate::embedded;
 use crate::judge::Policy;
 use crate::ledger::Ledger;
+use crate::measure::by_protocol::Scorers;
 use crate::menu::Menu;
 use crate::process::cancel::{Cancel, CancelHandle};
 use crate::process::orphans;
@@ -287,7 +288,7 @@ async fn run_loop(
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        let mut cycle = Cycle {
+        let mut cycle = CycleRunner {
             config,
             policy,
             menu,

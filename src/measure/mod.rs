@@ -9,11 +9,13 @@
 //! - [`bench`]: the bench scorer (a command per measurement).
 //! - [`surface`]: the surface scorer (fixed greedy requests to an OpenAI-compatible server).
 //! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.
+//! - [`by_protocol`]: which of those scorers measures an A/B or an A/A, per protocol.
 //! - [`gate`]: the hash gate against the pinned reference output.
 //! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
 
 pub mod ab;
 pub mod bench;
+pub mod by_protocol;
 pub mod cgroup;
 pub mod deadline;
 pub mod gate;

@@ -1,6 +1,7 @@
-//! Which scorer measures an experiment: the bench command, the live surface
-//! (for an A/A of the live stack) or a shadow instance (a candidate measured
-//! through the serving surface). One enum so the A/B runner stays generic.
+//! Which scorer measures an experiment, by protocol: the bench command, the
+//! live surface (for an A/A of the live stack) or a shadow instance (a
+//! candidate measured through the serving surface). One enum so the A/B
+//! runner stays generic; it lives with the scorers it chooses among.
 
 use crate::config::Config;
 use crate::measure::bench::BenchScorer;

@@ -1,0 +1,217 @@
+//! A confirmation cycle: which win waits for its independent second A/B
+//! (a win on the live profile, or one whose confirmation was cut short),
+//! and that A/B, which stages the win when it wins again.
+
+use std::path::Path;
+
+use super::experiment::Origin;
+use super::{CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
+use crate::brain::Proposer;
+use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
+use crate::clock::Clock;
+use crate::measure::scorer::Scorer;
+use crate::profile::ProfileFile;
+use crate::menu::MenuId;
+use crate::profile::Profile;
+use crate::vocab::{Digest, VerdictKind};
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// The last experiment, when it is a win on the live profile that no
+    /// experiment has confirmed yet.
+    ///
+    /// A confirmation cut short by a shutdown or a crash (its cycle
+    /// `aborted`, its verdict `failed`) did not judge the win, so the win is
+    /// confirmed again, up to [`MAX_INTERRUPTED_CONFIRMATIONS`] times; else
+    /// a daemon stopped at the wrong moment would silently drop a win.
+    pub(super) async fn pending_win(
+        &self,
+        live: &ProfileFile,
+    ) -> Result<Option<ExperimentId>, LedgerError> {
+        // The floor refreshes scheduled between a win and its confirmation
+        // (a fresh floor comes first) do not hide the win.
+        let recent = self
+            .ledger
+            .recent_experiments(MAX_REFRESHES_BEFORE_CONFIRMATION)
+            .await?;
+        let Some(last) = recent
+            .into_iter()
+            .find(|e| !(e.menu_id == MenuId::Remeasure && e.proposer.is_none()))
+        else {
+            return Ok(None);
+        };
+        let Some(first) = win_to_confirm(&last, &live.profile.digest()) else {
+            return Ok(None);
+        };
+        let confirmations = self.ledger.confirmations(first).await?;
+        if confirmations.len() >= MAX_INTERRUPTED_CONFIRMATIONS {
+            return Ok(None);
+        }
+        for c in &confirmations {
+            let cycle = self.ledger.cycle(c.cycle_id).await?;
+            let verdict = self.ledger.verdict(c.id).await?.map(|v| v.kind);
+            let interrupted = cycle.status == crate::vocab::CycleStatus::Aborted
+                && verdict == Some(VerdictKind::Failed);
+            if !interrupted {
+                return Ok(None);
+            }
+        }
+        if first != last.experiment_id {
+            let original = self.ledger.verdict(first).await?.map(|v| v.kind);
+            if original != Some(VerdictKind::Win) {
+                return Ok(None);
+            }
+            tracing::info!(
+                experiment = %first,
+                "the confirmation of this win was interrupted; confirming it again"
+            );
+        }
+        Ok(Some(first))
+    }
+
+    /// The independent second A/B of a win; stages it when it wins again.
+    pub(super) async fn confirm(
+        &mut self,
+        id: CycleId,
+        first: ExperimentId,
+        live: &ProfileFile,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let original = self.ledger.experiment(first).await?;
+        r.menu_id = Some(original.menu_id);
+        r.params = Some(original.parameters.clone());
+        r.scheduled = Some("confirmation");
+        let candidate = Profile::parse(
+            &original.candidate_profile,
+            Path::new("the staged candidate"),
+        )
+        .map_err(|e| Stop::Failed(e.to_string()))?;
+        let path = profiles_dir(&self.config.stack.live_profile)
+            .join(format!("candidate-{}.toml", candidate.digest().short()));
+        let candidate = ProfileFile::write(&path, candidate).map_err(|e| {
+            Stop::Failed(format!("rewriting the candidate for its confirmation: {e}"))
+        })?;
+        let scorer = self
+            .scorers
+            .for_candidate(original.method)
+            .ok_or_else(|| Stop::Failed(no_scorer(original.method)))?;
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&self.new_experiment(
+                id,
+                Origin::Confirmation {
+                    original: &original,
+                },
+                scorer.method(),
+                &live.profile,
+                &candidate.profile,
+            ))
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        // Failed once it is recorded, so the next cycle does not retry it.
+        if let Err(e) = self.menu.entry(original.menu_id) {
+            return Err(Stop::Failed(unconfirmable(first, &e)));
+        }
+        self.ab(experiment_id, live, &candidate, &scorer, r).await?;
+        if r.verdict == Some(VerdictKind::Win) {
+            tracing::debug!(experiment = %experiment_id, "phase stage");
+            let stage = self
+                .ledger
+                .insert_stage(first, experiment_id, self.clock.now())
+                .await?;
+            tracing::info!(%stage, "a confirmed win is staged: `orchestrator stage show {stage}`");
+            r.staged = Some(stage);
+        }
+        Ok(())
+    }
+}
+
+/// How many scheduled floor refreshes may stand between a win and its
+/// confirmation before the win is given up on (a machine that stays too
+/// noisy to measure a usable floor).
+const MAX_REFRESHES_BEFORE_CONFIRMATION: u32 = 8;
+
+/// How many confirmations of one win may be cut short (shutdown, crash)
+/// before the win is given up on.
+const MAX_INTERRUPTED_CONFIRMATIONS: usize = 3;
+
+/// The win the last experiment asks to confirm, if any: its own win, or the
+/// win its interrupted (`failed`) confirmation was judging, on the profile
+/// that is still live. A remeasure never asks: it is an A/A of the live
+/// profile, so its "win" is noise that crossed the floor, with no candidate
+/// to confirm or stage.
+fn win_to_confirm(last: &ExperimentOutcome, live: &Digest) -> Option<ExperimentId> {
+    if last.menu_id == MenuId::Remeasure || &last.base_digest != live {
+        return None;
+    }
+    match last.confirmation_of {
+        None if last.verdict == Some(VerdictKind::Win) => Some(last.experiment_id),
+        Some(first) if last.verdict == Some(VerdictKind::Failed) => Some(first),
+        _ => None,
+    }
+}
+
+/// Why the win `first` of an entry the stack has since declared
+/// unsupported is not confirmed, and the fix.
+fn unconfirmable(first: ExperimentId, e: &crate::menu::UnsupportedEntry) -> String {
+    format!(
+        "experiment #{first}'s entry `{id}` is unsupported by the stack {stack} ([stack] unsupported); its confirmation cannot run. Remove \"{id}\" from [stack] unsupported to confirm it",
+        id = e.id,
+        stack = e.stack,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn last(
+        menu_id: MenuId,
+        verdict: VerdictKind,
+        confirmation_of: Option<i64>,
+    ) -> ExperimentOutcome {
+        ExperimentOutcome {
+            experiment_id: ExperimentId(7),
+            cycle_id: CycleId(7),
+            created_at: Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap(),
+            menu_id,
+            parameters: serde_json::json!({}),
+            base_digest: Digest::of(b"live"),
+            proposer: None,
+            confirmation_of: confirmation_of.map(ExperimentId),
+            verdict: Some(verdict),
+            effect: None,
+            interval: None,
+            noise_floor: None,
+            pairs: None,
+        }
+    }
+
+    #[test]
+    fn a_win_is_confirmed_but_never_a_remeasure_s() {
+        let live = Digest::of(b"live");
+        use VerdictKind::*;
+        let split = MenuId::RebalanceTrunkCache;
+        assert_eq!(
+            win_to_confirm(&last(split, Win, None), &live),
+            Some(ExperimentId(7))
+        );
+        // An interrupted confirmation asks again for the win it judged.
+        assert_eq!(
+            win_to_confirm(&last(split, Failed, Some(3)), &live),
+            Some(ExperimentId(3))
+        );
+        assert_eq!(win_to_confirm(&last(split, Win, Some(3)), &live), None);
+        assert_eq!(win_to_confirm(&last(split, Loss, None), &live), None);
+        // Another live profile: the win is out of date.
+        assert_eq!(
+            win_to_confirm(&last(split, Win, None), &Digest::of(b"other")),
+            None
+        );
+        // An A/A that crossed the floor by chance has nothing to confirm.
+        assert_eq!(
+            win_to_confirm(&last(MenuId::Remeasure, Win, None), &live),
+            None
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! A floor-refresh cycle: an A/A of the live profile (a `remeasure`,
+//! scheduled when a floor is due or chosen by the proposer), the new noise
+//! floor it stores, and the A/A's own verdict.
+
+use serde_json::json;
+
+use super::experiment::Origin;
+use super::{CycleReport, CycleRunner, Stop, ab_stop};
+use crate::brain::Proposer;
+use crate::judge::{self, Policy, Step};
+use crate::ledger::{CycleId, ExperimentId, Interval, NewVerdict, ProposalId};
+use crate::clock::Clock;
+use crate::measure::ab::{AbVerdict, NoiseOutcome};
+use crate::measure::by_protocol::StackScorer;
+use crate::measure::scorer::Scorer;
+use crate::profile::ProfileFile;
+use crate::menu::MenuId;
+use crate::progress::phase;
+use crate::vocab::VerdictKind;
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// An A/A of the live profile: a new noise floor, and a verdict on it.
+    pub(super) async fn remeasure(
+        &mut self,
+        id: CycleId,
+        proposal_id: Option<ProposalId>,
+        live: &ProfileFile,
+        scorer: &StackScorer,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        r.menu_id = Some(MenuId::Remeasure);
+        r.params = Some(json!({}));
+        let digest = live.profile.digest();
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&self.new_experiment(
+                id,
+                Origin::FloorRefresh { proposal_id },
+                scorer.method(),
+                &live.profile,
+                &live.profile,
+            ))
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        let (mut gate, runner) = self.measuring(scorer).await?;
+        self.progress.phase(phase::MEASURE_FLOOR, scorer.label());
+        tracing::debug!(experiment = %experiment_id, "phase measure");
+        let result = runner
+            .measure_noise_floor(experiment_id, live, &mut gate, self.policy)
+            .await;
+        tracing::debug!(experiment = %experiment_id, "phase judge");
+        let report = result.map_err(ab_stop)?;
+        r.note_runs(&report.runs);
+        let now = self.clock.now();
+        let row = report.to_new_noise_floor(
+            &super::floor::key(&self.config.stack.name, scorer.method()),
+            &digest,
+            now,
+            Some(experiment_id),
+        );
+        let (floor, pairs) = match report.outcome {
+            NoiseOutcome::Measured { floor, pairs } => (floor, pairs),
+            NoiseOutcome::Failed { reason } => {
+                let v = NewVerdict::refusal(VerdictKind::Failed, &reason, now);
+                self.ledger.insert_verdict(experiment_id, &v).await?;
+                r.verdict = Some(VerdictKind::Failed);
+                r.reason = Some(reason);
+                return Ok(());
+            }
+            NoiseOutcome::TooNoisy { reason, pairs } => {
+                // No floor to judge with; the verdict still says what the
+                // runs showed, against a floor from all of them.
+                // Its scale is for the record only, so it may come from
+                // fewer pairs than a floor needs (a bound of one discarded
+                // block stops after two).
+                let ratios: Vec<f64> = pairs.iter().map(|(a, b)| (b / a).ln()).collect();
+                let scale = judge::noise::qn(&ratios).max(self.policy.min_floor.get());
+                let v = match judge::Floor::try_from(scale.min(0.999)) {
+                    Ok(f) => aa_verdict(&pairs, f, &self.policy, now, Some(&reason)),
+                    Err(_) => NewVerdict::refusal(VerdictKind::Failed, &reason, now),
+                };
+                return self.record_aa(experiment_id, v, r).await;
+            }
+        };
+        if let Some(row) = &row {
+            self.ledger.insert_noise_floor(row).await?;
+        }
+        r.floor = Some(floor.value.get());
+        // Kept in the ledger (the report shows it), but too wide to judge
+        // anything with: `CurrentFloor` calls it stale, so the next cycle
+        // measures again.
+        let too_wide = self
+            .policy
+            .max_floor
+            .filter(|max| floor.value > *max)
+            .map(|max| {
+                format!(
+                    "machine too noisy to decide: noise floor {} > [measure] max_noise_floor {max}; nothing is measured against it. Stop the competing work, or raise max_noise_floor",
+                    floor.value
+                )
+            });
+        // The A/A's own verdict: what the sequential test says of identical
+        // profiles under the new floor (normally within_noise).
+        let v = aa_verdict(&pairs, floor.value, &self.policy, now, too_wide.as_deref());
+        self.record_aa(experiment_id, v, r).await
+    }
+
+    async fn record_aa(
+        &self,
+        experiment_id: ExperimentId,
+        verdict: NewVerdict,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        self.ledger.insert_verdict(experiment_id, &verdict).await?;
+        r.verdict = Some(verdict.kind);
+        r.reason = verdict.reason.clone();
+        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
+            r.effect = Some((e, i));
+        }
+        Ok(())
+    }
+}
+
+/// The verdict of an A/A's pairs under `floor`; with `too_noisy`, it is
+/// `inconclusive` with that reason whatever the interval says (the machine
+/// decided it), and keeps the interval for the record.
+fn aa_verdict(
+    pairs: &[(f64, f64)],
+    floor: judge::Floor,
+    policy: &Policy,
+    now: chrono::DateTime<chrono::Utc>,
+    too_noisy: Option<&str>,
+) -> NewVerdict {
+    let mut v = match judge::decide(pairs, floor, policy) {
+        Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
+        Ok(Step::Continue {
+            pairs,
+            estimate: Some(e),
+        }) => NewVerdict {
+            kind: VerdictKind::Inconclusive,
+            decided_at: now,
+            effect: Some(e.log_ratio),
+            interval: Some(Interval {
+                low: e.interval.0,
+                high: e.interval.1,
+            }),
+            noise_floor: Some(floor.get()),
+            pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
+            method: Some(judge::sequential::METHOD.to_string()),
+            reason: None,
+        },
+        // `decide` reports where it stands as `Continue`, never `Discarded`.
+        Ok(_) => NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now),
+        Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
+    };
+    if let Some(why) = too_noisy
+        && v.effect.is_some()
+    {
+        v.kind = VerdictKind::Inconclusive;
+        v.reason = Some(why.to_string());
+    }
+    v
+}

@@ -1,0 +1,242 @@
+//! A cycle of the proposer's choice: the situation it is shown, its answer
+//! recorded, and the chosen experiment planned and measured (or refused).
+
+use chrono::{DateTime, Utc};
+
+use super::experiment::Origin;
+use super::screen;
+use super::{CurrentFloor, CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
+use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
+use crate::ledger::{CycleId, LedgerError, NewVerdict, ProposalId};
+use crate::clock::Clock;
+use crate::measure::scorer::Scorer;
+use crate::profile::ProfileFile;
+use crate::menu::{Menu, MenuId, Proposal};
+use crate::observe::{self, Observation};
+use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
+use crate::profile::Profile;
+use crate::progress::phase;
+use crate::vocab::{Method, ProposerKind, VerdictKind};
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// The third kind of cycle: no floor is due and no win waits, so the
+    /// proposer chooses (a remeasure it chooses is a floor refresh).
+    pub(super) async fn propose(
+        &mut self,
+        id: CycleId,
+        live: &ProfileFile,
+        obs: &Observation,
+        methods: &[Method],
+        now: DateTime<Utc>,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let cfg = self.config;
+        let live_digest = live.profile.digest();
+        let bench_floor = match methods.first() {
+            Some(m) => self.floor(*m, live, None).await?,
+            None => CurrentFloor {
+                row: None,
+                stale: true,
+                why: None,
+            },
+        };
+        let history = self
+            .ledger
+            .recent_experiments(cfg.cycle.history.max(64))
+            .await?;
+        let floor_state = bench_floor.state(self.policy.min_floor, now);
+        let duplicates = LedgerDuplicates {
+            ledger: self.ledger,
+            base_digest: &live_digest,
+        };
+        // The live profile's own values and what was decided or refused on
+        // it leave the schema, the validator and the bandit's grid.
+        let menu = self
+            .menu
+            .clone()
+            .excluding(brain::exclusions::live(plan::unchanged(&live.profile)))
+            .excluding(duplicates.refused(self.menu).await?);
+        let stack = brain::StackDescription::of(cfg, self.menu);
+        let live_knobs = live_knobs(self.menu, &live.profile);
+        let situation = Situation {
+            menu: &menu,
+            stack: &stack,
+            live_knobs: &live_knobs,
+            target_seconds_per_token: cfg.objective.target_seconds_per_token.get(),
+            metrics: &obs.metrics,
+            noise_floor: &floor_state,
+            history: &history,
+        };
+        let current_pins = live_pins(live);
+        let profiles_dir = profiles_dir(&cfg.stack.live_profile);
+        let ctx = PlanContext {
+            live: &live.profile,
+            live_path: &live.path,
+            profiles_dir: &profiles_dir,
+            expert_bytes: cfg.stack.expert_bytes,
+            cache_spare_slots: cfg.stack.cache_spare_slots,
+            heat: obs.heat.as_ref(),
+            trace: obs.trace.as_ref(),
+            current_pins: current_pins.as_ref(),
+            top_k: None,
+        };
+        let screen = screen::Screen::new(duplicates, &ctx);
+        tracing::debug!(cycle = %id, "phase propose");
+        self.progress
+            .phase(phase::PROPOSE, self.proposer.kind().as_str());
+        // The proposer's HTTP call is abandoned on shutdown (dropping the
+        // future closes the connection); nothing of it is half-recorded.
+        let outcome = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => {
+                return Err(Stop::Aborted("shutdown while the proposer was choosing".into()));
+            }
+            outcome = self.proposer.propose(&situation, &screen) => outcome,
+        };
+        // The metrics above were read before the model was asked; the
+        // window its decoding fell in is closed now, so the next cycle's
+        // live speed is the stack's serving, not the model's answers.
+        if outcome.proposer == ProposerKind::Model {
+            observe::end_window(cfg.stack.metrics.as_ref(), self.http).await;
+        }
+        let mut last_proposal: Option<ProposalId> = None;
+        for p in outcome.new_proposals(id, self.clock.now()) {
+            last_proposal = Some(self.ledger.insert_proposal(&p).await?);
+        }
+        let proposal = match outcome.decision {
+            brain::Decision::Chosen(p) => p,
+            brain::Decision::Rejected => {
+                let last = outcome
+                    .attempts
+                    .last()
+                    .and_then(|a| a.rejection.as_ref())
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "no attempt".into());
+                let why = format!(
+                    "every answer of the proposer was refused ({} attempts; last: {last})",
+                    outcome.attempts.len()
+                );
+                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
+                return Ok(());
+            }
+            brain::Decision::Failed(e) => return Err(Stop::Failed(format!("proposer: {e}"))),
+        };
+        r.menu_id = Some(proposal.experiment);
+        r.params = Some(brain::params_value(&proposal));
+
+        if proposal.experiment == MenuId::Remeasure {
+            let method = self
+                .menu
+                .entry(MenuId::Remeasure)
+                .map_err(|e| Stop::Failed(e.to_string()))?
+                .method;
+            let scorer = self
+                .scorers
+                .for_live(method)
+                .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+            return self.remeasure(id, last_proposal, live, &scorer, r).await;
+        }
+        tracing::debug!(cycle = %id, "phase plan");
+        self.progress
+            .phase(phase::PLAN, proposal.experiment.as_str());
+        let plan = screen.plan(&proposal);
+        self.experiment(id, last_proposal, &proposal, plan, live, r)
+            .await
+    }
+
+    async fn cycle_verdict(
+        &self,
+        r: &mut CycleReport,
+        kind: VerdictKind,
+        why: &str,
+    ) -> Result<(), LedgerError> {
+        let v = NewVerdict::refusal(kind, why, self.clock.now());
+        self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?;
+        r.verdict = Some(kind);
+        r.reason = Some(why.to_string());
+        Ok(())
+    }
+
+    /// Plans, records and measures one proposed experiment.
+    async fn experiment(
+        &mut self,
+        id: CycleId,
+        proposal_id: Option<ProposalId>,
+        proposal: &Proposal,
+        plan: Result<Plan, PlanRefusal>,
+        live: &ProfileFile,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        // The model's answers were screened by the planner already; a
+        // bandit's choice is refused here.
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                let why = format!("not measured: {}", screen::refusal_text(proposal, &refusal));
+                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
+                return Ok(());
+            }
+        };
+        plan::write_plan(&plan).map_err(|e| {
+            Stop::Failed(format!(
+                "writing the candidate profile {}: {e}",
+                plan.candidate_path.display()
+            ))
+        })?;
+        let candidate = ProfileFile {
+            path: plan.candidate_path.clone(),
+            profile: plan.candidate.clone(),
+        };
+        let entry = self
+            .menu
+            .entry(proposal.experiment)
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        let scorer = self
+            .scorers
+            .for_candidate(entry.method)
+            .ok_or_else(|| Stop::Failed(no_scorer(entry.method)))?;
+        let experiment_id = self
+            .ledger
+            .insert_experiment(&self.new_experiment(
+                id,
+                Origin::Proposal {
+                    proposal_id,
+                    proposal,
+                    notes: &plan.notes,
+                },
+                scorer.method(),
+                &live.profile,
+                &plan.candidate,
+            ))
+            .await?;
+        r.experiment_id = Some(experiment_id);
+        self.ab(experiment_id, live, &candidate, &scorer, r).await
+    }
+}
+
+/// The live pin list, when the live profile names one that can be read.
+fn live_pins(live: &ProfileFile) -> Option<PinList> {
+    let path = live.profile.pins_path(&live.path)?;
+    match PinList::load(&path) {
+        Ok(list) => Some(list),
+        Err(e) => {
+            tracing::warn!("the live pin list cannot be read: {e}");
+            None
+        }
+    }
+}
+
+/// The live value of every knob the menu's entries touch, in knob order.
+fn live_knobs(
+    menu: &Menu,
+    live: &Profile,
+) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
+    let mut knobs: Vec<crate::profile::Knob> = menu
+        .entries()
+        .iter()
+        .flat_map(|e| e.touches.iter().copied())
+        .collect();
+    knobs.sort();
+    knobs.dedup();
+    knobs.into_iter().map(|k| (k, live.get(k))).collect()
+}
