@@ -2,13 +2,12 @@
 //! free loopback port with a tiny checkpoint. With random weights its choice
 //! is arbitrary, but it is a real schema-constrained answer, validated here.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 

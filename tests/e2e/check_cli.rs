@@ -3,12 +3,11 @@
 //! the endpoints) fails the check with exit 1 and its fix; the embedded
 //! default's stack is started by `run`, so its silent endpoints do not.
 
-mod common;
-mod demo;
-
 use std::path::Path;
 use std::process::Output;
 
+use crate::common;
+use crate::demo;
 use assert_cmd::Command;
 
 fn check(config: &Path) -> Output {

@@ -1,11 +1,6 @@
 //! Helpers shared by the end-to-end tests: the real tinyk3 binary, tiny
 //! checkpoints, configs and profiles in temp dirs, process liveness checks.
 
-#![allow(
-    dead_code,
-    reason = "each test file uses a different subset of these helpers"
-)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -174,4 +169,43 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
+}
+
+/// The one lock of the tests that load the machine or measure time: CPU
+/// hogs, real engine servers (llama.cpp, kimi-k3-in-c, `tinyk3 serve`
+/// shadows, Chromium), the daemon's measured cycles, many processes racing
+/// one ledger, and assertions on how long something took (a kill within
+/// 5 s, a deadline derived from recorded runs, a verdict against a noise
+/// floor). As separate programs these never ran beside a test of another
+/// file; in one program, on 2 cores, they would (two llama.cpp cycles at
+/// once pushed one past its 600 s timeout). A heavy test holds the guard
+/// for its whole body; light tests (the CLI, reports, the ledger API, single
+/// runs without a time bound) take nothing and run beside anything.
+///
+/// A tokio mutex, so async tests can hold it across their awaits
+/// ([`heavy_async`]). It has no poisoning: a heavy test that fails releases
+/// it while unwinding, and the next one runs as if nothing happened.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The guard of [`HEAVY`] for a plain test.
+pub fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.blocking_lock()
+}
+
+/// The guard of [`HEAVY`] for an async test, whose runtime a blocking
+/// wait would stall.
+pub async fn heavy_async() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
+}
+
+#[test]
+fn a_heavy_test_that_fails_leaves_the_lock_to_the_next() {
+    let failed = std::thread::spawn(|| {
+        let _heavy = heavy();
+        panic!("a heavy test failing while it holds the lock");
+    })
+    .join();
+    assert!(failed.is_err());
+    // A poisoning lock would fail every later heavy test here.
+    drop(heavy());
 }

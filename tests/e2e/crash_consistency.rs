@@ -6,10 +6,6 @@
 //! (old or new, never torn, also while `stage approve` races the kill), and
 //! every engine process the dead daemon started is gone.
 
-mod common;
-mod demo;
-mod staged;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -19,12 +15,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use demo::Demo;
+use crate::demo::Demo;
+use crate::staged;
+use crate::staged::Proc;
 use orchestrator::profile::Profile;
 use orchestrator::vocab::Digest;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use staged::Proc;
 
 const KILLS: usize = 30;
 const SEED: u64 = 0x5eed_0009;
@@ -113,6 +110,7 @@ fn digest_of(path: &Path) -> Digest {
 
 #[test]
 fn thirty_sigkills_across_the_cycle_lose_nothing_and_leave_no_orphan() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let demo = Demo::new("bandit", START, TINY_INIT, 3 * 64 * 128 * 4, 8);
     let config = demo.path("config.toml");

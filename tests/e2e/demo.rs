@@ -2,11 +2,6 @@
 //! `orchestrator run`: the repository's default config pointed at temp
 //! paths, free ports, a small checkpoint and a quick protocol.
 
-#![allow(
-    dead_code,
-    reason = "each test file uses a different subset of these helpers"
-)]
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -5,14 +5,10 @@
 //! log line naming the cause, no process of the run's group left alive, and
 //! the next cycle completing normally.
 
-mod common;
-mod demo;
-mod faults;
-
 use std::time::{Duration, Instant};
 
-use demo::Demo;
-use faults::*;
+use crate::demo::Demo;
+use crate::faults::*;
 
 /// Each fault, and words the ERROR line and verdict reason must carry.
 const ENGINE_FAULTS: &[(&str, &[&str])] = &[
@@ -29,6 +25,7 @@ const ENGINE_FAULTS: &[(&str, &[&str])] = &[
 
 #[test]
 fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let demo = Demo::new("bandit", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);

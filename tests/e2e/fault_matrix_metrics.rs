@@ -5,15 +5,11 @@
 //! it fails loudly. Either way the next cycle runs normally once the
 //! endpoint is back.
 
-mod common;
-mod demo;
-mod faults;
-
 use std::time::{Duration, Instant};
 
-use demo::Demo;
-use faults::server::{FaultyHttpServer, Reply};
-use faults::*;
+use crate::demo::Demo;
+use crate::faults::server::{FaultyHttpServer, Reply};
+use crate::faults::*;
 
 const GARBAGE: &str = "<html>502 Bad Gateway</html> {{{ not prometheus";
 
@@ -27,6 +23,7 @@ fn gaps(db: &std::path::Path, cycle: i64) -> String {
 
 #[test]
 fn metrics_down_or_garbage_proceed_or_fail_as_configured() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let metrics = FaultyHttpServer::start(|_| {
         Reply::Body(

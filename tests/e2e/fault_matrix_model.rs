@@ -7,16 +7,12 @@
 //! rationale carrying instructions is only text, kept in the raw-answer
 //! column and nowhere else. After each fault the next cycle runs normally.
 
-mod common;
-mod demo;
-mod faults;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use demo::Demo;
-use faults::server::{FaultyHttpServer, Reply};
-use faults::*;
+use crate::demo::Demo;
+use crate::faults::server::{FaultyHttpServer, Reply};
+use crate::faults::*;
 
 /// These tests are about the model, not the machine: on a loaded shared
 /// machine a wide floor, runs under pressure or a pressure shift would turn
@@ -54,6 +50,7 @@ enum Expect {
 
 #[test]
 fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let counter = AtomicU32::new(0);
     let model = FaultyHttpServer::start(move |_| {
@@ -324,6 +321,7 @@ fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
 /// is not the model's own decoding. The double records the order.
 #[test]
 fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() {
+    let _heavy = crate::common::heavy();
     let server = FaultyHttpServer::start(|r| {
         if r.head.starts_with("GET /metrics") {
             Reply::Body("text/plain", "# HELP x\nunrelated_series 1\n".into())

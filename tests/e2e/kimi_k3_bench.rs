@@ -3,11 +3,10 @@
 //! loaded as written with only the engine, the model and the ledger paths
 //! substituted, and real runs go through the bench scorer and the loop.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{script, tiny_model, tinyk3_bin};
+use crate::common;
+use crate::common::{script, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
 use orchestrator::heat::{Heat, Trace};
 use orchestrator::measure::bench::BenchScorer;
@@ -17,7 +16,7 @@ use orchestrator::measure::template::RenderContext;
 use orchestrator::menu::{Menu, MenuId};
 use orchestrator::profile::Profile;
 
-const EXAMPLE: &str = include_str!("../examples/kimi-k3-in-c.toml");
+const EXAMPLE: &str = include_str!("../../examples/kimi-k3-in-c.toml");
 
 /// A profile the tiny checkpoint fits in.
 const TINY: &str =
@@ -236,6 +235,7 @@ async fn exit_2_and_4_of_the_engine_are_failed_runs_with_their_cause() {
 
 #[test]
 fn orchestrator_runs_cycles_on_the_example_and_records_a_verdict_each() {
+    let _heavy = crate::common::heavy();
     let (tmp, model) = tiny_model(13);
     let config = example(tmp.path(), &[&tinyk3(), "bench"], &model);
     let out = assert_cmd::Command::cargo_bin("orchestrator")

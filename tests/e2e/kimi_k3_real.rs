@@ -12,12 +12,12 @@
 //! Skipped, with how to run it, when `K3_BIN` is unset: `scripts/test.sh`
 //! sets it from `KIMI_K3_SRC` (CI: the vendored source).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const EXAMPLE: &str = include_str!("../examples/kimi-k3-in-c.toml");
+use crate::common;
+
+const EXAMPLE: &str = include_str!("../../examples/kimi-k3-in-c.toml");
 
 struct Engine {
     bin: String,
@@ -94,6 +94,7 @@ fn orchestrator(config: &Path, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_real_engine_runs_the_example_cycle_after_cycle() {
+    let _heavy = crate::common::heavy();
     let Some(e) = engine() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let config = write_config(tmp.path(), &e);

@@ -8,14 +8,11 @@
 //! tmpfs, which needs root; without it the read-only case uses file modes
 //! and the full-disk case is skipped (and says so).
 
-mod common;
-mod demo;
-mod staged;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use demo::Demo;
+use crate::demo::Demo;
+use crate::staged;
 use orchestrator::profile::Profile;
 
 const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
@@ -99,6 +96,7 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_ledger_at_its_size_cap_stops_the_daemon_and_closes_the_cycle() {
+    let _heavy = crate::common::heavy();
     let demo = demo();
     let db = demo.path("ledger/orchestrator.db");
     let first = run(&demo, &["--once"]);
@@ -123,6 +121,7 @@ fn a_ledger_at_its_size_cap_stops_the_daemon_and_closes_the_cycle() {
 
 #[test]
 fn a_read_only_ledger_stops_the_daemon_naming_the_file() {
+    let _heavy = crate::common::heavy();
     let demo = demo();
     let mount = Tmpfs::mount(&demo.path("ro"), "16m");
     let dir = match &mount {
@@ -173,6 +172,7 @@ fn a_read_only_ledger_stops_the_daemon_naming_the_file() {
 
 #[test]
 fn a_full_disk_stops_the_daemon_and_the_next_start_recovers() {
+    let _heavy = crate::common::heavy();
     let demo = demo();
     let Some(_mount) = Tmpfs::mount(&demo.path("small"), "4m") else {
         eprintln!("SKIPPED: mounting a small tmpfs needs root");

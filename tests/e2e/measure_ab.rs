@@ -2,13 +2,11 @@
 //! ledger file: ABBA order and one verdict, the hash gate (candidate and
 //! baseline), a failed run, cancellation, and the A/A noise floor.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use chrono::Utc;
-use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use orchestrator::judge::{Confidence, Floor, Policy};
 use orchestrator::ledger::{ExperimentId, Ledger, NewExperiment, NewReferenceHash};
 use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome, SystemClock};
@@ -101,6 +99,7 @@ fn bench(dir: &Path, model: &Path) -> BenchScorer {
 
 #[tokio::test]
 async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
     let cfg = config_with_bench(tmp.path(), &tinyk3_argv(&model), "", 30.0, 0.1);
@@ -206,6 +205,7 @@ async fn an_a_a_run_records_every_run_in_abba_order_and_gives_one_verdict() {
 
 #[tokio::test]
 async fn a_candidate_with_other_output_is_a_hash_mismatch_with_no_delta() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let (_t8, model8) = tiny_model(8);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
@@ -252,6 +252,7 @@ async fn a_candidate_with_other_output_is_a_hash_mismatch_with_no_delta() {
 
 #[tokio::test]
 async fn a_baseline_that_no_longer_matches_fails_loudly_and_says_rebaseline() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
     let live = profile_file(tmp.path(), "live.toml");
@@ -294,6 +295,7 @@ async fn a_baseline_that_no_longer_matches_fails_loudly_and_says_rebaseline() {
 
 #[tokio::test]
 async fn a_failed_candidate_run_ends_the_experiment_failed_with_its_cause() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let (_t2, broken) = tiny_model(7);
     let experts = broken.join("experts.bin");
@@ -352,6 +354,7 @@ async fn a_failed_candidate_run_ends_the_experiment_failed_with_its_cause() {
 
 #[tokio::test]
 async fn shutdown_kills_the_running_child_group_promptly_and_records_the_run() {
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let pidfile = tmp.path().join("pid");
     // A stand-in for a long engine run: it records its pid and sleeps.
@@ -411,6 +414,7 @@ async fn shutdown_kills_the_running_child_group_promptly_and_records_the_run() {
 
 #[tokio::test]
 async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
     let scorer = bench(tmp.path(), &model);
@@ -493,6 +497,7 @@ impl Scorer for DeadlineRecordingBench {
 /// their slow end (at least 30 s), and a timeout there says so.
 #[tokio::test]
 async fn each_run_gets_a_deadline_from_its_profiles_recorded_runs() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(7);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
     let cfg = config_with_bench(tmp.path(), &tinyk3_argv(&model), "", 30.0, 0.1);

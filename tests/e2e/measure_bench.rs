@@ -3,12 +3,10 @@
 //! (the whole process group gone), garbage and missing JSON, the memory
 //! pre-flight, and an unknown knob refused by `orchestrator check`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use assert_cmd::Command;
-use common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
 use orchestrator::ledger::TimingSource;
 use orchestrator::measure::bench::{BenchScorer, NOTE_PREFIX};
 use orchestrator::measure::cancel::Cancel;
@@ -135,6 +133,7 @@ async fn a_profile_the_engine_refuses_is_a_usage_failure_exit_2() {
 
 #[tokio::test]
 async fn a_hang_is_killed_at_the_timeout_with_its_whole_process_group() {
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let pids = tmp.path().join("pids");
     // The hanging command of this test only: a shell whose background child

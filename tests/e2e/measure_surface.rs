@@ -6,12 +6,11 @@
 //! real TCP socket, and records each request so the test can check what the
 //! scorer sent. Replace it with `tinyk3 serve` once that lands.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{alive, profile_file};
+use crate::common;
+use crate::common::{alive, profile_file};
 use orchestrator::config::{Seconds, Surface};
 use orchestrator::ledger::TimingSource;
 use orchestrator::measure::cancel::Cancel;
@@ -181,6 +180,7 @@ async fn server_timings_are_used_when_every_answer_has_them() {
 
 #[tokio::test]
 async fn without_server_timings_tokens_are_timed_as_they_stream() {
+    let _heavy = crate::common::heavy_async().await;
     let server = FakeOpenAiServer::start(Mode::NoTimings).await;
     let o = surface(&server.url, false)
         .measure(&Cancel::never())
@@ -309,6 +309,7 @@ async fn a_shadow_is_started_on_a_free_port_found_healthy_and_stopped() {
 
 #[tokio::test]
 async fn a_shadow_that_exits_or_never_gets_healthy_fails_and_leaves_nothing() {
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let p = profile_file(tmp.path(), "candidate.toml");
     let any: reqwest::Url = "http://127.0.0.1:1".parse().unwrap();

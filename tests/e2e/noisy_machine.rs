@@ -10,17 +10,13 @@
 //! hogs are certain to count as interference on any machine, with
 //! `max_discarded_blocks = 1` so a too-noisy A/B gives up after two blocks.
 
-mod common;
-mod demo;
-mod faults;
-
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use demo::Demo;
-use faults::server::{FaultyHttpServer, Reply};
-use faults::{TINY_EXPERT_BYTES, TINY_INIT, edit_config, use_model_double};
+use crate::demo::Demo;
+use crate::faults::server::{FaultyHttpServer, Reply};
+use crate::faults::{TINY_EXPERT_BYTES, TINY_INIT, edit_config, use_model_double};
 
 /// Budgets far above the tiny checkpoint's trunk and experts, so every
 /// trunk/cache split holds all of both: a candidate of the same speed.
@@ -131,6 +127,7 @@ fn verdicts(demo: &Demo) -> Vec<(String, String, String)> {
 
 #[test]
 fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
+    let _heavy = crate::common::heavy();
     // The shipped judge.
     let (_model, demo) = hogged_demo(&[]);
     let log = run_under_hogs(&demo, 6, Duration::from_secs(2));
@@ -165,6 +162,7 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
 
 #[test]
 fn a_machine_above_the_pressure_limit_is_called_too_noisy_and_nothing_is_staged() {
+    let _heavy = crate::common::heavy();
     if !orchestrator::measure::pressure::current().available() {
         eprintln!(
             "skipped: this kernel has no /proc/pressure, so no run can be seen as interfered"

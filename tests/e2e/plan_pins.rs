@@ -3,11 +3,10 @@
 //! replay predicted (its output is bit-identical under every profile, so the
 //! trace repeats and the prediction can be checked to the lookup).
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
+use crate::common;
 use orchestrator::heat::{Heat, Trace};
 use orchestrator::menu::{MenuId, ParamValue, Proposal};
 use orchestrator::plan::{self, PlanContext, PlanRefusal, replay};

@@ -1,14 +1,12 @@
 //! `orchestrator report` as a real process: formats, files, empty weeks, and
 //! exit 2 with the expected format for a bad week or date.
 
-mod common;
-mod demo;
-mod faults;
-mod report_fixture;
-
+use crate::demo;
+use crate::faults;
+use crate::report_fixture;
+use crate::report_fixture::Site;
 use assert_cmd::Command;
 use predicates::prelude::*;
-use report_fixture::Site;
 
 fn cmd(site: &Site) -> Command {
     let mut c = Command::cargo_bin("orchestrator").unwrap();
@@ -118,6 +116,7 @@ fn an_out_file_in_a_missing_directory_is_refused_with_the_fix() {
 
 #[test]
 fn right_after_a_first_run_the_default_report_shows_it() {
+    let _heavy = crate::common::heavy();
     // The real daemon on the embedded tinyk3 stack: its first cycle
     // measures the noise floor and stores it as the daemon does.
     let demo = demo::Demo::new(

@@ -8,13 +8,6 @@
 //! and bandit proposals with retries and a duplicate, measured parts of a
 //! token on every valid run (for the projection), and a noise floor and a baseline that both shift mid-week.
 
-// `allow`, not `expect`: whether anything is dead depends on which test
-// binary includes the fixture.
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the fixture"
-)]
-
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};

@@ -5,12 +5,11 @@
 //! Needs Debian's `chromium` (`apt-get install -y chromium`). Without it the
 //! test FAILS and says so: a skipped browser test would pass silently.
 
-mod report_fixture;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::report_fixture;
 use chrono::{TimeZone, Utc};
 use orchestrator::ledger::Ledger;
 use orchestrator::report::period::IsoWeek;
@@ -138,6 +137,7 @@ async fn fixture_html() -> String {
 
 #[tokio::test]
 async fn html_report_renders_its_charts_in_chromium() {
+    let _heavy = crate::common::heavy_async().await;
     let page = fixture_html().await;
 
     // Self-contained: nothing is fetched, nothing runs.

@@ -2,14 +2,13 @@
 //! the facts the snapshot must hold (so a careless `cargo insta accept`
 //! cannot bless a wrong report).
 
-mod report_fixture;
-
+use crate::report_fixture;
+use crate::report_fixture::{LEAKED_TOKEN, NOTE_TOKEN};
 use chrono::{NaiveDate, TimeZone, Utc};
 use orchestrator::ledger::Ledger;
 use orchestrator::report::period::IsoWeek;
 use orchestrator::report::redact::Redactor;
 use orchestrator::report::{BuildOptions, Period, Report, build, markdown};
-use report_fixture::{LEAKED_TOKEN, NOTE_TOKEN};
 
 async fn report_of(ledger: &Ledger, week: &str) -> Report {
     let period = Period::week(IsoWeek::parse(week).unwrap());

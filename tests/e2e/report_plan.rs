@@ -2,8 +2,7 @@
 //! `SCAN` of a table and no temporary sort, on an empty ledger and on the
 //! fixture (SQLite may plan differently once tables hold rows).
 
-mod report_fixture;
-
+use crate::report_fixture;
 use orchestrator::ledger::{Ledger, NamedQuery};
 
 const REPORT_QUERIES: &[(NamedQuery, &str)] = &[

@@ -3,10 +3,8 @@
 //! its children, the served model choosing, the bench measuring, the ledger
 //! recording, and a person approving.
 
-mod common;
-mod demo;
-
-use demo::Demo;
+use crate::common;
+use crate::demo::Demo;
 
 const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
 
@@ -14,6 +12,7 @@ const TINY_START: &str = "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.001\ncache_gb
 
 #[test]
 fn ten_cycles_on_the_default_config_each_with_one_verdict() {
+    let _heavy = crate::common::heavy();
     let demo = Demo::new("model", TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
     let out = demo.cmd().args(["run", "--cycles", "10"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

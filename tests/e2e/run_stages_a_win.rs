@@ -2,13 +2,11 @@
 //! pins, a cold far tier, no speculation) the real daemon finds, confirms and
 //! stages a win within 20 cycles, and `stage approve` applies it.
 
-mod common;
-mod demo;
-
-use demo::Demo;
+use crate::demo::Demo;
 
 #[test]
 fn from_a_slow_profile_the_loop_stages_a_win_and_approve_applies_it() {
+    let _heavy = crate::common::heavy();
     // Big enough that tiers matter (experts of 384 KiB, cold reads from
     // disk), small enough to measure in a fraction of a second.
     let init = r#""--seed", "2", "--layers", "8", "--experts", "32", "--top-k", "4", "--d-model", "128", "--d-expert", "256", "--d-dense", "512", "--heads", "4", "--vocab", "512""#;

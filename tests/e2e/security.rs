@@ -8,17 +8,14 @@
 //! text; everything else is the real daemon, the real tinyk3 stack, the
 //! real SQLite ledger.
 
-mod common;
-mod demo;
-mod faults;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use demo::Demo;
-use faults::server::{FaultyHttpServer, Reply};
-use faults::*;
+use crate::common;
+use crate::demo::Demo;
+use crate::faults::server::{FaultyHttpServer, Reply};
+use crate::faults::*;
 
 /// In every hostile answer: found anywhere but the raw-answer column, a
 /// string of the model went somewhere it must not.
@@ -94,6 +91,7 @@ fn listening_on(port: u16) -> Vec<String> {
 
 #[test]
 fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let key = format!(
         "sk-secret-{}-{}",

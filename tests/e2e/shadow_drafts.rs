@@ -4,11 +4,9 @@
 //! llama-server reports `timings.draft_n` and its `spec_decode` counters.
 //! The llama-server tier (tests/llama_server.rs) checks the same on llama.cpp.
 
-mod common;
-
 use std::path::Path;
 
-use common::{alive, tiny_model, tinyk3_bin};
+use crate::common::{alive, tiny_model, tinyk3_bin};
 use orchestrator::config::Config;
 use orchestrator::measure::cancel::Cancel;
 use orchestrator::measure::scorer::{MeasureError, ProfileFile, Scorer};
@@ -74,6 +72,7 @@ fn candidate(dir: &Path, draft_len: u64) -> ProfileFile {
 
 #[tokio::test]
 async fn a_shadow_that_speculates_passes_and_one_that_drafts_nothing_fails() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(21);
     let spec = candidate(tmp.path(), 2);
 
@@ -128,6 +127,7 @@ async fn a_shadow_that_speculates_passes_and_one_that_drafts_nothing_fails() {
 /// run's draft acceptance.
 #[tokio::test]
 async fn one_shadow_serves_every_run_of_its_profile_until_the_ab_finishes() {
+    let _heavy = crate::common::heavy_async().await;
     let (tmp, model) = tiny_model(22);
     let spec = candidate(tmp.path(), 2);
     let s = shadow(

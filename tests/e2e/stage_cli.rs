@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
 
+use crate::staged;
 use assert_cmd::Command;
 use orchestrator::ledger::StageId;
 use orchestrator::profile::Profile;
-
-mod staged;
 
 const BASE: &str = "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.25\ncache_gb = 0.5\n";
 

@@ -3,15 +3,12 @@
 //! nobody sees `database is locked`, each stage is decided exactly once, and
 //! every loser is told which decision won and whose it was.
 
-mod common;
-mod demo;
-mod staged;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use demo::Demo;
+use crate::demo::Demo;
+use crate::staged;
 use orchestrator::profile::Profile;
 
 const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
@@ -56,6 +53,7 @@ fn outcome(by: &str, approve: bool, out: &std::process::Output) -> Outcome {
 
 #[test]
 fn racing_approvals_and_rejections_decide_each_stage_exactly_once() {
+    let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let demo = Demo::new("bandit", START, TINY_INIT, 3 * 64 * 128 * 4, 8);
     let config = demo.path("config.toml");

@@ -2,11 +2,6 @@
 //! the ledger API (while a daemon may be writing the same ledger), `ledger
 //! --check`, and the processes a test's temp dir has running.
 
-#![allow(
-    dead_code,
-    reason = "each test file uses a different subset of these helpers"
-)]
-
 use std::path::Path;
 use std::time::Duration;
 

@@ -3,11 +3,6 @@
 //! the fault wrapper spliced into the bench argv, and `/proc` scans for
 //! processes that outlived their run.
 
-#![allow(
-    dead_code,
-    reason = "each test file uses a different subset of these helpers"
-)]
-
 pub mod ledger;
 pub mod server;
 

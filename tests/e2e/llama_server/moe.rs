@@ -78,7 +78,7 @@ async fn model_meta(server: &Server) -> serde_json::Value {
 
 #[test]
 fn upcycling_smollm2_again_writes_the_same_bytes_and_a_moe_input_is_refused() {
-    let _one = one_at_a_time();
+    let _heavy = crate::common::heavy();
     let (_, dense) = artifacts();
     let cached = moe_gguf();
     let tmp = tempfile::tempdir().unwrap();
@@ -114,7 +114,7 @@ fn upcycling_smollm2_again_writes_the_same_bytes_and_a_moe_input_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn llama_server_serves_the_moe_as_4_experts_top_2_greedily_and_unlike_smollm2() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _heavy = crate::common::heavy_async().await;
     let tmp = tempfile::tempdir().unwrap();
     let moe = moe_gguf();
     let (_, dense) = artifacts();
@@ -176,7 +176,7 @@ async fn llama_server_serves_the_moe_as_4_experts_top_2_greedily_and_unlike_smol
 
 #[test]
 fn orchestrator_run_on_the_moe_records_a_verdict() {
-    let _one = one_at_a_time();
+    let _heavy = crate::common::heavy();
     let tmp = tempfile::tempdir().unwrap();
     let moe = moe_gguf();
     let (_, dense) = artifacts();
