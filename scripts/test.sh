@@ -12,7 +12,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
 
-# The llama-server tier (tests/llama_server.rs) needs a real llama.cpp
+# The llama-server tier (tests/e2e/llama_server/) needs a real llama.cpp
 # llama-server, a small real GGUF model and a mixture-of-experts GGUF upcycled
 # from it: built, fetched and written once into a cache outside the checkout
 # (15 to 41 minutes on 2 cores the first time, depending on load, README
@@ -22,7 +22,7 @@ llama_env="$(bash scripts/llama-server.sh)"
 eval "$llama_env"
 export LLAMA_SERVER_BIN LLAMA_SERVER_GGUF LLAMA_SERVER_MOE_GGUF
 
-# The real kimi-k3-in-c tier (tests/kimi_k3_real.rs): the engine built from
+# The real kimi-k3-in-c tier (tests/e2e/kimi_k3_real.rs): the engine built from
 # KIMI_K3_SRC (default: the vendored source beside the checkout, as CI has
 # it) and a tiny checkpoint of our own writer, cached outside the checkout.
 # Without a source tree the tier is skipped and says how to run it.

@@ -4,7 +4,7 @@
 //! Driven by `cargo bench --bench judge_simulation`, which prints the
 //! Markdown table for the README. Everything is seeded and deterministic.
 //! It lives beside its bench, not in the library: nothing else runs it. Its
-//! tests are `tests/judge_simulation.rs`, which includes this file.
+//! tests are `tests/e2e/judge_simulation/mod.rs`, which includes this file.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -1,0 +1,44 @@
+//! End-to-end tests of the orchestrator: the real daemon and CLI, the real
+//! tinyk3 stack (and llama.cpp and kimi-k3-in-c tiers) over real files,
+//! loopback ports and SQLite. One test program with a module per area, so
+//! the dependency tree is linked once.
+//!
+//! Tests that load the machine or measure time take [`common::heavy`] for
+//! their whole body: in one program they would otherwise run beside each
+//! other, which they never did as separate programs.
+
+// Helpers shared by the modules below.
+mod common;
+mod demo;
+mod faults;
+mod report_fixture;
+mod staged;
+
+mod brain_tinyk3;
+mod check_cli;
+mod confirm_unsupported;
+mod crash_consistency;
+mod fault_matrix_engine;
+mod fault_matrix_metrics;
+mod fault_matrix_model;
+mod judge_simulation;
+mod kimi_k3_bench;
+mod kimi_k3_real;
+mod ledger_write_failure;
+mod llama_server;
+mod measure_ab;
+mod measure_bench;
+mod measure_surface;
+mod noisy_machine;
+mod plan_pins;
+mod report_cli;
+mod report_html;
+mod report_markdown;
+mod report_period;
+mod report_plan;
+mod run_loop;
+mod run_stages_a_win;
+mod security;
+mod shadow_drafts;
+mod stage_cli;
+mod stage_concurrency;
