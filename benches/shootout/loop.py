@@ -12,7 +12,9 @@ or the harness stops):
   tier) with every contestant, so all of them meet the same far tier;
 - `interval_s` 30 -> 1 (the wait between cycles is no engine time, but it is
   wall time the hour cannot spare); `proposer` is the contestant's;
-- the metrics port is a free one.
+- the metrics port is a free one;
+- `max_pressure` 0.97 -> 0.999 and `max_discarded_blocks` 8 -> 1000 (see
+  LOOSENED below; `--shipped-judge` keeps them).
 
 Everything in `[measure]` (the judge, floors, confirmations) is as shipped.
 
@@ -38,7 +40,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from stack import (CLOCK, EXPERT_BYTES, ORCH, REPO, TINYK3, Proc, Profile, clock_total, free_port,
+from stack import (CLOCK_ARGV, EXPERT_BYTES, ORCH, REPO, TINYK3, Proc, Profile, clock_total, free_port,
                    wait_http)
 
 
@@ -50,7 +52,19 @@ def substitute(text, pairs):
     return text
 
 
-def write_config(d: Path, ck: Path, log: Path, proposer: str, serve_port: int, metrics_port: int):
+# The machine checks the repository's own tests loosen on a loaded machine
+# (tests/report_cli.rs): at load 15 on 2 cores every run is "under pressure"
+# (PSI near 100%), every block is discarded and every floor ends
+# `inconclusive` (2026-12-01, --quick at load 15: both loops spent their whole
+# budget on one such floor). --shipped-judge keeps them as shipped.
+LOOSENED = [
+    ("max_pressure = 0.97", "max_pressure = 0.999"),
+    ("max_discarded_blocks = 8", "max_discarded_blocks = 1000"),
+]
+
+
+def write_config(d: Path, ck: Path, log: Path, proposer: str, serve_port: int, metrics_port: int,
+                 shipped_judge: bool = False):
     text = (REPO / "config.toml").read_text()
     text = text[: text.index("[embedded]")]
     q = json.dumps
@@ -61,7 +75,7 @@ def write_config(d: Path, ck: Path, log: Path, proposer: str, serve_port: int, m
         ('work_dir = "ledger/work"', f"work_dir = {q(str(d / 'work'))}"),
         ("expert_bytes = 1572864", f"expert_bytes = {EXPERT_BYTES}"),
         ('"target/release/tinyk3", "bench", "ledger/tinyk3-demo",',
-         f'"python3", {q(str(CLOCK))}, {q(str(log))}, "--", {q(str(TINYK3))}, "bench", {q(str(ck))},'),
+         ", ".join(q(x) for x in [*CLOCK_ARGV, str(log), "--", str(TINYK3), "bench", str(ck)]) + ","),
         ('"--dump-cache-trace", "ledger/heat",', f'"--dump-cache-trace", {q(str(d / "heat"))},'),
         ('base_url = "http://127.0.0.1:8181"\n', f'base_url = "http://127.0.0.1:{serve_port}"\n'),
         ('url = "http://127.0.0.1:8181/metrics"', f'url = "http://127.0.0.1:{serve_port}/metrics"'),
@@ -73,6 +87,8 @@ def write_config(d: Path, ck: Path, log: Path, proposer: str, serve_port: int, m
         ('proposer = "model"', f'proposer = "{proposer}"'),
         ('metrics_listen = "127.0.0.1:9464"', f'metrics_listen = "127.0.0.1:{metrics_port}"'),
     ])
+    if not shipped_judge:
+        text = substitute(text, LOOSENED)
     (d / "config.toml").write_text(text)
     return d / "config.toml"
 
@@ -132,14 +148,15 @@ def orch(cfg: Path, *args, check=True):
     return subprocess.run([str(ORCH), *args], env=env, capture_output=True, text=True, check=check)
 
 
-def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, log_fn):
+def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, log_fn,
+             shipped_judge=False):
     d.mkdir(parents=True)
     (d / "profiles").mkdir()
     (d / "profiles/live.toml").write_text(start.to_toml())
     log = d / "engine.log"
     log.touch()
     serve_port, metrics_port = free_port(), free_port()
-    cfg = write_config(d, ck, log, proposer, serve_port, metrics_port)
+    cfg = write_config(d, ck, log, proposer, serve_port, metrics_port, shipped_judge)
     db = d / "orchestrator.db"
 
     def start_serve():
@@ -156,14 +173,16 @@ def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, lo
     claimed, lo, hi = 0.0, 0.0, 0.0
     approvals = []
     spent = 0.0
+    polls = 0
     try:
         while True:
             time.sleep(0.5)
             spent = clock_total(log) + surface_seconds(db)
             if spent >= budget or daemon.p.poll() is not None:
                 break
-            if not db.exists():
-                continue
+            polls += 1
+            if not db.exists() or polls % 4:
+                continue  # the approver looks every 2 s: its processes compete with the engine
             r = orch(cfg, "stage", "list", "--json", check=False)
             if r.returncode != 0:
                 continue
