@@ -42,7 +42,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 seed, 40 s budget, tiny lattice")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=150.0, help="engine seconds per contestant and seed")
+    ap.add_argument("--budget", type=float, default=100.0, help="engine seconds per contestant and seed")
     ap.add_argument("--gt-rounds", type=int, default=6, help="rounds of the ground-truth lattice")
     ap.add_argument("--eval-rounds", type=int, default=8, help="rounds of the recommendations' A/B")
     ap.add_argument("--contestants", default=",".join(CONTESTANTS))
