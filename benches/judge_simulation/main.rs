@@ -58,6 +58,19 @@ fn main() {
     };
     let started = Instant::now();
     if grid {
+        tuning_grid(&base, policy);
+        eprintln!("simulated in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
+    let (cheapest, comparator) = search_cheapest(&base);
+    compare(&base, policy, cheapest, comparator);
+    eprintln!("simulated in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Every confidence level against every pair budget, all from the least
+/// minimum: the record of how the default policy was chosen.
+fn tuning_grid(base: &Config, policy: Policy) {
+    {
         // Tuning grid, for the record of how the default policy was chosen:
         // every level against every pair budget, all from the least minimum.
         let mut protocols = Vec::new();
@@ -79,13 +92,22 @@ fn main() {
                 });
             }
         }
-        let config = Config { protocols, ..base };
+        let config = Config {
+            protocols,
+            ..base.clone()
+        };
         println!("{}", simulate::run(config).to_markdown());
-        eprintln!("simulated in {:.1} s", started.elapsed().as_secs_f64());
-        return;
     }
+}
 
-    // The search for the cheapest fixed-sample protocol meeting the targets.
+/// A family of fixed-sample protocols: its name, the protocol at a size,
+/// the sizes tried in order.
+type Family = (&'static str, Box<dyn Fn(usize) -> Protocol>, Vec<usize>);
+
+/// The search for the cheapest fixed-sample protocol meeting the targets,
+/// printed as a table: the cheapest of each family, and the cheapest of all
+/// with its mean runs per decision (the comparator of the cost target).
+fn search_cheapest(base: &Config) -> (Vec<Protocol>, Option<(Protocol, f64)>) {
     println!("### The cheapest fixed-sample protocol, searched\n");
     println!(
         "Each family is tried at increasing sizes under the same noise, seed and \
@@ -94,7 +116,37 @@ fn main() {
     );
     println!("| family | tried | smallest meeting the targets | runs | false win | least power |");
     println!("|---|---|---|---:|---:|---:|");
-    type Family = (&'static str, Box<dyn Fn(usize) -> Protocol>, Vec<usize>);
+    let mut cheapest: Vec<Protocol> = Vec::new();
+    let mut comparator: Option<(Protocol, f64)> = None;
+    for (name, family, sizes) in families() {
+        let (lo, hi) = (sizes[0], *sizes.last().expect("sizes"));
+        let mut tried = 0;
+        let found = simulate::cheapest_in_family(base, family, sizes, |_, _| tried += 1);
+        match found {
+            Some((p, s)) => {
+                println!(
+                    "| {name} | {lo}..{} | {} | {:.1} | {:.2}% | {:.1}% |",
+                    lo + tried - 1,
+                    p.label(),
+                    s.mean_runs,
+                    100.0 * s.false_win,
+                    100.0 * s.min_power
+                );
+                if comparator.as_ref().is_none_or(|(_, r)| s.mean_runs < *r) {
+                    comparator = Some((p.clone(), s.mean_runs));
+                }
+                cheapest.push(p);
+            }
+            None => println!("| {name} | {lo}..{hi} | none | | | |"),
+        }
+    }
+    println!();
+    (cheapest, comparator)
+}
+
+/// The fixed-sample habits searched: autotune's median, hyperfine's Welch
+/// test, pyperf, and our own rule at a fixed size.
+fn families() -> Vec<Family> {
     let mut families: Vec<Family> = vec![(
         "median of n per arm vs floor (autotune scripts)",
         Box::new(|runs| Protocol::MedianOf { runs }),
@@ -138,32 +190,17 @@ fn main() {
             (4..=40).step_by(2).collect(),
         ));
     }
-    let mut cheapest: Vec<Protocol> = Vec::new();
-    let mut comparator: Option<(Protocol, f64)> = None;
-    for (name, family, sizes) in families {
-        let (lo, hi) = (sizes[0], *sizes.last().expect("sizes"));
-        let mut tried = 0;
-        let found = simulate::cheapest_in_family(&base, family, sizes, |_, _| tried += 1);
-        match found {
-            Some((p, s)) => {
-                println!(
-                    "| {name} | {lo}..{} | {} | {:.1} | {:.2}% | {:.1}% |",
-                    lo + tried - 1,
-                    p.label(),
-                    s.mean_runs,
-                    100.0 * s.false_win,
-                    100.0 * s.min_power
-                );
-                if comparator.as_ref().is_none_or(|(_, r)| s.mean_runs < *r) {
-                    comparator = Some((p.clone(), s.mean_runs));
-                }
-                cheapest.push(p);
-            }
-            None => println!("| {name} | {lo}..{hi} | none | | | |"),
-        }
-    }
-    println!();
+    families
+}
 
+/// Ours (with and without confirmation) against today's habits and the
+/// cheapest fixed-sample protocols, under stationary noise and with drift.
+fn compare(
+    base: &Config,
+    policy: Policy,
+    cheapest: Vec<Protocol>,
+    comparator: Option<(Protocol, f64)>,
+) {
     let mut protocols = vec![
         Protocol::Sequential {
             policy,
@@ -187,7 +224,7 @@ fn main() {
             values: 3,
         },
     ];
-    protocols.extend(cheapest.iter().cloned());
+    protocols.extend(cheapest);
     let config = Config {
         protocols,
         ..base.clone()
@@ -226,5 +263,4 @@ fn main() {
     };
     println!("### With drift (not part of the targets)\n");
     println!("{}", simulate::run(drifting).to_markdown());
-    eprintln!("simulated in {:.1} s", started.elapsed().as_secs_f64());
 }

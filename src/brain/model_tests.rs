@@ -140,7 +140,7 @@ async fn invalid_answers_are_kept_and_retried_with_the_validation_error() {
         prompt::render(&[
             Message::new(Role::System, received[3].message_contents()[0].clone()),
             Message::new(Role::User, received[3].message_contents()[1].clone()),
-            Message::new(Role::User, followup.clone()),
+            Message::new(Role::User, followup),
         ]),
         "the recorded prompt is what was sent"
     );

@@ -20,7 +20,7 @@ pub struct Inconsistent {
     pub n: usize,
 }
 
-pub fn run(config_path: &Path, args: LedgerArgs) -> anyhow::Result<()> {
+pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     if args.check {
         return check(&config, args.json);

@@ -49,13 +49,13 @@ pub fn require_ledger(config: &Config) -> Result<(), UsageError> {
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let config_path = Config::locate(cli.config.as_deref());
     match cli.command {
-        Command::Run(args) => run::run(&config_path, args),
+        Command::Run(args) => run::run(&config_path, &args),
         Command::Check => check::run(&config_path),
         Command::Stage(cmd) => stage::run(&config_path, cmd),
-        Command::Ledger(args) => ledger::run(&config_path, args),
+        Command::Ledger(args) => ledger::run(&config_path, &args),
         Command::Rebaseline(args) => rebaseline::run(&config_path, args),
-        Command::Report(args) => report::run(&config_path, args),
-        Command::Trace(args) => trace::run(&config_path, args),
+        Command::Report(args) => report::run(&config_path, &args),
+        Command::Trace(args) => trace::run(&config_path, &args),
     }
 }
 

@@ -27,7 +27,7 @@ pub fn run(config_path: &Path, args: RebaselineArgs) -> anyhow::Result<()> {
     let scorers = Scorers::from_config(&config);
     let targets: Vec<StackScorer> = [
         scorers.bench.clone().map(StackScorer::Bench),
-        scorers.surface.clone().map(StackScorer::Live),
+        scorers.surface.map(StackScorer::Live),
     ]
     .into_iter()
     .flatten()

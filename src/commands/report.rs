@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::report::redact::Redactor;
 use crate::report::{self, BuildOptions, Period};
 
-pub fn run(config_path: &Path, args: ReportArgs) -> anyhow::Result<()> {
+pub fn run(config_path: &Path, args: &ReportArgs) -> anyhow::Result<()> {
     // The period first: a mistyped week is a usage error whatever the config.
     let period = Period::from_args(
         args.week.as_deref(),

@@ -12,7 +12,7 @@ use crate::daemon::{self, RunOptions};
 #[error("{0}; see the ERROR lines above and `orchestrator ledger`")]
 pub struct RunFailed(String);
 
-pub fn run(config_path: &Path, args: RunArgs) -> anyhow::Result<()> {
+pub fn run(config_path: &Path, args: &RunArgs) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     let opts = RunOptions {
         cycles: args.cycles,

@@ -26,7 +26,7 @@ use crate::profile::ProfileFile;
 /// The CSV header; `docs/traces.md` documents each column.
 pub const HEADER: &str = "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some";
 
-pub fn run(config_path: &Path, args: TraceArgs) -> anyhow::Result<()> {
+pub fn run(config_path: &Path, args: &TraceArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         return Err(UsageError("--runs must be at least 1".into()).into());
     }

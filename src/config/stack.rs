@@ -11,8 +11,8 @@ use serde::Deserialize;
 use super::Seconds;
 use super::raw::{RawBench, RawMetrics, RawOptional, RawShadow, RawStack, RawSurface};
 use super::url::http_url;
-use crate::process::template::{ArgvTemplate, Special, TemplateError};
 use crate::menu::MenuId;
+use crate::process::template::{ArgvTemplate, Special, TemplateError};
 
 /// A bound on `[stack] cache_spare_slots`: an engine wanting more than a
 /// handful of slots beyond top-k is a misread setting, not an engine.

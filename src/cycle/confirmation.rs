@@ -7,12 +7,12 @@ use std::path::Path;
 use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
-use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
 use crate::clock::Clock;
+use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
 use crate::measure::scorer::Scorer;
-use crate::profile::ProfileFile;
 use crate::menu::MenuId;
 use crate::profile::Profile;
+use crate::profile::ProfileFile;
 use crate::vocab::{Digest, VerdictKind};
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {

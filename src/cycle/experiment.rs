@@ -6,20 +6,21 @@ use serde_json::{Value, json};
 
 use super::{CycleReport, CycleRunner, Stop, ab_stop};
 use crate::brain::{self, Proposer};
-use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
 use crate::clock::Clock;
+use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
 use crate::measure::ab::AbRunner;
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::Scorer;
-use crate::profile::ProfileFile;
 use crate::menu::{MenuId, Proposal};
 use crate::profile::Profile;
+use crate::profile::ProfileFile;
 use crate::progress::phase;
 use crate::vocab::{Method, VerdictKind};
 
 /// Which kind of cycle an experiment belongs to, with what that kind adds
 /// to its row.
+#[derive(Clone, Copy)]
 pub(super) enum Origin<'o> {
     /// An A/A of the live profile: scheduled (no proposal) or proposed.
     FloorRefresh { proposal_id: Option<ProposalId> },

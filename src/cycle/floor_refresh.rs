@@ -7,14 +7,14 @@ use serde_json::json;
 use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, ab_stop};
 use crate::brain::Proposer;
+use crate::clock::Clock;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{CycleId, ExperimentId, Interval, NewVerdict, ProposalId};
-use crate::clock::Clock;
 use crate::measure::ab::{AbVerdict, NoiseOutcome};
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::scorer::Scorer;
-use crate::profile::ProfileFile;
 use crate::menu::MenuId;
+use crate::profile::ProfileFile;
 use crate::progress::phase;
 use crate::vocab::VerdictKind;
 

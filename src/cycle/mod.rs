@@ -31,17 +31,17 @@ pub use floor::{CurrentFloor, Freshness};
 pub use line::CycleReport;
 
 use crate::brain::Proposer;
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::judge::{self, Policy};
 use crate::ledger::{CycleId, CycleOutcome, Ledger, LedgerError, NewObservation, NewVerdict};
-use crate::clock::Clock;
 use crate::measure::ab::AbError;
 use crate::measure::by_protocol::Scorers;
 use crate::measure::scorer::Scorer;
-use crate::process::cancel::Cancel;
-use crate::profile::ProfileFile;
 use crate::menu::{Menu, MenuId};
 use crate::observe;
+use crate::process::cancel::Cancel;
+use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
 use crate::vocab::{Method, VerdictKind};
 

@@ -7,14 +7,14 @@ use super::experiment::Origin;
 use super::screen;
 use super::{CurrentFloor, CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
-use crate::ledger::{CycleId, LedgerError, NewVerdict, ProposalId};
 use crate::clock::Clock;
+use crate::ledger::{CycleId, LedgerError, NewVerdict, ProposalId};
 use crate::measure::scorer::Scorer;
-use crate::profile::ProfileFile;
 use crate::menu::{Menu, MenuId, Proposal};
 use crate::observe::{self, Observation};
 use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
 use crate::profile::Profile;
+use crate::profile::ProfileFile;
 use crate::progress::phase;
 use crate::vocab::{Method, ProposerKind, VerdictKind};
 

@@ -93,7 +93,7 @@ fn warm_set_needs_a_far_tier_and_a_difference_it_can_make() {
     assert_eq!(plan.candidate.far.warm_set, 96);
     assert_eq!(plan.notes["warm_set"]["from"], 64);
 
-    let same = plan_err(&live, dir, int(MenuId::DeepenWarmSet, "warm_set", 64));
+    let same = plan_err(&live, dir, &int(MenuId::DeepenWarmSet, "warm_set", 64));
     assert_eq!(same, PlanRefusal::NoChange);
 
     // 2 x 8 = 16 experts: warm sets of 64 and 96 both hold them all.
@@ -105,13 +105,13 @@ fn warm_set_needs_a_far_tier_and_a_difference_it_can_make() {
     assert!(err.to_string().contains("all 16 experts"), "{err}");
 
     live.far.addr.clear();
-    let err = plan_err(&live, dir, int(MenuId::DeepenWarmSet, "warm_set", 96));
+    let err = plan_err(&live, dir, &int(MenuId::DeepenWarmSet, "warm_set", 96));
     assert_eq!(err.kind(), "not_applicable");
     assert!(err.to_string().contains("far.addr is empty"), "{err}");
 }
 
-fn plan_err(live: &Profile, dir: &Path, p: Proposal) -> PlanRefusal {
-    plan(&ctx(live, dir), &p).unwrap_err()
+fn plan_err(live: &Profile, dir: &Path, p: &Proposal) -> PlanRefusal {
+    plan(&ctx(live, dir), p).unwrap_err()
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn speculative_sets_the_draft_length() {
     .unwrap();
     assert_eq!(plan.candidate.speculative.draft_len, 4);
     assert_eq!(
-        plan_err(&live, dir, int(MenuId::StageSpeculative, "draft_len", 0)),
+        plan_err(&live, dir, &int(MenuId::StageSpeculative, "draft_len", 0)),
         PlanRefusal::NoChange
     );
 }
@@ -138,14 +138,14 @@ fn rebalance_moves_ram_between_trunk_and_cache_in_whole_mb() {
     assert_eq!(plan.candidate.memory.trunk_gb, 0.375);
     assert_eq!(plan.candidate.memory.cache_gb, 0.375);
     assert_eq!(plan.notes["cache_slots"]["from"], 317);
-    let odd = plan_err_or(&live, dir, fraction(0.123_456_7));
+    let odd = plan_err_or(&live, dir, &fraction(0.123_456_7));
     assert_eq!(odd.candidate.memory.trunk_gb, 0.093);
     assert_eq!(
-        plan_err(&live, dir, fraction(1.0 / 3.0)),
+        plan_err(&live, dir, &fraction(1.0 / 3.0)),
         PlanRefusal::NoChange,
         "a third of 0.75 GB is the live 0.25"
     );
-    let err = plan_err(&live, dir, fraction(1.0)).to_string();
+    let err = plan_err(&live, dir, &fraction(1.0)).to_string();
     assert!(
         err.contains("top-k = 4") && err.contains("largest trunk_fraction that works is 0.990"),
         "{err}"
@@ -186,8 +186,8 @@ fn rebalance_keeps_the_spare_slots_the_engine_needs() {
     );
 }
 
-fn plan_err_or(live: &Profile, dir: &Path, p: Proposal) -> Plan {
-    plan(&ctx(live, dir), &p).unwrap()
+fn plan_err_or(live: &Profile, dir: &Path, p: &Proposal) -> Plan {
+    plan(&ctx(live, dir), p).unwrap()
 }
 
 #[test]
