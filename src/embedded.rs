@@ -217,11 +217,6 @@ impl EmbeddedStack {
         let _ = self.serve.stop().await;
         let _ = self.expert_server.stop().await;
     }
-
-    /// Whether both children are still running.
-    pub fn alive(&mut self) -> bool {
-        self.serve.try_exited().is_none() && self.expert_server.try_exited().is_none()
-    }
 }
 
 /// When start-up gives up, and the configured limit for the message.

@@ -48,7 +48,6 @@ pub fn lock_path(ledger: &Path) -> PathBuf {
 #[derive(Debug)]
 pub struct DaemonLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl DaemonLock {
@@ -91,11 +90,7 @@ impl DaemonLock {
             file.rewind().map_err(io)?;
             writeln!(file, "{}", std::process::id()).map_err(io)?;
         }
-        Ok(DaemonLock { _file: file, path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(DaemonLock { _file: file })
     }
 }
 

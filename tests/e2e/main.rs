@@ -24,6 +24,7 @@ mod fault_matrix_model;
 mod judge_simulation;
 mod kimi_k3_bench;
 mod kimi_k3_real;
+mod layering;
 mod ledger_write_failure;
 mod llama_server;
 mod measure_ab;
