@@ -53,7 +53,7 @@ def substitute(text, pairs):
 
 
 # The machine checks the repository's own tests loosen on a loaded machine
-# (tests/report_cli.rs): at load 15 on 2 cores every run is "under pressure"
+# (tests/e2e/report_cli.rs): at load 15 on 2 cores every run is "under pressure"
 # (PSI near 100%), every block is discarded and every floor ends
 # `inconclusive` (2026-12-01, --quick at load 15: both loops spent their whole
 # budget on one such floor). --shipped-judge keeps them as shipped.

@@ -12,7 +12,7 @@
 //! single-layer model passes cannot be told apart and every request is its own
 //! block. Replaying the engine's own trace under the engine's own settings
 //! therefore reproduces its measured pinned and cache hit counters exactly
-//! (tests/plan_pins.rs checks that against a real run).
+//! (tests/e2e/plan_pins.rs checks that against a real run).
 
 use std::collections::BTreeSet;
 
