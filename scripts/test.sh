@@ -35,6 +35,9 @@ else
   echo "no kimi-k3-in-c source at $KIMI_K3_SRC: the real-engine tier is skipped (set KIMI_K3_SRC)" >&2
 fi
 
+# The shoot-out harness's own tests (benches/shootout/; no engine, no optuna).
+python3 -m unittest benches/shootout/test_shootout.py
+
 # Tests drive the real binaries (orchestrator, tinyk3); cargo builds both.
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
