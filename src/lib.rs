@@ -35,29 +35,29 @@
 //! - [`cli`]: the clap types.
 //! - [`commands`]: one handler per subcommand, and the exit codes.
 
+pub mod vocab;
 mod atomic_file;
 pub mod clock;
 mod display;
+mod progress;
+pub mod profile;
+pub mod process;
 pub mod heat;
 pub mod judge;
-pub mod process;
-pub mod profile;
-mod progress;
-pub mod vocab;
 
-pub mod config;
-pub mod ledger;
 pub mod menu;
+pub mod config;
 pub mod stack_support;
+pub mod ledger;
 
-pub mod brain;
-pub mod cycle;
-mod daemon;
-mod embedded;
-pub mod measure;
 pub mod observe;
 pub mod plan;
+pub mod brain;
+pub mod measure;
+mod embedded;
+pub mod cycle;
+mod daemon;
 
+pub mod report;
 pub mod cli;
 pub mod commands;
-pub mod report;
