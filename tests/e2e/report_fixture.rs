@@ -333,20 +333,28 @@ pub async fn fill_without_parts(ledger: &Ledger) {
 }
 
 async fn fill_with(ledger: &Ledger, parts: bool) {
-    use MenuId::*;
-    use ProposerKind::{Bandit, Model};
-    use VerdictKind::*;
     let mut tx = ledger.begin_write().await.unwrap();
     let mut f = Fill {
         tx: &mut tx,
         seq: 0,
         parts,
     };
+    noise_floors(&mut f).await;
+    let approved = last_week(&mut f).await;
+    monday(&mut f).await;
+    let rejected = tuesday(&mut f).await;
+    wednesday(&mut f).await;
+    thursday(&mut f).await;
+    friday_to_sunday(&mut f).await;
+    decisions(&mut f, approved, rejected).await;
+    tx.commit().await.unwrap();
+}
 
-    // Noise floors: steady near 1% for eight weeks, then 3% from Thursday.
+/// Noise floors: steady near 1% for eight weeks, then 3% from Thursday.
+async fn noise_floors(f: &mut Fill<'_>) {
     for w in 1..=8 {
         let v = 0.010 + 0.002 * (wiggle(w) + 0.5);
-        floor(&mut f, t(-7 * i64::from(w), 6), v).await;
+        floor(f, t(-7 * i64::from(w), 6), v).await;
     }
     for (day, v) in [
         (0, 0.011),
@@ -357,15 +365,30 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
         (5, 0.030),
         (6, 0.032),
     ] {
-        floor(&mut f, t(day, 1), v).await;
+        floor(f, t(day, 1), v).await;
     }
+}
 
-    // Last week: a confirmed win on the old live profile, approved on Tuesday.
-    let mut old = Exp::new(RerankPins, json!({"count": 48}), Win, Some(-0.07));
+/// Last week: a confirmed win on the old live profile, approved on Tuesday
+/// (by `decisions`). Returns its stage.
+async fn last_week(f: &mut Fill<'_>) -> orchestrator::ledger::StageId {
+    let mut old = Exp::new(
+        MenuId::RerankPins,
+        json!({"count": 48}),
+        VerdictKind::Win,
+        Some(-0.07),
+    );
     old.base = old_base();
-    let approved = f.confirmed(t(-5, 10), Model, old, -0.06).await;
+    f.confirmed(t(-5, 10), ProposerKind::Model, old, -0.06)
+        .await
+}
 
-    // Monday.
+/// Monday: within noise, a refused out-of-bounds answer, a confirmed win
+/// staged and left open (no decision names it), a bandit loss.
+async fn monday(f: &mut Fill<'_>) {
+    use MenuId::*;
+    use ProposerKind::{Bandit, Model};
+    use VerdictKind::*;
     f.simple(
         t(0, 2),
         Model,
@@ -383,7 +406,7 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
     )
     .await;
     f.close(c, t(0, 10), CycleOutcome::Completed).await;
-    let open = f
+    let _open = f
         .confirmed(
             t(0, 11),
             Model,
@@ -402,8 +425,15 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
         ),
     )
     .await;
+}
 
-    // Tuesday.
+/// Tuesday: a duplicate refused, a confirmed win staged (rejected by
+/// `decisions`), a hash mismatch, a bandit remeasure. Returns the stage
+/// that is rejected.
+async fn tuesday(f: &mut Fill<'_>) -> orchestrator::ledger::StageId {
+    use MenuId::*;
+    use ProposerKind::{Bandit, Model};
+    use VerdictKind::*;
     let c = f.cycle(t(1, 2), Model).await;
     f.proposal(
         c,
@@ -437,8 +467,15 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
         Exp::new(Remeasure, json!({}), WithinNoise, Some(0.002)),
     )
     .await;
+    rejected
+}
 
-    // Wednesday: the model is unreachable, then answers nonsense three times.
+/// Wednesday: the model is unreachable (its error quotes a bearer token),
+/// then answers nonsense three times; a bandit inconclusive.
+async fn wednesday(f: &mut Fill<'_>) {
+    use MenuId::*;
+    use ProposerKind::{Bandit, Model};
+    use VerdictKind::*;
     let c = f.cycle(t(2, 2), Model).await;
     let why = format!(
         "model endpoint http://127.0.0.1:8181/v1 unreachable: connection refused (Authorization: Bearer {LEAKED_TOKEN})"
@@ -477,8 +514,13 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
         ),
     )
     .await;
+}
 
-    // Thursday: a corrupt bench run, a SIGTERM, a refusal under the new floor.
+/// Thursday: a corrupt bench run, a SIGTERM, a refusal under the new floor.
+async fn thursday(f: &mut Fill<'_>) {
+    use MenuId::*;
+    use ProposerKind::{Bandit, Model};
+    use VerdictKind::*;
     let mut broken = Exp::new(RerankPins, json!({"count": 80}), Failed, None);
     broken.reason = Some("bench exited 4: an expert failed to load (output corrupt)");
     let c = f.cycle(t(3, 2), Model).await;
@@ -523,8 +565,14 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
     );
     wide.floor = 0.03;
     f.simple(t(3, 18), Model, wide).await;
+}
 
-    // Friday to Sunday.
+/// Friday to Sunday: a bandit win, a loss, within noise under the wide
+/// floor, a remeasure.
+async fn friday_to_sunday(f: &mut Fill<'_>) {
+    use MenuId::*;
+    use ProposerKind::{Bandit, Model};
+    use VerdictKind::*;
     f.simple(
         t(4, 2),
         Bandit,
@@ -551,8 +599,15 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
         Exp::new(Remeasure, json!({}), WithinNoise, Some(-0.003)),
     )
     .await;
+}
 
-    // Decisions.
+/// The decisions on the stages: last week's approved on Tuesday, Tuesday's
+/// rejected on Saturday with a note quoting a credential.
+async fn decisions(
+    f: &mut Fill<'_>,
+    approved: orchestrator::ledger::StageId,
+    rejected: orchestrator::ledger::StageId,
+) {
     f.tx.decide_stage(approved, StageDecision::Approved, "bob", None, t(1, 9))
         .await
         .unwrap();
@@ -566,8 +621,6 @@ async fn fill_with(ledger: &Ledger, parts: bool) {
     )
     .await
     .unwrap();
-    let _ = open;
-    tx.commit().await.unwrap();
 }
 
 /// Adds to the fixture week a first-A/B win its own confirmation refuted

@@ -112,9 +112,23 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
         )
     });
     let answers = hostile_answers();
-    // The first model cycle: a server error quoting the key back, then two
-    // hostile answers (all refused). The second: an extra-parameter answer,
-    // then the valid one with the hostile rationale.
+    script_hostile_answers(&model, &key, &answers);
+    let mut daemon = Daemon::start(&demo, &["--cycles", "100"], &[(KEY_VAR, key.as_str())]);
+    let minute = Duration::from_secs(60);
+
+    let hit = wait_past_the_hostile_rationale(&demo, &mut daemon, &answers[3]);
+    assert_listening_on_loopback_only(&demo);
+    daemon.stop(minute);
+
+    assert_model_strings_stayed_in_the_raw_answer(&demo, &daemon, &answers, &hit);
+    assert_the_key_reached_no_record(&demo, &model, &key);
+    eprintln!("security: {:.1}s", t0.elapsed().as_secs_f64());
+}
+
+/// The first model cycle: a server error quoting the key back, then two
+/// hostile answers (all refused). The second: an extra-parameter answer,
+/// then the valid one with the hostile rationale.
+fn script_hostile_answers(model: &FaultyHttpServer, key: &str, answers: &[String]) {
     model.script([
         Reply::Status(
             500,
@@ -125,22 +139,27 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
         Reply::Chat(answers[2].clone()),
         Reply::Chat(answers[3].clone()),
     ]);
-    let mut daemon = Daemon::start(&demo, &["--cycles", "100"], &[(KEY_VAR, key.as_str())]);
+}
+
+/// Waits until the valid hostile answer's cycle and the one after it
+/// closed; returns the hostile answer's cycle.
+fn wait_past_the_hostile_rationale(
+    demo: &Demo,
+    daemon: &mut Daemon,
+    last_hostile: &str,
+) -> serde_json::Value {
     let db = demo.path("ledger/orchestrator.db");
     let minute = Duration::from_secs(60);
-
-    // Wait until the valid hostile answer's cycle and the one after it closed.
-    let last_hostile = answers[3].clone();
     let hit = wait_for(
         4 * minute,
         "the cycle of the hostile rationale",
-        &mut daemon,
+        daemon,
         || {
             let cycle = ledger::proposals(&db)
                 .into_iter()
-                .find(|(_, raw, _)| raw.as_deref() == Some(last_hostile.as_str()))?
+                .find(|(_, raw, _)| raw.as_deref() == Some(last_hostile))?
                 .0;
-            closed_after(&demo, cycle - 1)
+            closed_after(demo, cycle - 1)
                 .into_iter()
                 .find(|c| c["cycle"]["id"] == cycle)
         },
@@ -149,17 +168,21 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     // The loop goes on asking the model: a later cycle's proposal, once that
     // cycle closed. Not simply the next cycle, which confirms instead when
     // the hostile answer's A/B happened to say `win`.
-    wait_for(4 * minute, "a model proposal after it", &mut daemon, || {
+    wait_for(4 * minute, "a model proposal after it", daemon, || {
         let later = ledger::proposals(&db)
             .into_iter()
             .find(|(cycle, _, _)| *cycle > hit_id)?
             .0;
-        closed_after(&demo, later - 1)
+        closed_after(demo, later - 1)
             .into_iter()
             .find(|c| c["cycle"]["id"] == later)
     });
-    // Loopback: the daemon's metrics endpoint, tinyk3 serve and the expert
-    // server listen on 127.0.0.1 only.
+    hit
+}
+
+/// Loopback: the daemon's metrics endpoint, tinyk3 serve and the expert
+/// server listen on 127.0.0.1 only.
+fn assert_listening_on_loopback_only(demo: &Demo) {
     let metrics_port: u16 = std::fs::read_to_string(demo.path("config.toml"))
         .unwrap()
         .lines()
@@ -174,11 +197,18 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
             "port {port} binds {addrs:?}"
         );
     }
-    daemon.stop(minute);
+}
 
-    // The hostile answers round-trip verbatim into the raw-answer column...
+/// The hostile answers round-trip verbatim into the raw-answer column...
+fn assert_model_strings_stayed_in_the_raw_answer(
+    demo: &Demo,
+    daemon: &Daemon,
+    answers: &[String],
+    hit: &serde_json::Value,
+) {
+    let db = demo.path("ledger/orchestrator.db");
     let proposals = ledger::proposals(&db);
-    for a in &answers {
+    for a in answers {
         assert!(
             proposals
                 .iter()
@@ -200,7 +230,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
             .all(|(t, c)| t == "proposals" && c == "raw_answer"),
         "a model string left the raw-answer column: {places:?}"
     );
-    assert!(cycles(&demo).len() >= 3);
+    assert!(cycles(demo).len() >= 3);
     assert!(
         proposals.len() > answers.len(),
         "{} proposals: {proposals:?}",
@@ -208,7 +238,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     );
     let log = daemon.stderr() + &daemon.stdout();
     assert!(!log.contains(MARKER), "a model string reached the log");
-    let invocations = wrapper_log(&demo);
+    let invocations = wrapper_log(demo);
     assert!(invocations.len() > 10, "the bench ran: {invocations:?}");
     for (_, _, argv) in &invocations {
         assert!(!argv.iter().any(|a| a.contains(MARKER)), "{argv:?}");
@@ -221,9 +251,11 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
         );
     }
     assert!(!Path::new(&format!("/tmp/{MARKER}")).exists());
+}
 
-    // The key was used (the double saw it) and reached no record: not the
-    // ledger (database, WAL, shared memory), not the log, not a report.
+/// The key was used (the double saw it) and reached no record: not the
+/// ledger (database, WAL, shared memory), not the log, not a report.
+fn assert_the_key_reached_no_record(demo: &Demo, model: &FaultyHttpServer, key: &str) {
     let received = model.received();
     assert!(
         received
@@ -233,7 +265,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     );
     let report = demo
         .cmd()
-        .env(KEY_VAR, &key)
+        .env(KEY_VAR, key)
         .args(["report", "--since", "2020-01-01", "--out"])
         .arg(demo.path("report-week.md"))
         .output()
@@ -245,7 +277,7 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     );
     let html = demo
         .cmd()
-        .env(KEY_VAR, &key)
+        .env(KEY_VAR, key)
         .args(["report", "--since", "2020-01-01", "--format", "html"])
         .output()
         .unwrap();
@@ -275,7 +307,6 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
             path.display()
         );
     }
-    eprintln!("security: {:.1}s", t0.elapsed().as_secs_f64());
 }
 
 #[test]
