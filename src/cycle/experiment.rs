@@ -13,8 +13,7 @@ use crate::measure::by_protocol::StackScorer;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::Scorer;
 use crate::menu::{MenuId, Proposal};
-use crate::profile::Profile;
-use crate::profile::ProfileFile;
+use crate::profile::{Profile, ProfileFile};
 use crate::progress::phase;
 use crate::vocab::{Method, VerdictKind};
 

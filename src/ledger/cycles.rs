@@ -1,8 +1,6 @@
 //! Cycles of the loop, the observation each one starts with, and the recent
 //! cycles with their verdicts (`orchestrator ledger`).
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -89,12 +87,7 @@ pub struct Observation {
     pub recorded: NewObservation,
 }
 
-impl Deref for Observation {
-    type Target = NewObservation;
-    fn deref(&self) -> &NewObservation {
-        &self.recorded
-    }
-}
+reads_as_recorded!(Observation => NewObservation);
 
 /// A cycle with every verdict recorded in it (normally one; a cycle that
 /// confirms a win has two), for `orchestrator ledger`.

@@ -1,8 +1,6 @@
 //! Experiments (one candidate profile against one base profile), the recent
 //! history the proposers read, and the duplicate check.
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -70,12 +68,7 @@ pub struct Experiment {
     pub recorded: NewExperiment,
 }
 
-impl Deref for Experiment {
-    type Target = NewExperiment;
-    fn deref(&self) -> &NewExperiment {
-        &self.recorded
-    }
-}
+reads_as_recorded!(Experiment => NewExperiment);
 
 /// An experiment as the proposers see it: what was tried, by whom, and what
 /// came of it (`verdict` is `None` while it is being measured).

@@ -49,6 +49,20 @@
 //! `stages`, `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
+/// A stored row is its id plus the new row the caller recorded (its
+/// `recorded` field); it reads as that new row, so `experiment.menu_id`
+/// means the same on both. One impl per table, from here.
+macro_rules! reads_as_recorded {
+    ($stored:ty => $new:ty) => {
+        impl std::ops::Deref for $stored {
+            type Target = $new;
+            fn deref(&self) -> &$new {
+                &self.recorded
+            }
+        }
+    };
+}
+
 mod check;
 mod codec;
 mod costs;

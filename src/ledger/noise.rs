@@ -1,8 +1,6 @@
 //! Noise-floor estimates: the smallest relative change distinguishable from
 //! repeating the same profile, measured from A/A pairs, per stack.
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
@@ -46,12 +44,7 @@ pub struct NoiseFloor {
     pub recorded: NewNoiseFloor,
 }
 
-impl Deref for NoiseFloor {
-    type Target = NewNoiseFloor;
-    fn deref(&self) -> &NewNoiseFloor {
-        &self.recorded
-    }
-}
+reads_as_recorded!(NoiseFloor => NewNoiseFloor);
 
 pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = ?1 \
      ORDER BY measured_at DESC, id DESC LIMIT 1";

@@ -1,8 +1,6 @@
 //! Proposer answers: the prompt sent, the raw answer, and either the parsed
 //! proposal or why it was refused. One row per attempt.
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -74,12 +72,7 @@ pub struct Proposal {
     pub recorded: NewProposal,
 }
 
-impl Deref for Proposal {
-    type Target = NewProposal;
-    fn deref(&self) -> &NewProposal {
-        &self.recorded
-    }
-}
+reads_as_recorded!(Proposal => NewProposal);
 
 async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
     sqlx::query_scalar(

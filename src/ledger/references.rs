@@ -1,8 +1,6 @@
 //! Reference output hashes for the hash gate, pinned per (stack, prompt set).
 //! Append-only: a re-pin adds a row with who and why; the latest one rules.
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
@@ -37,12 +35,7 @@ pub struct ReferenceHash {
     pub recorded: NewReferenceHash,
 }
 
-impl Deref for ReferenceHash {
-    type Target = NewReferenceHash;
-    fn deref(&self) -> &NewReferenceHash {
-        &self.recorded
-    }
-}
+reads_as_recorded!(ReferenceHash => NewReferenceHash);
 
 pub(crate) const SQL_CURRENT_REFERENCE: &str = "SELECT * FROM reference_hashes \
      WHERE stack = ?1 AND prompt_set = ?2 ORDER BY pinned_at DESC, id DESC LIMIT 1";

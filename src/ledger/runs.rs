@@ -1,8 +1,6 @@
 //! Engine runs: every run of every arm, kept as evidence, including the
 //! refused and failed ones.
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -126,12 +124,7 @@ pub struct Run {
     pub discarded: bool,
 }
 
-impl Deref for Run {
-    type Target = NewRun;
-    fn deref(&self) -> &NewRun {
-        &self.recorded
-    }
-}
+reads_as_recorded!(Run => NewRun);
 
 pub(crate) const SQL_EXPERIMENT_RUNS: &str =
     "SELECT * FROM runs WHERE experiment_id = ?1 ORDER BY order_index";

@@ -1,8 +1,6 @@
 //! Verdicts: exactly one per experiment, plus one for a cycle that ended
 //! before it had an experiment (a refused proposal, an unreachable model).
 
-use std::ops::Deref;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -81,12 +79,7 @@ pub struct Verdict {
     pub recorded: NewVerdict,
 }
 
-impl Deref for Verdict {
-    type Target = NewVerdict;
-    fn deref(&self) -> &NewVerdict {
-        &self.recorded
-    }
-}
+reads_as_recorded!(Verdict => NewVerdict);
 
 pub(crate) const SQL_EXPERIMENT_VERDICT: &str = "SELECT * FROM verdicts WHERE experiment_id = ?1";
 
