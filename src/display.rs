@@ -99,16 +99,3 @@ mod tests {
         assert_eq!(age(Duration::seconds(-3)), "0s");
     }
 }
-
-/// What a stage applies: its menu entry, or for a composite its parts
-/// (`composite of #3 rerank_pins + #5 stage_speculative`).
-pub fn stage_what(menu_id: crate::menu::MenuId, parts: &[crate::ledger::StagePart]) -> String {
-    if parts.is_empty() {
-        return menu_id.as_str().to_string();
-    }
-    let named: Vec<String> = parts
-        .iter()
-        .map(|p| format!("#{} {}", p.stage_id, p.menu_id))
-        .collect();
-    format!("composite of {}", named.join(" + "))
-}

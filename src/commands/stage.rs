@@ -68,7 +68,7 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
             "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
             s.id.0,
             s.state.as_str(),
-            display::stage_what(s.menu_id, &s.parts),
+            crate::ledger::stage_label(s.menu_id, &s.parts),
             parameters(&s.parameters, &s.parts),
             display::effect(s.effect, s.interval.low, s.interval.high),
             display::floor(s.noise_floor),
@@ -178,7 +178,7 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
         "stage {} ({}): {} {}",
         s.id,
         s.state,
-        display::stage_what(d.experiment.menu_id, &d.parts),
+        crate::ledger::stage_label(d.experiment.menu_id, &d.parts),
         parameters(&d.experiment.parameters, &d.parts)
     );
     if !d.parts.is_empty() {

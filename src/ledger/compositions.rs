@@ -49,6 +49,19 @@ pub struct StagePart {
     pub interval: Interval,
 }
 
+/// What a stage applies, for people: its menu entry, or for a composite its
+/// parts (`composite of #3 rerank_pins + #5 stage_speculative`).
+pub fn stage_label(menu_id: MenuId, parts: &[StagePart]) -> String {
+    if parts.is_empty() {
+        return menu_id.as_str().to_string();
+    }
+    let named: Vec<String> = parts
+        .iter()
+        .map(|p| format!("#{} {}", p.stage_id, p.menu_id))
+        .collect();
+    format!("composite of {}", named.join(" + "))
+}
+
 impl FromRow<'_, SqliteRow> for StagePart {
     fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
         Ok(StagePart {

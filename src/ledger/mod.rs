@@ -101,7 +101,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, Sqlite, Transaction};
 
 pub use check::{CheckContext, Rule, Violation};
-pub use compositions::{Composition, NewComposition, StagePart};
+pub use compositions::{Composition, NewComposition, StagePart, stage_label};
 pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
