@@ -1,6 +1,6 @@
 //! Composing wins on the real daemon and tinyk3: two confirmed wins on
-//! different knobs staged against the live profile (a bigger expert cache,
-//! a warm far tier) are combined by the next cycles into one candidate,
+//! different knobs staged against the live profile (speculative drafts, a
+//! warm far tier) are combined by the next cycles into one candidate,
 //! measured against the live profile, confirmed, and staged as one stage
 //! that names its parts; approving it applies both changes and expires the
 //! parts.
@@ -61,16 +61,15 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
     let live = Profile::load(&live_path).unwrap();
     let db = demo.path("ledger/orchestrator.db");
 
-    let mut cache = live.clone();
-    cache.memory.trunk_gb = 0.015;
-    cache.memory.cache_gb = 0.019;
-    let split = staged::stage_win_as(
+    let mut draft = live.clone();
+    draft.speculative.draft_len = 4;
+    let drafts = staged::stage_win_as(
         &db,
         &live,
-        &cache,
+        &draft,
         &Win {
-            menu_id: MenuId::RebalanceTrunkCache,
-            parameters: json!({"trunk_fraction": 0.441}),
+            menu_id: MenuId::StageSpeculative,
+            parameters: json!({"draft_len": 4}),
             effect: (-0.03, -0.05, -0.01),
         },
     );
@@ -126,14 +125,14 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
         .iter()
         .map(|p| p["stage_id"].as_i64().unwrap())
         .collect();
-    assert_eq!(parts, vec![split.0, far.0], "{composite:#}");
+    assert_eq!(parts, vec![drafts.0, far.0], "{composite:#}");
     assert_eq!(composite["state"], "staged");
     let text = demo.cmd().args(["stage", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(
         text.contains(&format!(
-            "composite of #{} rebalance_trunk_cache + #{} deepen_warm_set",
-            split.0, far.0
+            "composite of #{} stage_speculative + #{} deepen_warm_set",
+            drafts.0, far.0
         )),
         "{text}"
     );
@@ -144,9 +143,9 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
         .unwrap();
     let show = String::from_utf8_lossy(&show.stdout).into_owned();
     for needed in [
-        "memory.cache_gb: 0.004 -> 0.019",
+        "speculative.draft_len: 0 -> 4",
         "far.warm_set: 0 -> 64",
-        &format!("stage #{} rebalance_trunk_cache", split.0),
+        &format!("stage #{} stage_speculative", drafts.0),
         &format!("stage #{} deepen_warm_set", far.0),
     ] {
         assert!(show.contains(needed), "{needed:?} missing:\n{show}");
@@ -157,7 +156,7 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
     let measured: Vec<&Value> = cycles
         .iter()
         .flat_map(|c| c["verdicts"].as_array().into_iter().flatten())
-        .filter(|e| e["parameters"]["parts"] == json!([split.0, far.0]))
+        .filter(|e| e["parameters"]["parts"] == json!([drafts.0, far.0]))
         .collect();
     assert_eq!(
         measured.len(),
@@ -177,17 +176,16 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
         String::from_utf8_lossy(&out.stderr)
     );
     let now = Profile::load(&live_path).unwrap();
-    assert_eq!(now.memory.cache_gb, 0.019);
-    assert_eq!(now.memory.trunk_gb, 0.015);
+    assert_eq!(now.speculative.draft_len, 4);
     assert_eq!(now.far.warm_set, 64);
     for s in stage_list(&demo) {
-        if s["id"] == split.0 || s["id"] == far.0 {
+        if s["id"] == drafts.0 || s["id"] == far.0 {
             assert_eq!(s["state"], "expired", "{s:#}");
         }
     }
     let shown = demo
         .cmd()
-        .args(["stage", "show", &split.0.to_string()])
+        .args(["stage", "show", &drafts.0.to_string()])
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
