@@ -115,6 +115,8 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
         lines.contains("[composition]"),
         "a composition cycle ran:\n{lines}"
     );
+    // What the cycles said, for `--nocapture`.
+    eprintln!("{lines}");
 
     // The composite names its parts, best first; it is one stage.
     let stages = stage_list(&demo);
