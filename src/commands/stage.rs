@@ -12,7 +12,9 @@ use super::UsageError;
 use crate::cli::StageCommand;
 use crate::config::Config;
 use crate::display;
-use crate::ledger::{Ledger, LedgerError, Run, StageDecision, StageDetail, StageId, WriteTx};
+use crate::ledger::{
+    Ledger, LedgerError, Run, StageDecision, StageDetail, StageId, StagePart, WriteTx,
+};
 use crate::profile::Profile;
 use crate::vocab::{Digest, StageState};
 
@@ -66,8 +68,8 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
             "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
             s.id.0,
             s.state.as_str(),
-            s.menu_id.as_str(),
-            compact(&s.parameters),
+            crate::ledger::stage_label(s.menu_id, &s.parts),
+            parameters(&s.parameters, &s.parts),
             display::effect(s.effect, s.interval.low, s.interval.high),
             display::floor(s.noise_floor),
             display::age(s.age(now)),
@@ -99,6 +101,18 @@ fn labelled_json(s: &crate::ledger::StageSummary) -> serde_json::Value {
         o.insert("noise_floor_percent".into(), json!(pct(s.noise_floor)));
     }
     v
+}
+
+/// A stage's parameters: its experiment's, or for a composite each part's.
+fn parameters(v: &serde_json::Value, parts: &[StagePart]) -> String {
+    if parts.is_empty() {
+        return compact(v);
+    }
+    parts
+        .iter()
+        .map(|p| compact(&p.parameters))
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 fn compact(v: &serde_json::Value) -> String {
@@ -164,9 +178,21 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
         "stage {} ({}): {} {}",
         s.id,
         s.state,
-        d.experiment.menu_id,
-        compact(&d.experiment.parameters)
+        crate::ledger::stage_label(d.experiment.menu_id, &d.parts),
+        parameters(&d.experiment.parameters, &d.parts)
     );
+    if !d.parts.is_empty() {
+        println!("parts    (approving this stage expires them; approving one expires this)");
+        for p in &d.parts {
+            println!(
+                "  stage #{} {} {}: {} (its confirmation)",
+                p.stage_id,
+                p.menu_id,
+                compact(&p.parameters),
+                display::effect(p.effect, p.interval.low, p.interval.high)
+            );
+        }
+    }
     println!(
         "effect   {} (confirmation), floor {}",
         display::effect(s.effect, s.interval.low, s.interval.high),
@@ -301,7 +327,8 @@ async fn approve(
             now,
         )
         .await?;
-        let expired = expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?;
+        let mut expired = expire_related(&mut tx, id, &stage, now).await?;
+        expired.extend(expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?);
         tx.commit().await?;
         println!(
             "stage {id} approved: {} already holds this profile (an earlier approval was interrupted before it was recorded)",
@@ -341,7 +368,8 @@ async fn approve(
         .with_context(|| format!("writing the live profile {}", live_path.display()))?;
     tx.decide_stage(id, StageDecision::Approved, by, note, now)
         .await?;
-    let expired = expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?;
+    let mut expired = expire_related(&mut tx, id, &stage, now).await?;
+    expired.extend(expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?);
     tx.commit().await?;
     println!(
         "stage {id} approved by {by}; {} now holds:",
@@ -361,6 +389,34 @@ async fn approve(
     }
     print_superseded(&expired);
     Ok(())
+}
+
+/// Expires, with a reason naming the relation, the stages an approval of
+/// `approved` makes moot: a composite's parts (the composite applies them
+/// all), or the composites a part belongs to (their base is no longer live).
+/// [`expire_superseded`] would expire them too, but without saying why.
+async fn expire_related(
+    tx: &mut WriteTx,
+    approved: StageId,
+    stage: &crate::ledger::Stage,
+    now: chrono::DateTime<Utc>,
+) -> anyhow::Result<Vec<StageId>> {
+    let mut expired = Vec::new();
+    for part in tx.parts_of(stage.experiment_id).await? {
+        if tx.stage(part.stage_id).await?.state == StageState::Staged {
+            let why = format!("its composite stage {approved} was approved, which applies it");
+            tx.expire_stage(part.stage_id, &why, now).await?;
+            expired.push(part.stage_id);
+        }
+    }
+    for composite in tx.staged_composites_of(approved).await? {
+        let why = format!(
+            "its part stage {approved} was approved alone: the live profile is no longer this composite's base"
+        );
+        tx.expire_stage(composite, &why, now).await?;
+        expired.push(composite);
+    }
+    Ok(expired)
 }
 
 /// Expires, in the approval's own transaction, every other staged win whose
@@ -397,9 +453,24 @@ async fn reject(ledger: &Ledger, id: StageId, by: &str, reason: &str) -> anyhow:
     if reason.trim().is_empty() {
         return Err(UsageError("--reason must say why the stage is rejected".into()).into());
     }
-    ledger
-        .decide_stage(id, StageDecision::Rejected, by, Some(reason), Utc::now())
+    let now = Utc::now();
+    let mut tx = ledger.begin_write().await?;
+    tx.decide_stage(id, StageDecision::Rejected, by, Some(reason), now)
         .await?;
+    // A composite applies every part: one rejected, the composite goes too.
+    let composites = tx.staged_composites_of(id).await?;
+    for &composite in &composites {
+        let why = format!("its part stage {id} was rejected by {by}: {reason}");
+        tx.expire_stage(composite, &why, now).await?;
+    }
+    tx.commit().await?;
     println!("stage {id} rejected by {by}: {reason}");
+    if !composites.is_empty() {
+        let ids: Vec<String> = composites.iter().map(ToString::to_string).collect();
+        println!(
+            "Expired the composite stage(s) that apply it: {}.",
+            ids.join(", ")
+        );
+    }
     Ok(())
 }

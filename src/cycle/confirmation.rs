@@ -42,6 +42,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let Some(first) = win_to_confirm(&last, &live.profile.digest()) else {
             return Ok(None);
         };
+        // A composite that won but did not beat its best part goes no further.
+        if self.refused_composite(first).await? {
+            return Ok(None);
+        }
         let confirmations = self.ledger.confirmations(first).await?;
         if confirmations.len() >= MAX_INTERRUPTED_CONFIRMATIONS {
             return Ok(None);
@@ -112,7 +116,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Err(Stop::Failed(unconfirmable(first, &e)));
         }
         self.ab(experiment_id, live, &candidate, &scorer, r).await?;
-        if r.verdict == Some(VerdictKind::Win) {
+        let stageable = match (
+            r.verdict,
+            r.effect,
+            self.ledger.composition_of(first).await?,
+        ) {
+            (Some(VerdictKind::Win), Some((_, interval)), Some(c)) => {
+                self.composite_stageable(&c, interval).await?
+            }
+            (verdict, _, _) => verdict == Some(VerdictKind::Win),
+        };
+        if stageable {
             tracing::debug!(experiment = %experiment_id, "phase stage");
             let stage = self
                 .ledger

@@ -1,5 +1,5 @@
 //! What every kind of cycle records and measures with: its experiment row
-//! (built here, once, for the three kinds), the A/B runner over the chosen
+//! (built here, once, for the four kinds), the A/B runner over the chosen
 //! scorer, and the A/B of a candidate with its recorded verdict.
 
 use serde_json::{Value, json};
@@ -31,6 +31,13 @@ pub(super) enum Origin<'o> {
     },
     /// The independent second A/B of the win `original`.
     Confirmation { original: &'o Experiment },
+    /// The combined candidate of staged wins (`parts`, best first): filed
+    /// under its best part's entry `lead`, its parameters the parts' ids.
+    Composition {
+        lead: MenuId,
+        parts: &'o [crate::ledger::StageId],
+        notes: &'o Value,
+    },
 }
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
@@ -65,6 +72,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 original.menu_id,
                 original.parameters.clone(),
                 original.planner_notes.clone(),
+            ),
+            Origin::Composition { lead, parts, notes } => (
+                None,
+                None,
+                lead,
+                json!({ "parts": parts }),
+                Some(notes.clone()),
             ),
         };
         NewExperiment {
@@ -102,6 +116,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let (mut gate, runner) = self.measuring(scorer).await?;
         let measuring = match (r.scheduled, r.menu_id) {
             (Some("confirmation"), Some(m)) => format!("confirmation A/B of {}", m.as_str()),
+            (Some("composition"), _) => "A/B of a composition of staged wins".into(),
             (_, Some(m)) => format!("A/B of {}", m.as_str()),
             _ => "A/B".into(),
         };

@@ -8,7 +8,10 @@
 //! 2. else, when the last experiment was an unconfirmed win on the live
 //!    profile, the cycle is its independent confirmation (and stages it when
 //!    it wins again, [`confirmation`]);
-//! 3. else the proposer chooses one experiment from the menu ([`proposal`]).
+//! 3. else, when confirmed wins on two or more different menu entries are
+//!    staged against the live profile and their combination was not tried
+//!    yet, the cycle measures the combined candidate ([`composition`]);
+//! 4. else the proposer chooses one experiment from the menu ([`proposal`]).
 //!
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
 //! [`experiment`]; which floor is current in [`floor`]; the cycle's record
@@ -17,6 +20,7 @@
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
 
+mod composition;
 mod confirmation;
 mod experiment;
 mod floor;
@@ -206,7 +210,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return self.confirm(id, first, &live, r).await;
         }
 
-        // 3. The proposer chooses.
+        // 3. Staged wins on different knobs are combined.
+        if let Some(parts) = self.composition_due(&live).await? {
+            return self.compose(id, parts, &live, &obs, r).await;
+        }
+
+        // 4. The proposer chooses.
         self.propose(id, &live, &obs, &methods, now, r).await
     }
 

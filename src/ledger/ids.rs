@@ -75,3 +75,7 @@ row_id!(
     /// A win waiting for a person's decision.
     StageId, "stage"
 );
+row_id!(
+    /// The combined candidate of staged wins on different menu entries.
+    CompositionId, "composition"
+);

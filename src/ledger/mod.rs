@@ -31,6 +31,9 @@
 //! | `CurrentReferenceHash`        | `reference_hashes_current`                |
 //! | `StagesByState`               | `stages_by_state`                         |
 //! | `AllStages`                   | `stages_by_time`                          |
+//! | `CompositionsOn`              | `compositions_by_base`                    |
+//! | `CompositeParts`              | `sqlite_autoindex_compositions_1` (experiment_id), then primary keys |
+//! | `StagedCompositesOfPart`      | `stages_by_state`, then unique keys       |
 //! | `ReportCycles`, `ReportVerdicts`, `ReportProposals` | `cycles_by_start` |
 //! | `ReportRuns`                  | `experiments_by_time`, then `sqlite_autoindex_runs_1` |
 //! | `ReportNoiseFloors`           | `noise_floors_by_stack`                   |
@@ -46,7 +49,8 @@
 //! then one file per table family: `cycles` (cycles, observations, the
 //! `orchestrator ledger` listing), `proposals`, `experiments` (with the
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, `plan` (the named queries), and `costs` (each cycle's wall
+//! `stages`, `compositions` (which staged wins a composite applies),
+//! `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
@@ -65,6 +69,7 @@ macro_rules! reads_as_recorded {
 
 mod check;
 mod codec;
+mod compositions;
 mod costs;
 mod cycles;
 mod error;
@@ -96,6 +101,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, Sqlite, Transaction};
 
 pub use check::{CheckContext, Rule, Violation};
+pub use compositions::{Composition, NewComposition, StagePart, stage_label};
 pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
@@ -103,8 +109,8 @@ pub use cycles::{
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{
-    CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId, RunId,
-    StageId, VerdictId,
+    CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
+    RunId, StageId, VerdictId,
 };
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use plan::NamedQuery;

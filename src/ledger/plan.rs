@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Ledger, Result, cycles, experiments, noise, proposals, references, report, runs, stages,
-    verdicts,
+    Ledger, Result, compositions, cycles, experiments, noise, proposals, references, report, runs,
+    stages, verdicts,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -27,6 +27,9 @@ pub enum NamedQuery {
     CurrentReferenceHash,
     StagesByState,
     AllStages,
+    CompositionsOn,
+    CompositeParts,
+    StagedCompositesOfPart,
     ReportCycles,
     ReportVerdicts,
     ReportProposals,
@@ -53,6 +56,9 @@ impl NamedQuery {
         NamedQuery::CurrentReferenceHash,
         NamedQuery::StagesByState,
         NamedQuery::AllStages,
+        NamedQuery::CompositionsOn,
+        NamedQuery::CompositeParts,
+        NamedQuery::StagedCompositesOfPart,
         NamedQuery::ReportCycles,
         NamedQuery::ReportVerdicts,
         NamedQuery::ReportProposals,
@@ -80,6 +86,9 @@ impl NamedQuery {
             NamedQuery::CurrentReferenceHash => references::SQL_CURRENT_REFERENCE,
             NamedQuery::StagesByState => stages::SQL_STAGES_BY_STATE,
             NamedQuery::AllStages => stages::SQL_ALL_STAGES,
+            NamedQuery::CompositionsOn => compositions::SQL_COMPOSITIONS_ON,
+            NamedQuery::CompositeParts => compositions::SQL_PARTS_OF_EXPERIMENT,
+            NamedQuery::StagedCompositesOfPart => compositions::SQL_STAGED_COMPOSITES_OF_PART,
             NamedQuery::ReportCycles => report::SQL_REPORT_CYCLES,
             NamedQuery::ReportVerdicts => report::SQL_REPORT_VERDICTS,
             NamedQuery::ReportProposals => report::SQL_REPORT_PROPOSALS,

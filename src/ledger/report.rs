@@ -118,6 +118,8 @@ pub struct ReportStage {
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
     pub note: Option<String>,
+    /// For a composite: the staged wins it applies, best first; else empty.
+    pub parts: Vec<super::StagePart>,
 }
 
 impl FromRow<'_, SqliteRow> for ReportStage {
@@ -139,6 +141,7 @@ impl FromRow<'_, SqliteRow> for ReportStage {
             decided_at: row.try_get("decided_at")?,
             decided_by: row.try_get("decided_by")?,
             note: row.try_get("note")?,
+            parts: Vec::new(),
         })
     }
 }
@@ -299,12 +302,17 @@ impl Ledger {
     ) -> Result<Vec<ReportStage>> {
         let op = "read the report's stages";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_STAGES)
+        let mut stages: Vec<ReportStage> = sqlx::query_as(SQL_REPORT_STAGES)
             .bind(ts(&start))
             .bind(ts(&end))
             .fetch_all(&mut *c)
             .await
-            .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op))?;
+        for s in &mut stages {
+            s.parts = super::compositions::parts_of_experiment(&mut c, &self.ctx, s.experiment_id)
+                .await?;
+        }
+        Ok(stages)
     }
 
     /// The valid A/B runs of experiment `id` (the evidence behind a

@@ -12,6 +12,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
 use super::codec::{json_col, ts};
+use super::compositions::{self, StagePart};
 use super::error::Ctx;
 use super::experiments::{self, Experiment};
 use super::ids::{ExperimentId, StageId};
@@ -97,6 +98,8 @@ pub struct StageSummary {
     pub base_digest: Digest,
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
+    /// For a composite: the staged wins it applies, best first; else empty.
+    pub parts: Vec<StagePart>,
 }
 
 impl StageSummary {
@@ -123,6 +126,7 @@ impl FromRow<'_, SqliteRow> for StageSummary {
             base_digest: row.try_get("base_digest")?,
             decided_at: row.try_get("decided_at")?,
             decided_by: row.try_get("decided_by")?,
+            parts: Vec::new(),
         })
     }
 }
@@ -138,15 +142,17 @@ pub struct StageDetail {
     pub confirmation: Experiment,
     pub confirmation_runs: Vec<Run>,
     pub confirmation_verdict: Verdict,
+    /// For a composite: the staged wins it applies, best first; else empty.
+    pub parts: Vec<StagePart>,
 }
 
-pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.state, e.menu_id, e.parameters, \
+pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
      s.decided_at, s.decided_by \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
      WHERE s.state = ?1 ORDER BY s.created_at DESC, s.id DESC";
 
-pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.state, e.menu_id, e.parameters, \
+pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
      s.decided_at, s.decided_by \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
@@ -225,10 +231,23 @@ async fn list(
     state: Option<StageState>,
 ) -> Result<Vec<StageSummary>> {
     let query = match state {
-        Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE).bind(state),
-        None => sqlx::query_as(SQL_ALL_STAGES),
+        Some(state) => sqlx::query(SQL_STAGES_BY_STATE).bind(state),
+        None => sqlx::query(SQL_ALL_STAGES),
     };
-    query.fetch_all(c).await.map_err(cx.err("list the stages"))
+    let rows: Vec<SqliteRow> = query
+        .fetch_all(&mut *c)
+        .await
+        .map_err(cx.err("list the stages"))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mut s = StageSummary::from_row(row).map_err(cx.err("list the stages"))?;
+        let experiment: ExperimentId = row
+            .try_get("experiment_id")
+            .map_err(cx.err("list the stages"))?;
+        s.parts = compositions::parts_of_experiment(c, cx, experiment).await?;
+        out.push(s);
+    }
+    Ok(out)
 }
 
 async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<StageDetail> {
@@ -244,6 +263,7 @@ async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<Stage
     let confirmation_verdict = verdicts::of_experiment(c, cx, confirmation.id)
         .await?
         .ok_or_else(|| cx.not_found("verdict of experiment", confirmation.id.0))?;
+    let parts = compositions::parts_of_experiment(c, cx, experiment.id).await?;
     Ok(StageDetail {
         stage,
         experiment,
@@ -252,6 +272,7 @@ async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<Stage
         confirmation,
         confirmation_runs,
         confirmation_verdict,
+        parts,
     })
 }
 

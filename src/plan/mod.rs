@@ -9,7 +9,9 @@
 //! - [`deepen_warm_set`], [`stage_speculative`], [`rebalance_trunk_cache`],
 //!   [`remeasure`]: the other entries.
 //! - [`pin_list`]: the `K3EXPERTS` format.
+//! - [`compose`]: the combined candidate of staged wins on different entries.
 
+pub mod compose;
 pub mod deepen_warm_set;
 pub mod pin_list;
 pub mod rebalance_trunk_cache;

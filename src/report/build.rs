@@ -402,6 +402,8 @@ fn lever_bests(
         let staged = open
             .iter()
             .filter(|s| s.menu_id == menu && &s.base_digest == live_base)
+            // A composite's effect is no single lever's.
+            .filter(|s| s.parts.is_empty())
             .min_by(|a, b| a.effect.total_cmp(&b.effect))
             .map(|s| {
                 let best = Sourced {

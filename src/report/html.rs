@@ -436,7 +436,7 @@ fn speed_chart(r: &Report) -> String {
             &format!(
                 "best staged: stage #{} ({}) {}",
                 b.stage.id,
-                b.stage.menu_id,
+                crate::ledger::stage_label(b.stage.menu_id, &b.stage.parts),
                 markdown::spt(v)
             ),
         ));

@@ -114,7 +114,7 @@ fn objective(w: &mut String, r: &Report) {
                 w,
                 "- Best staged candidate: stage #{} ({}) {} (floor {}){at}, waiting for a person.",
                 b.stage.id,
-                b.stage.menu_id,
+                crate::ledger::stage_label(b.stage.menu_id, &b.stage.parts),
                 display::effect(b.stage.effect, b.stage.interval.low, b.stage.interval.high),
                 display::floor(b.stage.noise_floor)
             );
@@ -165,7 +165,7 @@ fn stages(w: &mut String, r: &Report) {
             w,
             "- stage #{} ({}) {}: {} by {} on {}{}",
             d.id,
-            d.menu_id,
+            crate::ledger::stage_label(d.menu_id, &d.parts),
             display::percent(d.effect),
             d.state,
             d.decided_by.as_deref().unwrap_or("?"),

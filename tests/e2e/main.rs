@@ -16,6 +16,7 @@ mod staged;
 
 mod brain_tinyk3;
 mod check_cli;
+mod compose_wins;
 mod confirm_unsupported;
 mod crash_consistency;
 mod fault_matrix_engine;

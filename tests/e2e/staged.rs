@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use orchestrator::ledger::{
-    CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewRun, NewVerdict, StageId,
-    TimingSource, TokenParts,
+    CycleOutcome, ExperimentId, Interval, Ledger, NewComposition, NewExperiment, NewRun,
+    NewVerdict, StageId, TimingSource, TokenParts,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::profile::Profile;
@@ -19,16 +19,46 @@ use serde_json::{Value, json};
 /// as the loop would record one (a cycle, a win, its confirmation, both with
 /// ABBA runs, one transaction), while other processes may write too.
 pub fn stage_win(db: &Path, base: &Profile, candidate: &Profile) -> StageId {
-    record_win(db, base, candidate, true).expect("a confirmed win is staged")
+    let win = Win::default();
+    record_win(db, base, candidate, true, &win).expect("a confirmed win is staged")
+}
+
+/// What a seeded win is filed under and how good its evidence says it is.
+pub struct Win {
+    pub menu_id: MenuId,
+    pub parameters: Value,
+    /// The effect both A/Bs report, and its interval (log ratios).
+    pub effect: (f64, f64, f64),
+}
+
+impl Default for Win {
+    fn default() -> Win {
+        Win {
+            menu_id: MenuId::RebalanceTrunkCache,
+            parameters: json!({"trunk_fraction": 0.5}),
+            effect: (-0.2, -0.25, -0.15),
+        }
+    }
+}
+
+/// [`stage_win`] of `win`'s menu entry, parameters and effect.
+pub fn stage_win_as(db: &Path, base: &Profile, candidate: &Profile, win: &Win) -> StageId {
+    record_win(db, base, candidate, true, win).expect("a confirmed win is staged")
 }
 
 /// A win of `candidate` over `base` that no experiment has confirmed yet:
 /// the daemon's next cycle, finding it last, measures its confirmation.
 pub fn unconfirmed_win(db: &Path, base: &Profile, candidate: &Profile) {
-    record_win(db, base, candidate, false);
+    record_win(db, base, candidate, false, &Win::default());
 }
 
-fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -> Option<StageId> {
+fn record_win(
+    db: &Path,
+    base: &Profile,
+    candidate: &Profile,
+    confirmed: bool,
+    win: &Win,
+) -> Option<StageId> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ledger = Ledger::open(db).await.unwrap();
@@ -43,8 +73,8 @@ fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -
                     proposal_id: None,
                     confirmation_of: ids.first().copied(),
                     created_at: now,
-                    menu_id: MenuId::RebalanceTrunkCache,
-                    parameters: json!({"trunk_fraction": 0.5}),
+                    menu_id: win.menu_id,
+                    parameters: win.parameters.clone(),
                     method: Method::Bench,
                     base_profile: base.canonical(),
                     base_digest: base.digest(),
@@ -83,10 +113,10 @@ fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -
                 &NewVerdict {
                     kind: VerdictKind::Win,
                     decided_at: now,
-                    effect: Some(-0.2),
+                    effect: Some(win.effect.0),
                     interval: Some(Interval {
-                        low: -0.25,
-                        high: -0.15,
+                        low: win.effect.1,
+                        high: win.effect.2,
                     }),
                     noise_floor: Some(0.02),
                     pairs: 2,
@@ -230,4 +260,27 @@ pub fn wait_gone(procs: &[Proc], limit: Duration) -> Vec<Proc> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Records the staged win `composite` as the composition of `parts` (best
+/// first), as the loop's composition cycle does.
+pub fn link_composite(db: &Path, composite: StageId, parts: &[StageId]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = Ledger::open(db).await.unwrap();
+        let stage = ledger.stage(composite).await.unwrap();
+        let experiment = ledger.experiment(stage.experiment_id).await.unwrap();
+        ledger
+            .insert_composition(&NewComposition {
+                cycle_id: experiment.cycle_id,
+                created_at: Utc::now(),
+                base_digest: stage.base_digest.clone(),
+                experiment_id: Some(stage.experiment_id),
+                refusal: None,
+                parts: parts.to_vec(),
+            })
+            .await
+            .unwrap();
+        ledger.close().await;
+    });
 }

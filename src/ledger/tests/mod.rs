@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 mod check;
+mod compositions;
 mod costs;
 mod open;
 mod rows;
