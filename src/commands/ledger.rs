@@ -9,7 +9,7 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, Ledger, Rule, Violation};
+use crate::ledger::{CheckContext, Rule, Violation};
 use crate::profile::Profile;
 
 /// The violations found, as the error that makes the command exit 1.
@@ -35,7 +35,7 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if cycles.is_empty() {
-            println!("no cycles recorded yet in {}", config.ledger_path.display());
+            println!("no cycles recorded yet in {}", super::ledger_name(&config));
             return Ok(());
         }
         for c in &cycles {
@@ -91,6 +91,7 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
 /// ledger's lock. The live profile must parse (a torn file would not).
 fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     let path = &config.ledger_path;
+    let name = super::ledger_name(config);
     super::require_ledger(config)?;
     let holder = lock::holder(path)?;
     let mut violations: Vec<Violation> = Vec::new();
@@ -113,18 +114,18 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     };
     let found = super::runtime()?
         .block_on(async {
-            let ledger = Ledger::open_existing(path).await?;
+            let ledger = super::open_ledger(config).await?;
             let found = ledger.check(&ctx).await;
             ledger.close().await;
-            found
+            anyhow::Ok(found?)
         })
-        .with_context(|| format!("checking the ledger {}", path.display()))?;
+        .with_context(|| format!("checking the ledger {name}"))?;
     violations.extend(found);
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "ledger": path,
+                "ledger": name,
                 "daemon_pid": holder,
                 "consistent": violations.is_empty(),
                 "violations": violations,
@@ -137,7 +138,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         if violations.is_empty() {
             println!(
                 "ledger {} is consistent{}",
-                path.display(),
+                name,
                 holder
                     .as_deref()
                     .map(|p| format!(" (daemon pid {p} holds it)"))
@@ -149,7 +150,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         Ok(())
     } else {
         Err(Inconsistent {
-            path: path.display().to_string(),
+            path: name,
             n: violations.len(),
         }
         .into())

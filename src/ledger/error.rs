@@ -39,6 +39,11 @@ pub enum LedgerError {
     OpenPostgres { url: String, source: sqlx::Error },
 
     #[error(
+        "the PostgreSQL ledger {url} needs its password in the environment variable {var} (`[ledger] password_env`), which is not set; export it for this process and retry"
+    )]
+    PasswordUnset { url: String, var: String },
+
+    #[error(
         "{what} is not available on a PostgreSQL ledger ({}); it exists only for SQLite ledgers (`[ledger] path`)",
         path.display()
     )]

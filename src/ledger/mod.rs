@@ -120,6 +120,7 @@ mod references;
 mod report;
 mod runs;
 mod stages;
+mod target;
 mod verdicts;
 
 #[cfg(test)]
@@ -160,6 +161,7 @@ pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
+pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
 
 use error::Ctx;

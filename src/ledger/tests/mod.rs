@@ -24,9 +24,9 @@ use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, V
 
 /// The test PostgreSQL's URL (no password), as `scripts/postgres.sh start`
 /// prints it; `scripts/test.sh` always sets it.
-const PG_URL_VAR: &str = "ORCH_TEST_PG_URL";
+pub(super) const PG_URL_VAR: &str = "ORCH_TEST_PG_URL";
 /// Its password.
-const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
+pub(super) const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
 /// `1` runs the ledger suite on SQLite only: for a developer without
 /// PostgreSQL, and said out loud. Without it a missing PostgreSQL fails.
 const NO_PG_VAR: &str = "ORCH_TEST_NO_PG";

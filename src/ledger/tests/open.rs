@@ -271,3 +271,90 @@ async fn an_edited_or_newer_schema_is_refused_with_advice() {
     let newer = Ledger::open(&path).await.unwrap_err();
     assert!(newer.to_string().contains("newer orchestrator"), "{newer}");
 }
+
+/// The password reaches the server and nowhere else: not the ledger's
+/// rows, its `Debug` form (what a log line would print) or its errors.
+#[tokio::test]
+async fn the_postgres_password_never_reaches_the_ledger_or_its_messages() {
+    let Some(ledger) = fresh_postgres().await else {
+        return;
+    };
+    let password = std::env::var(PG_PASSWORD_VAR).expect("the test cluster has a password");
+    assert!(password.len() >= 16, "a password worth looking for");
+    staged_win(&ledger, 1).await;
+    let url = ledger.path().display().to_string();
+    assert!(!url.contains(&password), "{url}");
+    assert!(
+        !format!("{ledger:?}").contains(&password),
+        "Debug shows the password"
+    );
+    // Every stored value, as text.
+    let Pool::Postgres(pool) = &ledger.pool else {
+        unreachable!()
+    };
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(tables.len() >= 9, "{tables:?}");
+    for table in tables {
+        let rows: Vec<String> = sqlx::query_scalar(&format!("SELECT t::text FROM {table} t"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        for row in rows {
+            assert!(
+                !row.contains(&password),
+                "{table} holds the password: {row}"
+            );
+        }
+    }
+    // A wrong password is refused with a message that shows neither.
+    let wrong = format!("{password}-wrong");
+    let err = Ledger::open_postgres(&url, Some(&wrong), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    let msg = format!("{err} {err:?}");
+    assert!(matches!(err, LedgerError::OpenPostgres { .. }), "{msg}");
+    assert!(msg.contains("password_env"), "names the fix: {msg}");
+    assert!(!msg.contains(&password), "{msg}");
+}
+
+/// A configured password variable that is unset is refused by name.
+#[tokio::test]
+async fn an_unset_password_variable_is_refused_by_name() {
+    let target = PostgresTarget::new(
+        "postgres://orchestrator@127.0.0.1:1/ledger",
+        Some("ORCH_TEST_SURELY_UNSET_PW".into()),
+    )
+    .unwrap();
+    let err = target.open(Duration::from_secs(1)).await.unwrap_err();
+    assert!(
+        matches!(&err, LedgerError::PasswordUnset { var, .. } if var == "ORCH_TEST_SURELY_UNSET_PW"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("export it"), "{err}");
+}
+
+/// The advisory writer lock queues PostgreSQL writers as `BEGIN IMMEDIATE`
+/// queues SQLite's: a second writer waits, then gives up with `Locked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_writer_waits_for_the_other_then_reports_it_locked() {
+    let Some(first) = fresh_postgres().await else {
+        return;
+    };
+    let url = first.path().display().to_string();
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let second = Ledger::open_postgres(&url, password.as_deref(), Duration::from_millis(300))
+        .await
+        .unwrap();
+    let held = first.begin_write().await.unwrap();
+    let started = std::time::Instant::now();
+    let err = second.begin_write().await.unwrap_err();
+    assert!(matches!(err, LedgerError::Locked { .. }), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
+    held.rollback().await.unwrap();
+    second.begin_write().await.unwrap().commit().await.unwrap();
+}
