@@ -156,3 +156,47 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         .into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::LedgerArgs;
+    use crate::ledger::tests::{PG_PASSWORD_VAR, fresh_postgres, staged_win, t};
+    use crate::vocab::ProposerKind;
+
+    /// `orchestrator ledger --check` on a PostgreSQL ledger named by the
+    /// config: consistent passes; a cycle left running with no daemon is
+    /// flagged (exit 1 through `Inconsistent`).
+    #[test]
+    fn ledger_check_works_on_a_postgres_ledger() {
+        let rt = crate::commands::runtime().unwrap();
+        let Some(ledger) = rt.block_on(fresh_postgres()) else {
+            return;
+        };
+        let url = ledger.path().display().to_string();
+        rt.block_on(staged_win(&ledger, 1));
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+        let text = std::fs::read_to_string(shipped).unwrap().replace(
+            "path = \"ledger/orchestrator.db\"",
+            &format!("url = \"{url}\"\npassword_env = \"{PG_PASSWORD_VAR}\""),
+        );
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, text).unwrap();
+        let args = LedgerArgs {
+            limit: 20,
+            json: false,
+            check: true,
+        };
+        run(&config, &args).expect("a consistent PostgreSQL ledger passes");
+
+        rt.block_on(ledger.open_cycle(t(1000), ProposerKind::Bandit))
+            .unwrap();
+        let err = run(&config, &args).unwrap_err();
+        let found = err.downcast_ref::<Inconsistent>().expect("inconsistent");
+        assert_eq!(found.n, 1, "{err}");
+        assert_eq!(found.path, url);
+        // Nothing of the SQLite default was created beside the config.
+        assert!(!dir.path().join("ledger").join("orchestrator.db").exists());
+    }
+}

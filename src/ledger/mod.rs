@@ -124,7 +124,7 @@ mod target;
 mod verdicts;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -26,7 +26,7 @@ use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, V
 /// prints it; `scripts/test.sh` always sets it.
 pub(super) const PG_URL_VAR: &str = "ORCH_TEST_PG_URL";
 /// Its password.
-pub(super) const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
+pub(crate) const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
 /// `1` runs the ledger suite on SQLite only: for a developer without
 /// PostgreSQL, and said out loud. Without it a missing PostgreSQL fails.
 const NO_PG_VAR: &str = "ORCH_TEST_NO_PG";
@@ -44,7 +44,7 @@ pub(super) async fn backends() -> impl Iterator<Item = Ledger> {
 /// A new, empty database on the test PostgreSQL, migrated; `None` only when
 /// the developer opted out with `ORCH_TEST_NO_PG=1`. (Each test gets its own
 /// database because tests run in parallel; the cluster is thrown away after.)
-pub(super) async fn fresh_postgres() -> Option<Ledger> {
+pub(crate) async fn fresh_postgres() -> Option<Ledger> {
     use sqlx::postgres::{PgConnectOptions, PgConnection};
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -86,7 +86,7 @@ pub(super) async fn fresh_postgres() -> Option<Ledger> {
     Some(ledger)
 }
 
-pub(super) fn t(seconds: i64) -> DateTime<Utc> {
+pub(crate) fn t(seconds: i64) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap() + chrono::Duration::seconds(seconds)
 }
 
@@ -172,7 +172,7 @@ pub(super) async fn abba(tx: &mut WriteTx, experiment_id: ExperimentId) {
 
 /// A win, its confirmation, and their stage, written as the loop would: one
 /// transaction for the whole change.
-pub(super) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, ExperimentId, ExperimentId) {
+pub(crate) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, ExperimentId, ExperimentId) {
     let mut tx = ledger.begin_write().await.unwrap();
     let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
     let first = tx
