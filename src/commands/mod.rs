@@ -100,7 +100,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<crate::stack_support::SupportError>()
             || matches!(
                 e.downcast_ref::<crate::ledger::LedgerError>(),
-                Some(crate::ledger::LedgerError::PasswordUnset { .. })
+                Some(
+                    crate::ledger::LedgerError::PasswordUnset { .. }
+                        | crate::ledger::LedgerError::StackLocked { .. }
+                )
             )
             || matches!(
                 e.downcast_ref::<ProfileError>(),

@@ -121,6 +121,13 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             .await?
         }
     };
+    // On a shared PostgreSQL ledger the one-daemon-per-stack lock is the
+    // server's (held until this function returns or the process dies); the
+    // file lock above still guards this host's orphan reaping.
+    let _stack_lock = match &config.ledger_postgres {
+        Some(_) => Some(ledger.lock_stack(&config.stack.name).await?),
+        None => None,
+    };
     let aborted = ledger
         .abort_running_cycles(
             "found `running` at start: the previous orchestrator process ended mid-cycle",

@@ -39,6 +39,17 @@ pub enum LedgerError {
     OpenPostgres { url: String, source: sqlx::Error },
 
     #[error(
+        "another orchestrator daemon is running the stack {stack:?} on this PostgreSQL ledger ({holder}); stop it first, or give this host's stack its own `[stack] name`"
+    )]
+    StackLocked { stack: String, holder: String },
+
+    #[error(
+        "{what} exists only on a PostgreSQL ledger ({}); a SQLite ledger uses the daemon's lock file beside it",
+        path.display()
+    )]
+    PostgresOnly { path: PathBuf, what: &'static str },
+
+    #[error(
         "the PostgreSQL ledger {url} needs its password in the environment variable {var} (`[ledger] password_env`), which is not set; export it for this process and retry"
     )]
     PasswordUnset { url: String, var: String },
@@ -284,6 +295,13 @@ impl Ctx {
 
     pub(crate) fn not_on_postgres(&self, what: &'static str) -> LedgerError {
         LedgerError::NotOnPostgres {
+            path: self.path.to_path_buf(),
+            what,
+        }
+    }
+
+    pub(crate) fn not_on_postgres_only(&self, what: &'static str) -> LedgerError {
+        LedgerError::PostgresOnly {
             path: self.path.to_path_buf(),
             what,
         }

@@ -119,6 +119,7 @@ mod proposals;
 mod references;
 mod report;
 mod runs;
+mod stack_lock;
 mod stages;
 mod target;
 mod verdicts;
@@ -160,6 +161,7 @@ pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
+pub use stack_lock::StackLock;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
@@ -352,7 +354,15 @@ impl Ledger {
             url: url.to_string(),
             source,
         };
-        let mut options = PgConnectOptions::from_str(url).map_err(open_err)?;
+        let mut options = PgConnectOptions::from_str(url)
+            .map_err(open_err)?
+            // Names this process to the server, so a held stack lock says
+            // whose it is (`pg_stat_activity`).
+            .application_name(&format!(
+                "orchestrator pid {} on {}",
+                std::process::id(),
+                hostname()
+            ));
         if let Some(password) = password {
             options = options.password(password);
         }
@@ -543,6 +553,13 @@ impl Ledger {
         }
         Ok(true)
     }
+}
+
+/// This machine's name, for the server's view of our sessions.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "an unknown host".into())
 }
 
 /// Whether an existing ledger file, or its directory, may not be written by

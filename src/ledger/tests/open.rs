@@ -358,3 +358,47 @@ async fn a_postgres_writer_waits_for_the_other_then_reports_it_locked() {
     held.rollback().await.unwrap();
     second.begin_write().await.unwrap().commit().await.unwrap();
 }
+
+/// One daemon per stack on a shared PostgreSQL ledger: a second taker of
+/// the same stack is refused with the holder named, another stack is not,
+/// and the lock goes with its session.
+#[tokio::test]
+async fn a_stack_lock_is_held_once_and_goes_with_its_session() {
+    let Some(first) = fresh_postgres().await else {
+        return;
+    };
+    let url = first.path().display().to_string();
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let second = Ledger::open_postgres(&url, password.as_deref(), DEFAULT_BUSY_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(first.stack_lock_holder("spark-1").await.unwrap(), None);
+    let held = first.lock_stack("spark-1").await.unwrap();
+    let err = second.lock_stack("spark-1").await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, LedgerError::StackLocked { .. }), "{err:?}");
+    let me = format!("orchestrator pid {}", std::process::id());
+    assert!(msg.contains(&me) && msg.contains("[stack] name"), "{msg}");
+    assert!(second.stack_lock_holder("spark-1").await.unwrap().is_some());
+    let other = second.lock_stack("spark-2").await.unwrap();
+    drop(held);
+    // The server ends the dropped session a moment after its socket closes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let successor = loop {
+        match second.lock_stack("spark-1").await {
+            Ok(lock) => break lock,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(matches!(e, LedgerError::StackLocked { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the dropped lock was never released: {e}"),
+        }
+    };
+    drop((other, successor));
+    // SQLite has its file lock instead.
+    let sqlite = Ledger::open_in_memory().await.unwrap();
+    assert!(matches!(
+        sqlite.lock_stack("spark-1").await.unwrap_err(),
+        LedgerError::PostgresOnly { .. }
+    ));
+}
