@@ -88,12 +88,16 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
 
 /// `ledger --check`: reads the ledger (never writes it) and lists every
 /// broken rule; a `running` cycle is legal only while a daemon holds the
-/// ledger's lock. The live profile must parse (a torn file would not).
+/// ledger's lock (on PostgreSQL: the stack's advisory lock, from any host).
+/// The live profile must parse (a torn file would not).
 fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     let path = &config.ledger_path;
     let name = super::ledger_name(config);
     super::require_ledger(config)?;
-    let holder = lock::holder(path)?;
+    let file_holder = match config.ledger_postgres {
+        Some(_) => None,
+        None => lock::holder(path)?,
+    };
     let mut violations: Vec<Violation> = Vec::new();
     let live = &config.stack.live_profile;
     let live_digest = match Profile::load(live) {
@@ -108,16 +112,20 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
             None
         }
     };
-    let ctx = CheckContext {
-        daemon_running: holder.is_some(),
-        live_digest,
-    };
-    let found = super::runtime()?
+    let (found, holder) = super::runtime()?
         .block_on(async {
             let ledger = super::open_ledger(config).await?;
+            let holder = match config.ledger_postgres {
+                Some(_) => ledger.stack_lock_holder(&config.stack.name).await?,
+                None => file_holder,
+            };
+            let ctx = CheckContext {
+                daemon_running: holder.is_some(),
+                live_digest,
+            };
             let found = ledger.check(&ctx).await;
             ledger.close().await;
-            anyhow::Ok(found?)
+            anyhow::Ok((found?, holder))
         })
         .with_context(|| format!("checking the ledger {name}"))?;
     violations.extend(found);
@@ -126,6 +134,7 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "ledger": name,
+                // The pid on SQLite; the holder's session on PostgreSQL.
                 "daemon_pid": holder,
                 "consistent": violations.is_empty(),
                 "violations": violations,
@@ -141,7 +150,10 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
                 name,
                 holder
                     .as_deref()
-                    .map(|p| format!(" (daemon pid {p} holds it)"))
+                    .map(|p| match config.ledger_postgres {
+                        Some(_) => format!(" (the stack's daemon holds it: {p})"),
+                        None => format!(" (daemon pid {p} holds it)"),
+                    })
                     .unwrap_or_default()
             );
         }
@@ -196,6 +208,14 @@ mod tests {
         let found = err.downcast_ref::<Inconsistent>().expect("inconsistent");
         assert_eq!(found.n, 1, "{err}");
         assert_eq!(found.path, url);
+        // While a daemon of this stack holds its lock, its newest running
+        // cycle is legal.
+        let config_now = Config::load(&config).unwrap();
+        let lock = rt
+            .block_on(ledger.lock_stack(&config_now.stack.name))
+            .unwrap();
+        run(&config, &args).expect("the running cycle of a live daemon is legal");
+        drop(lock);
         // Nothing of the SQLite default was created beside the config.
         assert!(!dir.path().join("ledger").join("orchestrator.db").exists());
     }
