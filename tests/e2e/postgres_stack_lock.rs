@@ -111,18 +111,20 @@ fn a_second_daemon_of_the_stack_is_refused_and_a_killed_ones_lock_is_released() 
         "bench-double-that-hangs.sh",
         &format!("echo $$ > {}; exec sleep 60", started.display()),
     );
+    // Logging everything, sqlx's statements included, to look for the password.
+    let first_log = a.path().join("first-daemon.log");
     let mut first = orchestrator(&host_config(a.path(), &url, &stack, &hang))
-        .arg("run")
+        .args(["--log", "debug", "run"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        // A file, not a pipe: a full pipe would stall the daemon mid-log.
+        .stderr(std::fs::File::create(&first_log).unwrap())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_to_string(&started).map_or(true, |s| s.trim().is_empty()) {
         assert!(Instant::now() < deadline, "the first daemon never measured");
         if first.try_wait().unwrap().is_some() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(first.stderr.as_mut().unwrap(), &mut err).unwrap();
+            let err = std::fs::read_to_string(&first_log).unwrap();
             panic!("the first daemon exited: {err}");
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -162,6 +164,17 @@ fn a_second_daemon_of_the_stack_is_refused_and_a_killed_ones_lock_is_released() 
         libc::kill(engine, libc::SIGKILL);
     }
     first.wait().unwrap();
+    let logged = std::fs::read_to_string(&first_log).unwrap();
+    let password = std::env::var(PG_PASSWORD_VAR).unwrap();
+    assert!(logged.contains("DEBUG"), "debug logging was on: {logged}");
+    assert!(
+        !logged.contains(&password),
+        "the daemon logged the password"
+    );
+    assert!(
+        !stderr.contains(&password),
+        "the refusal shows the password"
+    );
     let out = orchestrator(&b_config)
         .args(["run", "--cycles", "1"])
         .output()
