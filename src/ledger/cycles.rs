@@ -149,13 +149,13 @@ async fn open_cycle(
 ) -> Result<CycleId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-        "INSERT INTO cycles (started_at, status, proposer) VALUES ($1, 'running', $2) RETURNING id",
-    )
-    .bind(ts(&started_at))
-    .bind(proposer)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("open a cycle"))
+            "INSERT INTO cycles (started_at, status, proposer) VALUES ($1, 'running', $2) RETURNING id",
+        )
+        .bind(ts(&started_at))
+        .bind(proposer)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("open a cycle"))
     })
 }
 
@@ -181,15 +181,15 @@ async fn close_cycle(
 ) -> Result<()> {
     on_db!(c, |c| {
         let done = sqlx::query(
-        "UPDATE cycles SET status = $2, error = $3, ended_at = $4 WHERE id = $1 AND status = 'running'",
-    )
-    .bind(id)
-    .bind(outcome.status())
-    .bind(outcome.error())
-    .bind(ts(&ended_at))
-    .execute(&mut *c)
-    .await
-    .map_err(cx.err("close a cycle"))?;
+            "UPDATE cycles SET status = $2, error = $3, ended_at = $4 WHERE id = $1 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(outcome.status())
+        .bind(outcome.error())
+        .bind(ts(&ended_at))
+        .execute(&mut *c)
+        .await
+        .map_err(cx.err("close a cycle"))?;
         if done.rows_affected() == 1 {
             return Ok(());
         }

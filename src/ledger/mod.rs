@@ -1,6 +1,8 @@
-//! The SQLite experiment ledger: every cycle, proposal, experiment, run,
-//! verdict, noise floor, reference hash and stage decision. All SQL of the
-//! program lives under this module; callers use the typed functions.
+//! The experiment ledger, in a SQLite file (the default) or a PostgreSQL
+//! database (`[ledger] url`, see `backend` for what differs): every cycle,
+//! proposal, experiment, run, verdict, noise floor, reference hash and stage
+//! decision. All SQL of the program lives under this module; callers use the
+//! typed functions, the same on both backends.
 //!
 //! # Writing
 //!
@@ -8,7 +10,9 @@
 //! [`Ledger::begin_write`] returns a [`WriteTx`] begun `IMMEDIATE`, so the
 //! write lock is taken up front and two writers queue on the busy timeout
 //! instead of deadlocking on a read-to-write upgrade (which SQLite reports as
-//! `database is locked` at once, whatever the timeout). Dropping a `WriteTx`
+//! `database is locked` at once, whatever the timeout). On PostgreSQL the
+//! transaction takes the ledger's writer advisory lock first, to the same
+//! effect. Dropping a `WriteTx`
 //! without [`WriteTx::commit`] rolls it back. Single-row writes also exist as
 //! methods on [`Ledger`]; they run as one autocommit statement.
 //!
@@ -38,7 +42,8 @@
 //! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
-//! a test asserts that none of them scans a whole table.
+//! a test asserts that none of them scans a whole table (the PostgreSQL
+//! schema has the same indexes under the same names).
 //!
 //! # Files
 //!

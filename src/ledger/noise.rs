@@ -53,21 +53,21 @@ pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHER
 async fn insert(c: Conn<'_>, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-        "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
-         experiment_id, load1, cpu_pressure) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
-    )
-    .bind(&f.stack)
-    .bind(&f.profile_digest)
-    .bind(f.value)
-    .bind(i64::from(f.n))
-    .bind(&f.method)
-    .bind(ts(&f.measured_at))
-    .bind(f.experiment_id)
-    .bind(f.load1)
-    .bind(f.cpu_pressure)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a noise floor"))
+            "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
+             experiment_id, load1, cpu_pressure) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(&f.stack)
+        .bind(&f.profile_digest)
+        .bind(f.value)
+        .bind(i64::from(f.n))
+        .bind(&f.method)
+        .bind(ts(&f.measured_at))
+        .bind(f.experiment_id)
+        .bind(f.load1)
+        .bind(f.cpu_pressure)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a noise floor"))
     })
 }
 

@@ -75,23 +75,23 @@ reads_as_recorded!(Proposal => NewProposal);
 async fn insert(c: Conn<'_>, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-        "INSERT INTO proposals \
-         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-    )
-    .bind(p.cycle_id)
-    .bind(p.proposer)
-    .bind(i64::from(p.attempt))
-    .bind(ts(&p.created_at))
-    .bind(p.prompt.as_deref())
-    .bind(p.raw_answer.as_deref())
-    .bind(p.parsed.as_ref().map(canonical_json))
-    .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
-    .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
-    .bind(p.note.as_deref())
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a proposal"))
+            "INSERT INTO proposals \
+             (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(p.cycle_id)
+        .bind(p.proposer)
+        .bind(i64::from(p.attempt))
+        .bind(ts(&p.created_at))
+        .bind(p.prompt.as_deref())
+        .bind(p.raw_answer.as_deref())
+        .bind(p.parsed.as_ref().map(canonical_json))
+        .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
+        .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
+        .bind(p.note.as_deref())
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a proposal"))
     })
 }
 

@@ -43,19 +43,19 @@ pub(crate) const SQL_CURRENT_REFERENCE: &str = "SELECT * FROM reference_hashes \
 async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewReferenceHash) -> Result<ReferenceHashId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-        "INSERT INTO reference_hashes (stack, prompt_set, profile_digest, output_hash, pinned_at, \
-         pinned_by, reason) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-    )
-    .bind(&r.stack)
-    .bind(&r.prompt_set)
-    .bind(&r.profile_digest)
-    .bind(&r.output_hash)
-    .bind(ts(&r.pinned_at))
-    .bind(&r.pinned_by)
-    .bind(&r.reason)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("pin a reference hash"))
+            "INSERT INTO reference_hashes (stack, prompt_set, profile_digest, output_hash, pinned_at, \
+             pinned_by, reason) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(&r.stack)
+        .bind(&r.prompt_set)
+        .bind(&r.profile_digest)
+        .bind(&r.output_hash)
+        .bind(ts(&r.pinned_at))
+        .bind(&r.pinned_by)
+        .bind(&r.reason)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("pin a reference hash"))
     })
 }
 

@@ -190,23 +190,23 @@ async fn insert(
             return Err(refuse("its confirmation's verdict lacks its statistics"));
         };
         sqlx::query_scalar(
-        "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
-         candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
-         VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-    )
-    .bind(experiment_id)
-    .bind(confirmation_id)
-    .bind(&experiment.base_digest)
-    .bind(&experiment.candidate_digest)
-    .bind(&experiment.candidate_profile)
-    .bind(effect)
-    .bind(interval.low)
-    .bind(interval.high)
-    .bind(floor)
-    .bind(ts(&created_at))
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("stage a win"))
+            "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
+             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
+             VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(experiment_id)
+        .bind(confirmation_id)
+        .bind(&experiment.base_digest)
+        .bind(&experiment.candidate_digest)
+        .bind(&experiment.candidate_profile)
+        .bind(effect)
+        .bind(interval.low)
+        .bind(interval.high)
+        .bind(floor)
+        .bind(ts(&created_at))
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("stage a win"))
     })
 }
 
@@ -269,19 +269,19 @@ async fn settle(
 ) -> Result<()> {
     on_db!(c, |c, d| {
         let done = sqlx::query(d.pick(
-        "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = max($5, created_at) \
-         WHERE id = $1 AND state = 'staged'",
-        "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = GREATEST($5, created_at) \
-         WHERE id = $1 AND state = 'staged'",
-    ))
-    .bind(id)
-    .bind(state)
-    .bind(by)
-    .bind(note)
-    .bind(ts(&at))
-    .execute(&mut *c)
-    .await
-    .map_err(cx.err("record a stage decision"))?;
+            "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = max($5, created_at) \
+             WHERE id = $1 AND state = 'staged'",
+            "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = GREATEST($5, created_at) \
+             WHERE id = $1 AND state = 'staged'",
+        ))
+        .bind(id)
+        .bind(state)
+        .bind(by)
+        .bind(note)
+        .bind(ts(&at))
+        .execute(&mut *c)
+        .await
+        .map_err(cx.err("record a stage decision"))?;
         if done.rows_affected() == 1 {
             return Ok(());
         }

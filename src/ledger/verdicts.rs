@@ -102,23 +102,23 @@ async fn insert_for_experiment(
             });
         }
         let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
-        "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
-         interval_high, noise_floor, pairs, method, reason) \
-         SELECT cycle_id, id, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM experiments WHERE id = $1 \
-         RETURNING id",
-    )
-    .bind(experiment_id)
-    .bind(v.kind)
-    .bind(ts(&v.decided_at))
-    .bind(v.effect)
-    .bind(v.interval.map(|i| i.low))
-    .bind(v.interval.map(|i| i.high))
-    .bind(v.noise_floor)
-    .bind(i64::from(v.pairs))
-    .bind(v.method.as_deref())
-    .bind(v.reason.as_deref())
-    .fetch_optional(&mut *c)
-    .await;
+            "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
+             interval_high, noise_floor, pairs, method, reason) \
+             SELECT cycle_id, id, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM experiments WHERE id = $1 \
+             RETURNING id",
+        )
+        .bind(experiment_id)
+        .bind(v.kind)
+        .bind(ts(&v.decided_at))
+        .bind(v.effect)
+        .bind(v.interval.map(|i| i.low))
+        .bind(v.interval.map(|i| i.high))
+        .bind(v.noise_floor)
+        .bind(i64::from(v.pairs))
+        .bind(v.method.as_deref())
+        .bind(v.reason.as_deref())
+        .fetch_optional(&mut *c)
+        .await;
         match inserted {
             Ok(Some(id)) => Ok(id),
             Ok(None) => Err(cx.not_found(ExperimentId::WHAT, experiment_id.0)),
@@ -145,23 +145,23 @@ async fn insert_for_cycle(
 ) -> Result<VerdictId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-        "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
-         noise_floor, pairs, method, reason) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-    )
-    .bind(cycle_id)
-    .bind(v.kind)
-    .bind(ts(&v.decided_at))
-    .bind(v.effect)
-    .bind(v.interval.map(|i| i.low))
-    .bind(v.interval.map(|i| i.high))
-    .bind(v.noise_floor)
-    .bind(i64::from(v.pairs))
-    .bind(v.method.as_deref())
-    .bind(v.reason.as_deref())
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a cycle's verdict"))
+            "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
+             noise_floor, pairs, method, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(cycle_id)
+        .bind(v.kind)
+        .bind(ts(&v.decided_at))
+        .bind(v.effect)
+        .bind(v.interval.map(|i| i.low))
+        .bind(v.interval.map(|i| i.high))
+        .bind(v.noise_floor)
+        .bind(i64::from(v.pairs))
+        .bind(v.method.as_deref())
+        .bind(v.reason.as_deref())
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a cycle's verdict"))
     })
 }
 
