@@ -4,4 +4,5 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
+    println!("cargo:rerun-if-changed=migrations/postgres");
 }

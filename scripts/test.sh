@@ -35,6 +35,21 @@ else
   echo "no kimi-k3-in-c source at $KIMI_K3_SRC: the real-engine tier is skipped (set KIMI_K3_SRC)" >&2
 fi
 
+# The ledger suite runs on SQLite and on a real PostgreSQL: a throw-away
+# cluster (Debian's `postgresql`, installed when missing; initdb into a temp
+# dir, pg_ctl on a free loopback port, as the `postgres` user when root),
+# stopped and removed on exit. Its URL and password reach the tests through
+# ORCH_TEST_PG_URL / ORCH_TEST_PG_PASSWORD; without them the PostgreSQL half
+# of each ledger test fails (ORCH_TEST_NO_PG=1 skips it, by hand only).
+if [ "${ORCH_TEST_NO_PG:-}" = 1 ]; then
+  echo "scripts/test.sh always tests the PostgreSQL ledger: unset ORCH_TEST_NO_PG" >&2
+  exit 2
+fi
+pg_env="$(bash scripts/postgres.sh start)"
+eval "$pg_env"
+export ORCH_TEST_PG_URL ORCH_TEST_PG_PASSWORD ORCH_TEST_PG_DIR
+trap 'bash scripts/postgres.sh stop "$ORCH_TEST_PG_DIR"' EXIT
+
 # The shoot-out harness's own tests (benches/shootout/; no engine, no optuna).
 python3 -m unittest benches/shootout/test_shootout.py
 

@@ -17,9 +17,9 @@
 //!
 //! What a stack offers and how it is configured:
 //! - [`menu`]: the fixed menu, its JSON schema and the validator of answers.
+//! - [`ledger`]: the experiment ledger, SQLite or PostgreSQL; all SQL lives here.
 //! - [`config`]: the configuration file → validated types (the judge's policy among them).
 //! - [`stack_support`]: which menu entries a stack supports (`[stack] unsupported`).
-//! - [`ledger`]: the SQLite experiment ledger; all SQL lives here.
 //!
 //! One cycle, in the order data flows:
 //! - [`observe`]: the live metrics, heat and trace.
@@ -46,9 +46,9 @@ pub mod heat;
 pub mod judge;
 
 pub mod menu;
+pub mod ledger;
 pub mod config;
 pub mod stack_support;
-pub mod ledger;
 
 pub mod observe;
 pub mod plan;

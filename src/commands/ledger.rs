@@ -9,7 +9,7 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, Ledger, Rule, Violation};
+use crate::ledger::{CheckContext, Rule, Violation};
 use crate::profile::Profile;
 
 /// The violations found, as the error that makes the command exit 1.
@@ -35,7 +35,7 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if cycles.is_empty() {
-            println!("no cycles recorded yet in {}", config.ledger_path.display());
+            println!("no cycles recorded yet in {}", super::ledger_name(&config));
             return Ok(());
         }
         for c in &cycles {
@@ -88,11 +88,16 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
 
 /// `ledger --check`: reads the ledger (never writes it) and lists every
 /// broken rule; a `running` cycle is legal only while a daemon holds the
-/// ledger's lock. The live profile must parse (a torn file would not).
+/// ledger's lock (on PostgreSQL: the stack's advisory lock, from any host).
+/// The live profile must parse (a torn file would not).
 fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     let path = &config.ledger_path;
+    let name = super::ledger_name(config);
     super::require_ledger(config)?;
-    let holder = lock::holder(path)?;
+    let file_holder = match config.ledger_postgres {
+        Some(_) => None,
+        None => lock::holder(path)?,
+    };
     let mut violations: Vec<Violation> = Vec::new();
     let live = &config.stack.live_profile;
     let live_digest = match Profile::load(live) {
@@ -107,24 +112,29 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
             None
         }
     };
-    let ctx = CheckContext {
-        daemon_running: holder.is_some(),
-        live_digest,
-    };
-    let found = super::runtime()?
+    let (found, holder) = super::runtime()?
         .block_on(async {
-            let ledger = Ledger::open_existing(path).await?;
+            let ledger = super::open_ledger(config).await?;
+            let holder = match config.ledger_postgres {
+                Some(_) => ledger.stack_lock_holder(&config.stack.name).await?,
+                None => file_holder,
+            };
+            let ctx = CheckContext {
+                daemon_running: holder.is_some(),
+                live_digest,
+            };
             let found = ledger.check(&ctx).await;
             ledger.close().await;
-            found
+            anyhow::Ok((found?, holder))
         })
-        .with_context(|| format!("checking the ledger {}", path.display()))?;
+        .with_context(|| format!("checking the ledger {name}"))?;
     violations.extend(found);
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "ledger": path,
+                "ledger": name,
+                // The pid on SQLite; the holder's session on PostgreSQL.
                 "daemon_pid": holder,
                 "consistent": violations.is_empty(),
                 "violations": violations,
@@ -137,10 +147,13 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         if violations.is_empty() {
             println!(
                 "ledger {} is consistent{}",
-                path.display(),
+                name,
                 holder
                     .as_deref()
-                    .map(|p| format!(" (daemon pid {p} holds it)"))
+                    .map(|p| match config.ledger_postgres {
+                        Some(_) => format!(" (the stack's daemon holds it: {p})"),
+                        None => format!(" (daemon pid {p} holds it)"),
+                    })
                     .unwrap_or_default()
             );
         }
@@ -149,9 +162,61 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         Ok(())
     } else {
         Err(Inconsistent {
-            path: path.display().to_string(),
+            path: name,
             n: violations.len(),
         }
         .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::LedgerArgs;
+    use crate::ledger::tests::{PG_PASSWORD_VAR, fresh_postgres, staged_win, t};
+    use crate::vocab::ProposerKind;
+
+    /// `orchestrator ledger --check` on a PostgreSQL ledger named by the
+    /// config: consistent passes; a cycle left running with no daemon is
+    /// flagged (exit 1 through `Inconsistent`).
+    #[test]
+    fn ledger_check_works_on_a_postgres_ledger() {
+        let rt = crate::commands::runtime().unwrap();
+        let Some(ledger) = rt.block_on(fresh_postgres()) else {
+            return;
+        };
+        let url = ledger.path().display().to_string();
+        rt.block_on(staged_win(&ledger, 1));
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+        let text = std::fs::read_to_string(shipped).unwrap().replace(
+            "path = \"ledger/orchestrator.db\"",
+            &format!("url = \"{url}\"\npassword_env = \"{PG_PASSWORD_VAR}\""),
+        );
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, text).unwrap();
+        let args = LedgerArgs {
+            limit: 20,
+            json: false,
+            check: true,
+        };
+        run(&config, &args).expect("a consistent PostgreSQL ledger passes");
+
+        rt.block_on(ledger.open_cycle(t(1000), ProposerKind::Bandit))
+            .unwrap();
+        let err = run(&config, &args).unwrap_err();
+        let found = err.downcast_ref::<Inconsistent>().expect("inconsistent");
+        assert_eq!(found.n, 1, "{err}");
+        assert_eq!(found.path, url);
+        // While a daemon of this stack holds its lock, its newest running
+        // cycle is legal.
+        let config_now = Config::load(&config).unwrap();
+        let lock = rt
+            .block_on(ledger.lock_stack(&config_now.stack.name))
+            .unwrap();
+        run(&config, &args).expect("the running cycle of a live daemon is legal");
+        drop(lock);
+        // Nothing of the SQLite default was created beside the config.
+        assert!(!dir.path().join("ledger").join("orchestrator.db").exists());
     }
 }

@@ -27,13 +27,29 @@ pub struct UsageError(pub String);
 /// creates a ledger, so a missing one is refused (exit 2) with its path and
 /// the fix, never created empty behind a mistyped `ledger.path`.
 pub async fn open_ledger(config: &Config) -> anyhow::Result<Ledger> {
+    if let Some(pg) = &config.ledger_postgres {
+        return Ok(pg.open(crate::ledger::DEFAULT_BUSY_TIMEOUT).await?);
+    }
     require_ledger(config)?;
     Ok(Ledger::open_existing(&config.ledger_path).await?)
+}
+
+/// Where the config's ledger is, for messages: the file, or the URL (which
+/// holds no password).
+pub fn ledger_name(config: &Config) -> String {
+    match &config.ledger_postgres {
+        Some(pg) => pg.url().to_string(),
+        None => config.ledger_path.display().to_string(),
+    }
 }
 
 /// The refusal of [`open_ledger`], for a command that must refuse before
 /// it does anything else with the ledger's path.
 pub fn require_ledger(config: &Config) -> Result<(), UsageError> {
+    if config.ledger_postgres.is_some() {
+        // The database exists or the connection says so; never created here.
+        return Ok(());
+    }
     match std::fs::metadata(&config.ledger_path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(UsageError(format!(
             "there is no ledger at {}: `orchestrator run` creates it; check `ledger.path` in {}",
@@ -82,6 +98,13 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<ConfigError>()
             || e.is::<MenuError>()
             || e.is::<crate::stack_support::SupportError>()
+            || matches!(
+                e.downcast_ref::<crate::ledger::LedgerError>(),
+                Some(
+                    crate::ledger::LedgerError::PasswordUnset { .. }
+                        | crate::ledger::LedgerError::StackLocked { .. }
+                )
+            )
             || matches!(
                 e.downcast_ref::<ProfileError>(),
                 Some(ProfileError::Parse { .. } | ProfileError::Invalid { .. })

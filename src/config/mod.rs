@@ -19,6 +19,7 @@ mod embedded;
 mod error;
 mod hint;
 mod judge;
+mod ledger;
 mod measure;
 mod model;
 mod objective;
@@ -55,7 +56,13 @@ pub struct Config {
     /// The file's directory: base of relative paths and children's cwd.
     pub base_dir: PathBuf,
     pub objective: Objective,
+    /// The SQLite ledger (`[ledger] path`). With `[ledger] url` it holds no
+    /// ledger: it is the host-local anchor of the daemon's lock and of its
+    /// children's orphan tag (the default path's directory).
     pub ledger_path: PathBuf,
+    /// `[ledger] url` and `password_env`: the ledger is this PostgreSQL
+    /// database instead of the SQLite file.
+    pub ledger_postgres: Option<crate::ledger::PostgresTarget>,
     /// `[ledger] max_size_mb`: the ledger stops growing there (a write
     /// beyond it fails like a full disk and stops the daemon).
     pub ledger_max_size: Option<LedgerSizeMb>,
@@ -112,6 +119,7 @@ impl Config {
             }
             None => Model::unused(),
         };
+        let ledger_postgres = ledger::postgres_target(&raw.ledger).map_err(semantic)?;
         let policy = Policy::try_from(&raw.measure).map_err(semantic)?;
         let measure = Measure::try_from(&raw.measure).map_err(semantic)?;
         let daemon = Daemon::try_from(raw.daemon).map_err(semantic)?;
@@ -124,7 +132,13 @@ impl Config {
             embedded,
             path: abs,
             objective: raw.objective,
-            ledger_path: base_dir.join(&raw.ledger.path),
+            ledger_path: base_dir.join(
+                raw.ledger
+                    .path
+                    .clone()
+                    .unwrap_or_else(raw::default_ledger_path),
+            ),
+            ledger_postgres,
             ledger_max_size: raw.ledger.max_size_mb,
             menu_dir: base_dir.join(&raw.menu.dir),
             stack,

@@ -35,23 +35,22 @@ pub(super) struct RawConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(Default)]
 pub(super) struct RawLedger {
-    #[serde(default = "default_ledger_path")]
-    pub path: PathBuf,
+    /// A SQLite file (the default, [`default_ledger_path`]).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// A PostgreSQL database instead: `postgres://user@host:port/db`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The environment variable holding the PostgreSQL password.
+    #[serde(default)]
+    pub password_env: Option<String>,
     #[serde(default)]
     pub max_size_mb: Option<LedgerSizeMb>,
 }
 
-impl Default for RawLedger {
-    fn default() -> Self {
-        RawLedger {
-            path: default_ledger_path(),
-            max_size_mb: None,
-        }
-    }
-}
-
-fn default_ledger_path() -> PathBuf {
+pub(super) fn default_ledger_path() -> PathBuf {
     PathBuf::from("ledger/orchestrator.db")
 }
 

@@ -283,3 +283,67 @@ fn every_key_of_the_default_file_is_suggested_for_its_typo() {
     }
     assert!(checked > 60, "only {checked} keys found in config.toml");
 }
+
+/// The default file with its `[ledger] path` line replaced by `lines`.
+fn with_ledger(lines: &str) -> String {
+    default_text().replace("path = \"ledger/orchestrator.db\"", lines)
+}
+
+#[test]
+fn a_postgres_url_selects_the_postgres_ledger_and_path_stays_the_default() {
+    let c = parse(&default_text()).unwrap();
+    assert!(c.ledger_postgres.is_none(), "SQLite by default");
+    let c = parse(&with_ledger(
+        "url = \"postgres://orchestrator@db.lan:5432/ledger\"\npassword_env = \"ORCH_LEDGER_PASSWORD\"",
+    ))
+    .unwrap();
+    let pg = c.ledger_postgres.expect("a PostgreSQL ledger");
+    assert_eq!(pg.url(), "postgres://orchestrator@db.lan:5432/ledger");
+    assert_eq!(pg.password_env(), Some("ORCH_LEDGER_PASSWORD"));
+    // The local anchor of the daemon's lock stays where the file would be.
+    assert_eq!(c.ledger_path, Path::new("/etc/orch/ledger/orchestrator.db"));
+}
+
+#[test]
+fn a_url_carrying_a_password_is_refused_without_echoing_it() {
+    for url in [
+        "postgres://orchestrator:hunter2secret@db.lan/ledger",
+        "postgres://orchestrator@db.lan/ledger?password=hunter2secret",
+    ] {
+        let msg = err(&with_ledger(&format!("url = \"{url}\"")));
+        assert!(msg.contains("carries a password"), "{msg}");
+        assert!(msg.contains("password_env"), "names the fix: {msg}");
+        assert!(!msg.contains("hunter2secret"), "echoed the password: {msg}");
+    }
+}
+
+#[test]
+fn ledger_tables_that_mix_the_backends_are_refused_with_the_fix() {
+    let both = err(&with_ledger(
+        "path = \"ledger/orchestrator.db\"\nurl = \"postgres://o@db.lan/ledger\"",
+    ));
+    assert!(
+        both.contains("both `path`") && both.contains("keep the one"),
+        "{both}"
+    );
+    let capped = err(&with_ledger(
+        "url = \"postgres://o@db.lan/ledger\"\nmax_size_mb = 100",
+    ));
+    assert!(
+        capped.contains("max_size_mb") && capped.contains("not available on PostgreSQL"),
+        "{capped}"
+    );
+    let orphan = err(&with_ledger("password_env = \"PW\""));
+    assert!(orphan.contains("no `url` is set"), "{orphan}");
+    let scheme = err(&with_ledger("url = \"mysql://o@db.lan/ledger\""));
+    assert!(scheme.contains("must be a postgres:// URL"), "{scheme}");
+    let no_db = err(&with_ledger("url = \"postgres://o@db.lan\""));
+    assert!(no_db.contains("names no database"), "{no_db}");
+    let bad_var = err(&with_ledger(
+        "url = \"postgres://o@db.lan/ledger\"\npassword_env = \"MY PW\"",
+    ));
+    assert!(
+        bad_var.contains("not an environment variable name"),
+        "{bad_var}"
+    );
+}

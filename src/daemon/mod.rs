@@ -110,12 +110,24 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     // Held until this function returns (or the process dies).
     let _lock = lock::DaemonLock::acquire(&config.ledger_path)?;
     reap_orphans(&config.ledger_path)?;
-    let ledger = Ledger::open_capped(
-        &config.ledger_path,
-        crate::ledger::DEFAULT_BUSY_TIMEOUT,
-        config.ledger_max_size.map(|m| m.bytes()),
-    )
-    .await?;
+    let ledger = match &config.ledger_postgres {
+        Some(pg) => pg.open(crate::ledger::DEFAULT_BUSY_TIMEOUT).await?,
+        None => {
+            Ledger::open_capped(
+                &config.ledger_path,
+                crate::ledger::DEFAULT_BUSY_TIMEOUT,
+                config.ledger_max_size.map(|m| m.bytes()),
+            )
+            .await?
+        }
+    };
+    // On a shared PostgreSQL ledger the one-daemon-per-stack lock is the
+    // server's (held until this function returns or the process dies); the
+    // file lock above still guards this host's orphan reaping.
+    let _stack_lock = match &config.ledger_postgres {
+        Some(_) => Some(ledger.lock_stack(&config.stack.name).await?),
+        None => None,
+    };
     let aborted = ledger
         .abort_running_cycles(
             "found `running` at start: the previous orchestrator process ended mid-cycle",
@@ -176,7 +188,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     }
     ledger.close().await;
     if result.is_err() {
-        close_open_cycle(&config.ledger_path).await;
+        close_open_cycle(&config).await;
     }
     result
 }
@@ -215,9 +227,13 @@ fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
 /// size cap (so a capped ledger keeps room to close), to close the open
 /// cycle as aborted with a `failed` verdict. When even that fails (a truly
 /// full disk), the next start does it.
-async fn close_open_cycle(path: &std::path::Path) {
+async fn close_open_cycle(config: &Config) {
     let why = "the daemon stopped: the ledger or a file could not be written";
-    let closed = match Ledger::open(path).await {
+    let opened = match &config.ledger_postgres {
+        Some(pg) => pg.open(crate::ledger::DEFAULT_BUSY_TIMEOUT).await,
+        None => Ledger::open(&config.ledger_path).await,
+    };
+    let closed = match opened {
         Ok(ledger) => {
             let r = ledger.abort_running_cycles(why, Utc::now()).await;
             ledger.close().await;

@@ -16,9 +16,9 @@
 
 use serde::Serialize;
 use sqlx::Row;
-use sqlx::sqlite::SqliteConnection;
 
 use super::error::Ctx;
+use super::{Backend, Conn};
 use super::{Ledger, Result};
 use crate::vocab::Digest;
 
@@ -82,32 +82,30 @@ pub struct CheckContext {
     pub live_digest: Option<Digest>,
 }
 
-async fn strings(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    sql: &str,
-) -> Result<Vec<Vec<Option<String>>>> {
-    let rows = sqlx::query(sql)
-        .fetch_all(&mut *c)
-        .await
-        .map_err(cx.err("check the ledger"))?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut cols = Vec::new();
-        for i in 0..row.len() {
-            // Every column read as text; integers and NULLs convert.
-            let text: Option<String> = row
-                .try_get::<Option<String>, _>(i)
-                .or_else(|_| {
-                    row.try_get::<Option<i64>, _>(i)
-                        .map(|n| n.map(|n| n.to_string()))
-                })
-                .map_err(cx.err("check the ledger"))?;
-            cols.push(text);
+async fn strings(c: Conn<'_>, cx: &Ctx, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+    on_db!(c, |c| {
+        let rows = sqlx::query(sql)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(cx.err("check the ledger"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut cols = Vec::new();
+            for i in 0..row.len() {
+                // Every column read as text; integers and NULLs convert.
+                let text: Option<String> = row
+                    .try_get::<Option<String>, _>(i)
+                    .or_else(|_| {
+                        row.try_get::<Option<i64>, _>(i)
+                            .map(|n| n.map(|n| n.to_string()))
+                    })
+                    .map_err(cx.err("check the ledger"))?;
+                cols.push(text);
+            }
+            out.push(cols);
         }
-        out.push(cols);
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
 fn num(s: &Option<String>) -> Option<i64> {
@@ -118,8 +116,14 @@ fn text(s: &Option<String>) -> &str {
     s.as_deref().unwrap_or("NULL")
 }
 
-async fn integrity(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) {
-    match strings(c, cx, "PRAGMA integrity_check").await {
+/// SQLite's own check of its file. PostgreSQL has no counterpart to run
+/// from a client (the server checksums its pages; `amcheck` needs a
+/// superuser), so there the rule is the server's.
+async fn integrity(mut c: Conn<'_>, cx: &Ctx, out: &mut Vec<Violation>) {
+    if cx.backend == Backend::Postgres {
+        return;
+    }
+    match strings(c.re(), cx, "PRAGMA integrity_check").await {
         Ok(rows) => {
             for row in rows {
                 let msg = text(&row[0]).to_string();
@@ -170,8 +174,8 @@ const SQL_STAGE_EVIDENCE: &str = "SELECT s.id, s.experiment_id, s.confirmation_i
      LEFT JOIN experiments c ON c.id = s.confirmation_id \
      LEFT JOIN verdicts ve ON ve.experiment_id = s.experiment_id \
      LEFT JOIN verdicts vc ON vc.experiment_id = s.confirmation_id \
-     WHERE c.confirmation_of IS NOT s.experiment_id \
-        OR ve.kind IS NOT 'win' OR vc.kind IS NOT 'win' \
+     WHERE c.confirmation_of IS DISTINCT FROM s.experiment_id \
+        OR ve.kind IS DISTINCT FROM 'win' OR vc.kind IS DISTINCT FROM 'win' \
      ORDER BY s.id";
 
 /// Staged stages whose candidate is already the live profile, unless an
@@ -180,17 +184,17 @@ const SQL_STAGE_EVIDENCE: &str = "SELECT s.id, s.experiment_id, s.confirmation_i
 /// the other is simply out of date, not an approval cut short. (`stage
 /// approve` now expires such a stage in the approval's own transaction;
 /// ledgers written before that can still hold one.)
-const SQL_STAGED_BUT_LIVE: &str = "SELECT id FROM stages WHERE state = 'staged' AND candidate_digest = ?1 \
-       AND NOT EXISTS (SELECT 1 FROM stages a WHERE a.state = 'approved' AND a.candidate_digest = ?1) \
+const SQL_STAGED_BUT_LIVE: &str = "SELECT id FROM stages WHERE state = 'staged' AND candidate_digest = $1 \
+       AND NOT EXISTS (SELECT 1 FROM stages a WHERE a.state = 'approved' AND a.candidate_digest = $1) \
      ORDER BY id";
 
 async fn cycles(
-    c: &mut SqliteConnection,
+    mut c: Conn<'_>,
     cx: &Ctx,
     ctx: &CheckContext,
     out: &mut Vec<Violation>,
 ) -> Result<()> {
-    let running: Vec<i64> = strings(c, cx, SQL_RUNNING)
+    let running: Vec<i64> = strings(c.re(), cx, SQL_RUNNING)
         .await?
         .iter()
         .filter_map(|r| num(&r[0]))
@@ -220,7 +224,7 @@ async fn cycles(
             ));
         }
     }
-    for row in strings(c, cx, SQL_BAD_STATUS).await? {
+    for row in strings(c.re(), cx, SQL_BAD_STATUS).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::CycleStatus,
@@ -232,7 +236,7 @@ async fn cycles(
             ),
         ));
     }
-    for row in strings(c, cx, SQL_CYCLES_WITHOUT_VERDICT).await? {
+    for row in strings(c.re(), cx, SQL_CYCLES_WITHOUT_VERDICT).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::MissingVerdict,
@@ -244,7 +248,7 @@ async fn cycles(
             ),
         ));
     }
-    for row in strings(c, cx, SQL_EXPERIMENTS_WITHOUT_VERDICT).await? {
+    for row in strings(c.re(), cx, SQL_EXPERIMENTS_WITHOUT_VERDICT).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::MissingVerdict,
@@ -259,8 +263,8 @@ async fn cycles(
     Ok(())
 }
 
-async fn evidence(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) -> Result<()> {
-    for row in strings(c, cx, SQL_RUN_ORPHANS).await? {
+async fn evidence(mut c: Conn<'_>, cx: &Ctx, out: &mut Vec<Violation>) -> Result<()> {
+    for row in strings(c.re(), cx, SQL_RUN_ORPHANS).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::RunWithoutExperiment,
@@ -273,7 +277,12 @@ async fn evidence(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) 
         ));
     }
     // Every other dangling reference (runs are reported above by name).
-    for row in strings(c, cx, "PRAGMA foreign_key_check").await? {
+    // PostgreSQL enforces every foreign key, always: nothing to look for.
+    let dangling = match cx.backend {
+        Backend::Sqlite => strings(c.re(), cx, "PRAGMA foreign_key_check").await?,
+        Backend::Postgres => Vec::new(),
+    };
+    for row in dangling {
         let table = text(&row[0]).to_string();
         if table == "runs" && text(&row[2]) == "experiments" {
             continue;
@@ -289,7 +298,7 @@ async fn evidence(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) 
             ),
         ));
     }
-    for row in strings(c, cx, SQL_VERDICTS_WITHOUT_RUNS).await? {
+    for row in strings(c.re(), cx, SQL_VERDICTS_WITHOUT_RUNS).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::VerdictWithoutRuns,
@@ -306,12 +315,12 @@ async fn evidence(c: &mut SqliteConnection, cx: &Ctx, out: &mut Vec<Violation>) 
 }
 
 async fn stages(
-    c: &mut SqliteConnection,
+    mut c: Conn<'_>,
     cx: &Ctx,
     ctx: &CheckContext,
     out: &mut Vec<Violation>,
 ) -> Result<()> {
-    for row in strings(c, cx, SQL_BAD_STAGE_STATES).await? {
+    for row in strings(c.re(), cx, SQL_BAD_STAGE_STATES).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::StageState,
@@ -324,7 +333,7 @@ async fn stages(
             ),
         ));
     }
-    for row in strings(c, cx, SQL_STAGE_EVIDENCE).await? {
+    for row in strings(c.re(), cx, SQL_STAGE_EVIDENCE).await? {
         let id = num(&row[0]);
         out.push(v(
             Rule::StageEvidence,
@@ -342,11 +351,11 @@ async fn stages(
         ));
     }
     if let Some(live) = &ctx.live_digest {
-        let ids: Vec<i64> = sqlx::query_scalar(SQL_STAGED_BUT_LIVE)
+        let ids: Vec<i64> = on_db!(c, |c| sqlx::query_scalar(SQL_STAGED_BUT_LIVE)
             .bind(live)
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(cx.err("check the ledger"))?;
+            .map_err(cx.err("check the ledger"))?);
         for id in ids {
             out.push(v(
                 Rule::StageLive,
@@ -368,23 +377,24 @@ impl Ledger {
     /// failure to read the ledger at all is an error; damage that stops a
     /// single rule from running is itself reported as a violation.
     pub async fn check(&self, ctx: &CheckContext) -> Result<Vec<Violation>> {
-        let mut conn = self.conn("check the ledger").await?;
         // One read transaction: a consistent snapshot while a daemon writes
         // (else a cycle closed and a new one opened between two queries
         // would look like two running cycles).
-        let mut c = sqlx::Connection::begin(&mut *conn)
+        let mut tx = self
+            .pool
+            .begin_read()
             .await
             .map_err(self.ctx.err("check the ledger"))?;
         let cx = &self.ctx;
         let mut out = Vec::new();
-        integrity(&mut c, cx, &mut out).await;
+        integrity(tx.conn(), cx, &mut out).await;
         if out.iter().any(|v| v.message.contains("could not run")) {
             return Ok(out);
         }
         let results = [
-            ("cycles", cycles(&mut c, cx, ctx, &mut out).await),
-            ("runs and verdicts", evidence(&mut c, cx, &mut out).await),
-            ("stages", stages(&mut c, cx, ctx, &mut out).await),
+            ("cycles", cycles(tx.conn(), cx, ctx, &mut out).await),
+            ("runs and verdicts", evidence(tx.conn(), cx, &mut out).await),
+            ("stages", stages(tx.conn(), cx, ctx, &mut out).await),
         ];
         for (what, result) in results {
             if let Err(e) = result {

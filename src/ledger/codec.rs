@@ -1,23 +1,54 @@
 //! How domain values are stored: the vocabulary as its canonical text,
-//! timestamps as fixed-width UTC text, JSON as canonical text.
+//! timestamps as fixed-width UTC text (SQLite) or `TIMESTAMPTZ`
+//! (PostgreSQL), JSON as canonical text.
 //!
-//! The text forms are what the migration's CHECK constraints expect; keep the
-//! two in step.
+//! The text forms are what the migrations' CHECK constraints expect; keep
+//! them in step.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
-use sqlx::sqlite::{SqliteArgumentValue, SqliteRow, SqliteTypeInfo, SqliteValueRef};
-use sqlx::{Decode, Encode, Row, Sqlite, Type};
+use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
+use sqlx::sqlite::{SqliteArgumentValue, SqliteTypeInfo, SqliteValueRef};
+use sqlx::{ColumnIndex, Decode, Encode, Postgres, Row, Sqlite, Type};
 
 use super::error::LedgerError;
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, VerdictKind};
 
-/// Stores a closed enum as its canonical spelling and reads it back strictly.
+/// Stores a closed enum as its canonical spelling and reads it back strictly
+/// (`TEXT` on both backends).
 macro_rules! text_enum {
     ($t:ty) => {
+        text_enum!($t, |_text, e| BoxDynError::from(e));
+    };
+    ($t:ty, |$text:ident, $e:ident| $why:expr) => {
+        impl Type<Postgres> for $t {
+            fn type_info() -> PgTypeInfo {
+                <str as Type<Postgres>>::type_info()
+            }
+            fn compatible(ty: &PgTypeInfo) -> bool {
+                <str as Type<Postgres>>::compatible(ty)
+            }
+        }
+
+        impl Encode<'_, Postgres> for $t {
+            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+                <&str as Encode<Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        impl<'r> Decode<'r, Postgres> for $t {
+            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                let text = <&str as Decode<Postgres>>::decode(value)?;
+                text.parse::<$t>().map_err(|$e| {
+                    let $text = text;
+                    $why
+                })
+            }
+        }
+
         impl Type<Sqlite> for $t {
             fn type_info() -> SqliteTypeInfo {
                 <str as Type<Sqlite>>::type_info()
@@ -32,14 +63,17 @@ macro_rules! text_enum {
                 &self,
                 buf: &mut Vec<SqliteArgumentValue<'q>>,
             ) -> Result<IsNull, BoxDynError> {
-                <&str as Encode<'q, Sqlite>>::encode(self.as_str(), buf)
+                <String as Encode<'q, Sqlite>>::encode(self.as_str().to_owned(), buf)
             }
         }
 
         impl<'r> Decode<'r, Sqlite> for $t {
             fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
                 let text = <&str as Decode<Sqlite>>::decode(value)?;
-                Ok(text.parse::<$t>()?)
+                text.parse::<$t>().map_err(|$e| {
+                    let $text = text;
+                    $why
+                })
             }
         }
     };
@@ -51,56 +85,48 @@ text_enum!(CycleStatus);
 text_enum!(Arm);
 text_enum!(ProposerKind);
 text_enum!(Method);
+text_enum!(MenuId, |text, _e| format!("`{text}` is not a menu id")
+    .into());
+text_enum!(Digest);
+text_enum!(super::runs::TimingSource);
 
-impl Type<Sqlite> for MenuId {
-    fn type_info() -> SqliteTypeInfo {
-        <str as Type<Sqlite>>::type_info()
-    }
-    fn compatible(ty: &SqliteTypeInfo) -> bool {
-        <str as Type<Sqlite>>::compatible(ty)
-    }
+/// A timestamp as a query parameter: on SQLite UTC text, microseconds,
+/// fixed width, so that text order is time order (the CHECKs in the
+/// migration rely on the shape); on PostgreSQL a `TIMESTAMPTZ`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ts(DateTime<Utc>);
+
+pub(crate) fn ts(t: &DateTime<Utc>) -> Ts {
+    Ts(*t)
 }
 
-impl<'q> Encode<'q, Sqlite> for MenuId {
-    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
-        <&str as Encode<'q, Sqlite>>::encode(self.as_str(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Sqlite> for MenuId {
-    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
-        let text = <&str as Decode<Sqlite>>::decode(value)?;
-        text.parse::<MenuId>()
-            .map_err(|()| format!("`{text}` is not a menu id").into())
-    }
-}
-
-impl Type<Sqlite> for Digest {
-    fn type_info() -> SqliteTypeInfo {
-        <str as Type<Sqlite>>::type_info()
-    }
-    fn compatible(ty: &SqliteTypeInfo) -> bool {
-        <str as Type<Sqlite>>::compatible(ty)
-    }
-}
-
-impl<'q> Encode<'q, Sqlite> for Digest {
-    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
-        <String as Encode<'q, Sqlite>>::encode(self.as_str().to_owned(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Sqlite> for Digest {
-    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
-        let text = <String as Decode<Sqlite>>::decode(value)?;
-        Ok(Digest::try_from(text)?)
-    }
-}
-
-/// The stored form of a timestamp: UTC, microseconds, fixed width, so that
-/// text order is time order (the CHECKs in the migration rely on the shape).
-pub(crate) fn ts(t: &DateTime<Utc>) -> String {
+/// The SQLite text form of a timestamp.
+pub(crate) fn ts_text(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+impl Type<Sqlite> for Ts {
+    fn type_info() -> SqliteTypeInfo {
+        <str as Type<Sqlite>>::type_info()
+    }
+}
+
+impl<'q> Encode<'q, Sqlite> for Ts {
+    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
+        <String as Encode<'q, Sqlite>>::encode(ts_text(&self.0), buf)
+    }
+}
+
+impl Type<Postgres> for Ts {
+    fn type_info() -> PgTypeInfo {
+        <DateTime<Utc> as Type<Postgres>>::type_info()
+    }
+}
+
+impl Encode<'_, Postgres> for Ts {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        <DateTime<Utc> as Encode<Postgres>>::encode_by_ref(&self.0, buf)
+    }
 }
 
 /// JSON text with object keys sorted at every level, so that equal values are
@@ -139,16 +165,62 @@ pub(crate) fn require_object(what: &'static str, v: &Value) -> Result<(), Ledger
     Err(LedgerError::NotAnObject { what, found })
 }
 
-/// Reads a JSON text column.
-pub(crate) fn json_col(row: &SqliteRow, col: &str) -> Result<Value, sqlx::Error> {
+/// Reads a JSON text column (of either backend's row).
+pub(crate) fn json_col<R>(row: &R, col: &str) -> Result<Value, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
     let text: String = row.try_get(col)?;
     parse_json(col, &text)
 }
 
 /// Reads a nullable JSON text column.
-pub(crate) fn opt_json_col(row: &SqliteRow, col: &str) -> Result<Option<Value>, sqlx::Error> {
+pub(crate) fn opt_json_col<R>(row: &R, col: &str) -> Result<Option<Value>, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
     let text: Option<String> = row.try_get(col)?;
     text.map(|t| parse_json(col, &t)).transpose()
+}
+
+/// Reads a counter stored as a signed 64-bit integer (PostgreSQL has no
+/// unsigned types) into the narrower type the row uses.
+pub(crate) fn int_col<R, T>(row: &R, col: &str) -> Result<T, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    T: TryFrom<i64>,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    let n: i64 = row.try_get(col)?;
+    T::try_from(n).map_err(|e| sqlx::Error::ColumnDecode {
+        index: col.to_string(),
+        source: Box::new(e),
+    })
+}
+
+/// [`int_col`] for a nullable column.
+pub(crate) fn opt_int_col<R, T>(row: &R, col: &str) -> Result<Option<T>, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    T: TryFrom<i64>,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    let n: Option<i64> = row.try_get(col)?;
+    n.map(|n| {
+        T::try_from(n).map_err(|e| sqlx::Error::ColumnDecode {
+            index: col.to_string(),
+            source: Box::new(e),
+        })
+    })
+    .transpose()
 }
 
 fn parse_json(col: &str, text: &str) -> Result<Value, sqlx::Error> {

@@ -5,13 +5,12 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
-use sqlx::{FromRow, Row};
+use sqlx::Row;
 
 use super::codec::{json_col, ts};
 use super::error::Ctx;
 use super::ids::{CompositionId, CycleId, ExperimentId, StageId};
-use super::{Interval, Ledger, Result, WriteTx};
+use super::{Conn, Interval, Ledger, Result, WriteTx};
 use crate::menu::MenuId;
 use crate::vocab::Digest;
 
@@ -62,82 +61,100 @@ pub fn stage_label(menu_id: MenuId, parts: &[StagePart]) -> String {
     format!("composite of {}", named.join(" + "))
 }
 
-impl FromRow<'_, SqliteRow> for StagePart {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(StagePart {
-            stage_id: row.try_get("stage_id")?,
-            menu_id: row.try_get("menu_id")?,
-            parameters: json_col(row, "parameters")?,
-            effect: row.try_get("effect")?,
-            interval: Interval {
-                low: row.try_get("interval_low")?,
-                high: row.try_get("interval_high")?,
-            },
-        })
-    }
+from_row!(StagePart, |row| {
+    Ok(StagePart {
+        stage_id: row.try_get("stage_id")?,
+        menu_id: row.try_get("menu_id")?,
+        parameters: json_col(row, "parameters")?,
+        effect: row.try_get("effect")?,
+        interval: Interval {
+            low: row.try_get("interval_low")?,
+            high: row.try_get("interval_high")?,
+        },
+    })
+});
+
+/// A composition row before its parts are read.
+struct CompositionRow {
+    id: CompositionId,
+    experiment_id: Option<ExperimentId>,
+    refusal: Option<String>,
 }
+
+from_row!(CompositionRow, |row| {
+    Ok(CompositionRow {
+        id: row.try_get("id")?,
+        experiment_id: row.try_get("experiment_id")?,
+        refusal: row.try_get("refusal")?,
+    })
+});
 
 pub(crate) const SQL_PARTS_OF_EXPERIMENT: &str = "SELECT p.stage_id, e.menu_id, e.parameters, s.effect, \
      s.interval_low, s.interval_high \
      FROM compositions c JOIN composition_parts p ON p.composition_id = c.id \
      JOIN stages s ON s.id = p.stage_id JOIN experiments e ON e.id = s.experiment_id \
-     WHERE c.experiment_id = ?1 ORDER BY p.position";
+     WHERE c.experiment_id = $1 ORDER BY p.position";
 
 pub(crate) const SQL_STAGED_COMPOSITES_OF_PART: &str = "SELECT s.id FROM composition_parts p \
      JOIN compositions c ON c.id = p.composition_id \
      JOIN stages s ON s.experiment_id = c.experiment_id \
-     WHERE p.stage_id = ?1 AND s.state = 'staged'";
+     WHERE p.stage_id = $1 AND s.state = 'staged'";
 
 pub(crate) const SQL_COMPOSITIONS_ON: &str =
-    "SELECT id, experiment_id, refusal FROM compositions WHERE base_digest = ?1 ORDER BY id";
+    "SELECT id, experiment_id, refusal FROM compositions WHERE base_digest = $1 ORDER BY id";
 
-async fn insert(c: &mut SqliteConnection, cx: &Ctx, n: &NewComposition) -> Result<CompositionId> {
-    let id: CompositionId = sqlx::query_scalar(
-        "INSERT INTO compositions (cycle_id, created_at, base_digest, experiment_id, refusal) \
-         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
-    )
-    .bind(n.cycle_id)
-    .bind(ts(&n.created_at))
-    .bind(&n.base_digest)
-    .bind(n.experiment_id)
-    .bind(n.refusal.as_deref())
-    .fetch_one(&mut *c)
-    .await
-    .map_err(cx.err("record a composition"))?;
-    for (position, stage) in n.parts.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO composition_parts (composition_id, stage_id, position) VALUES (?1, ?2, ?3)",
+async fn insert(c: Conn<'_>, cx: &Ctx, n: &NewComposition) -> Result<CompositionId> {
+    on_db!(c, |c| {
+        let id: CompositionId = sqlx::query_scalar(
+            "INSERT INTO compositions (cycle_id, created_at, base_digest, experiment_id, refusal) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
         )
-        .bind(id)
-        .bind(stage)
-        .bind(position as i64)
-        .execute(&mut *c)
+        .bind(n.cycle_id)
+        .bind(ts(&n.created_at))
+        .bind(&n.base_digest)
+        .bind(n.experiment_id)
+        .bind(n.refusal.as_deref())
+        .fetch_one(&mut *c)
         .await
-        .map_err(cx.err("record a composition's part"))?;
-    }
-    Ok(id)
+        .map_err(cx.err("record a composition"))?;
+        for (position, stage) in n.parts.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO composition_parts (composition_id, stage_id, position) \
+                 VALUES ($1, $2, $3)",
+            )
+            .bind(id)
+            .bind(stage)
+            .bind(position as i64)
+            .execute(&mut *c)
+            .await
+            .map_err(cx.err("record a composition's part"))?;
+        }
+        Ok(id)
+    })
 }
 
 async fn with_parts(
-    c: &mut SqliteConnection,
+    mut c: Conn<'_>,
     cx: &Ctx,
-    rows: Vec<SqliteRow>,
+    rows: Vec<CompositionRow>,
 ) -> Result<Vec<Composition>> {
     let op = "read a composition";
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let id: CompositionId = row.try_get("id").map_err(cx.err(op))?;
-        let parts = sqlx::query_scalar(
-            "SELECT stage_id FROM composition_parts WHERE composition_id = ?1 ORDER BY position",
+        let parts =
+            on_db!(c.re(), |c| {
+                sqlx::query_scalar(
+            "SELECT stage_id FROM composition_parts WHERE composition_id = $1 ORDER BY position",
         )
-        .bind(id)
-        .fetch_all(&mut *c)
+        .bind(row.id)
+        .fetch_all(c)
         .await
-        .map_err(cx.err(op))?;
+        .map_err(cx.err(op))
+            })?;
         out.push(Composition {
-            id,
-            experiment_id: row.try_get("experiment_id").map_err(cx.err(op))?,
-            refusal: row.try_get("refusal").map_err(cx.err(op))?,
+            id: row.id,
+            experiment_id: row.experiment_id,
+            refusal: row.refusal,
             parts,
         });
     }
@@ -147,26 +164,27 @@ async fn with_parts(
 /// The parts of the composite whose first A/B is `experiment_id`, best
 /// first; empty for any other experiment.
 pub(crate) async fn parts_of_experiment(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     experiment_id: ExperimentId,
 ) -> Result<Vec<StagePart>> {
-    sqlx::query_as(SQL_PARTS_OF_EXPERIMENT)
+    on_db!(c, |c| sqlx::query_as(SQL_PARTS_OF_EXPERIMENT)
         .bind(experiment_id)
         .fetch_all(c)
         .await
-        .map_err(cx.err("read a composite's parts"))
+        .map_err(cx.err("read a composite's parts")))
 }
 
 impl WriteTx {
     /// The staged composites that apply the staged win `part`.
     pub async fn staged_composites_of(&mut self, part: StageId) -> Result<Vec<StageId>> {
         let (c, cx) = self.parts();
-        let mut ids: Vec<StageId> = sqlx::query_scalar(SQL_STAGED_COMPOSITES_OF_PART)
-            .bind(part)
-            .fetch_all(c)
-            .await
-            .map_err(cx.err("find the composites of a stage"))?;
+        let mut ids: Vec<StageId> =
+            on_db!(c, |c| sqlx::query_scalar(SQL_STAGED_COMPOSITES_OF_PART)
+                .bind(part)
+                .fetch_all(c)
+                .await
+                .map_err(cx.err("find the composites of a stage")))?;
         ids.sort();
         Ok(ids)
     }
@@ -193,38 +211,40 @@ impl Ledger {
     pub async fn refuse_composition(&self, id: CompositionId, why: &str) -> Result<()> {
         let op = "record why a composition is not staged";
         let mut c = self.conn(op).await?;
-        sqlx::query("UPDATE compositions SET refusal = ?2 WHERE id = ?1")
-            .bind(id)
-            .bind(why)
-            .execute(&mut *c)
-            .await
-            .map_err(self.ctx.err(op))?;
-        Ok(())
+        on_db!(c.conn(), |c| sqlx::query(
+            "UPDATE compositions SET refusal = $2 WHERE id = $1"
+        )
+        .bind(id)
+        .bind(why)
+        .execute(c)
+        .await
+        .map(|_| ())
+        .map_err(self.ctx.err(op)))
     }
 
     /// Every composition tried on the base profile `base`, oldest first.
     pub async fn compositions_on(&self, base: &Digest) -> Result<Vec<Composition>> {
         let op = "list the compositions of a profile";
         let mut c = self.conn(op).await?;
-        let rows = sqlx::query(SQL_COMPOSITIONS_ON)
+        let rows = on_db!(c.conn(), |c| sqlx::query_as(SQL_COMPOSITIONS_ON)
             .bind(base)
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))?;
-        with_parts(&mut c, &self.ctx, rows).await
+            .map_err(self.ctx.err(op)))?;
+        with_parts(c.conn(), &self.ctx, rows).await
     }
 
     /// The composition measured by the experiment `experiment_id`, if any.
     pub async fn composition_of(&self, experiment_id: ExperimentId) -> Result<Option<Composition>> {
         let op = "read a composition";
         let mut c = self.conn(op).await?;
-        let rows = sqlx::query(
-            "SELECT id, experiment_id, refusal FROM compositions WHERE experiment_id = ?1",
+        let rows = on_db!(c.conn(), |c| sqlx::query_as(
+            "SELECT id, experiment_id, refusal FROM compositions WHERE experiment_id = $1",
         )
         .bind(experiment_id)
-        .fetch_all(&mut *c)
+        .fetch_all(c)
         .await
-        .map_err(self.ctx.err(op))?;
-        Ok(with_parts(&mut c, &self.ctx, rows).await?.pop())
+        .map_err(self.ctx.err(op)))?;
+        Ok(with_parts(c.conn(), &self.ctx, rows).await?.pop())
     }
 }

@@ -4,9 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
+use super::Conn;
 use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
@@ -65,18 +65,16 @@ pub struct NewObservation {
     pub live_profile_digest: Digest,
 }
 
-/// Hand-written for the JSON columns, as [`super::NewExperiment`]'s.
-impl FromRow<'_, SqliteRow> for NewObservation {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(NewObservation {
-            cycle_id: row.try_get("cycle_id")?,
-            observed_at: row.try_get("observed_at")?,
-            metrics: json_col(row, "metrics")?,
-            heat: opt_json_col(row, "heat")?,
-            live_profile_digest: row.try_get("live_profile_digest")?,
-        })
-    }
-}
+// Hand-written for the JSON columns, as [`super::NewExperiment`]'s.
+from_row!(NewObservation, |row| {
+    Ok(NewObservation {
+        cycle_id: row.try_get("cycle_id")?,
+        observed_at: row.try_get("observed_at")?,
+        metrics: json_col(row, "metrics")?,
+        heat: opt_json_col(row, "heat")?,
+        live_profile_digest: row.try_get("live_profile_digest")?,
+    })
+});
 
 /// A stored observation: its id and the observation as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -123,75 +121,90 @@ impl CycleVerdict {
     }
 }
 
-pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = max(?1, started_at), error = ?2 \
+pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = max($1, started_at), error = $2 \
+     WHERE status = 'running'";
+
+const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = GREATEST($1, started_at), error = $2 \
      WHERE status = 'running'";
 
 pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
-     ORDER BY started_at DESC, id DESC LIMIT ?1";
+     ORDER BY started_at DESC, id DESC LIMIT $1";
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
      e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
      FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
-     WHERE v.cycle_id IN (SELECT value FROM json_each(?1)) ORDER BY v.cycle_id, v.id";
+     WHERE v.cycle_id IN (SELECT value FROM json_each($1)) ORDER BY v.cycle_id, v.id";
+
+const PG_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
+     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
+     FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
+     WHERE v.cycle_id IN (SELECT value::bigint FROM json_array_elements_text($1::json)) \
+     ORDER BY v.cycle_id, v.id";
 
 async fn open_cycle(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     started_at: DateTime<Utc>,
     proposer: ProposerKind,
 ) -> Result<CycleId> {
-    sqlx::query_scalar(
-        "INSERT INTO cycles (started_at, status, proposer) VALUES (?1, 'running', ?2) RETURNING id",
-    )
-    .bind(ts(&started_at))
-    .bind(proposer)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("open a cycle"))
+    on_db!(c, |c| {
+        sqlx::query_scalar(
+            "INSERT INTO cycles (started_at, status, proposer) VALUES ($1, 'running', $2) RETURNING id",
+        )
+        .bind(ts(&started_at))
+        .bind(proposer)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("open a cycle"))
+    })
 }
 
-async fn get_cycle(c: &mut SqliteConnection, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
-    sqlx::query_as(
-        "SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = ?1",
-    )
-    .bind(id)
-    .fetch_optional(c)
-    .await
-    .map_err(cx.err("read a cycle"))?
-    .ok_or_else(|| cx.not_found(CycleId::WHAT, id.0))
+async fn get_cycle(c: Conn<'_>, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
+    on_db!(c, |c| {
+        sqlx::query_as(
+            "SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(c)
+        .await
+        .map_err(cx.err("read a cycle"))?
+        .ok_or_else(|| cx.not_found(CycleId::WHAT, id.0))
+    })
 }
 
 async fn close_cycle(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     id: CycleId,
     outcome: &CycleOutcome,
     ended_at: DateTime<Utc>,
 ) -> Result<()> {
-    let done = sqlx::query(
-        "UPDATE cycles SET status = ?2, error = ?3, ended_at = ?4 WHERE id = ?1 AND status = 'running'",
-    )
-    .bind(id)
-    .bind(outcome.status())
-    .bind(outcome.error())
-    .bind(ts(&ended_at))
-    .execute(&mut *c)
-    .await
-    .map_err(cx.err("close a cycle"))?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let cycle = get_cycle(c, cx, id).await?;
-    Err(LedgerError::CycleNotRunning {
-        id,
-        status: cycle.status,
+    on_db!(c, |c| {
+        let done = sqlx::query(
+            "UPDATE cycles SET status = $2, error = $3, ended_at = $4 WHERE id = $1 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(outcome.status())
+        .bind(outcome.error())
+        .bind(ts(&ended_at))
+        .execute(&mut *c)
+        .await
+        .map_err(cx.err("close a cycle"))?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        let cycle = get_cycle((&mut *c).into(), cx, id).await?;
+        Err(LedgerError::CycleNotRunning {
+            id,
+            status: cycle.status,
+        })
     })
 }
 
 /// A `failed` verdict for each experiment of a running cycle that has none
 /// (a measurement the process died in) ...
 const SQL_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
-     SELECT e.cycle_id, e.id, 'failed', max(?1, e.created_at), ?2 FROM experiments e \
+     SELECT e.cycle_id, e.id, 'failed', max($1, e.created_at), $2 FROM experiments e \
      JOIN cycles c ON c.id = e.cycle_id \
      WHERE c.status = 'running' \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)";
@@ -199,7 +212,18 @@ const SQL_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experim
 /// ... and one for a running cycle that got no verdict at all (it died
 /// before any experiment existed), so every cycle ends in one.
 const SQL_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
-     SELECT c.id, NULL, 'failed', max(?1, c.started_at), ?2 FROM cycles c \
+     SELECT c.id, NULL, 'failed', max($1, c.started_at), $2 FROM cycles c \
+     WHERE c.status = 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)";
+
+const PG_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
+     SELECT e.cycle_id, e.id, 'failed', GREATEST($1, e.created_at), $2 FROM experiments e \
+     JOIN cycles c ON c.id = e.cycle_id \
+     WHERE c.status = 'running' \
+       AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)";
+
+const PG_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
+     SELECT c.id, NULL, 'failed', GREATEST($1, c.started_at), $2 FROM cycles c \
      WHERE c.status = 'running' \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)";
 
@@ -207,104 +231,100 @@ const SQL_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_i
 /// cycle left without a verdict a `failed` one. The caller runs it in one
 /// transaction, so a crash during recovery leaves the cycles running for the
 /// next attempt rather than half-closed.
-async fn abort_running(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    reason: &str,
-    at: DateTime<Utc>,
-) -> Result<u64> {
-    for sql in [SQL_FAIL_OPEN_EXPERIMENTS, SQL_FAIL_OPEN_CYCLES] {
-        sqlx::query(sql)
-            .bind(ts(&at))
-            .bind(format!("aborted: {reason}"))
-            .execute(&mut *c)
-            .await
-            .map_err(cx.err("record failed verdicts for the running cycles"))?;
-    }
-    let done = sqlx::query(SQL_ABORT_RUNNING)
-        .bind(ts(&at))
-        .bind(reason)
-        .execute(c)
-        .await
-        .map_err(cx.err("abort the running cycles"))?;
-    Ok(done.rows_affected())
-}
-
-async fn insert_observation(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    o: &NewObservation,
-) -> Result<ObservationId> {
-    require_object("an observation's metrics", &o.metrics)?;
-    sqlx::query_scalar(
-        "INSERT INTO observations (cycle_id, observed_at, metrics, heat, live_profile_digest) \
-         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
-    )
-    .bind(o.cycle_id)
-    .bind(ts(&o.observed_at))
-    .bind(canonical_json(&o.metrics))
-    .bind(o.heat.as_ref().map(canonical_json))
-    .bind(&o.live_profile_digest)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record an observation"))
-}
-
-async fn observation(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    cycle_id: CycleId,
-) -> Result<Option<Observation>> {
-    sqlx::query_as("SELECT * FROM observations WHERE cycle_id = ?1")
-        .bind(cycle_id)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read an observation"))
-}
-
-async fn recent_cycles(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    limit: u32,
-) -> Result<Vec<CycleSummary>> {
-    let op = "list recent cycles";
-    let cycles: Vec<CycleRecord> = sqlx::query_as(SQL_RECENT_CYCLES)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *c)
-        .await
-        .map_err(cx.err(op))?;
-    let ids = serde_json::to_string(&cycles.iter().map(|c| c.id).collect::<Vec<_>>())
-        .expect("a list of integers serialises");
-    let rows = sqlx::query(SQL_CYCLE_VERDICTS)
-        .bind(ids)
-        .fetch_all(&mut *c)
-        .await
-        .map_err(cx.err(op))?;
-    let mut out: Vec<CycleSummary> = cycles
-        .into_iter()
-        .map(|cycle| CycleSummary {
-            cycle,
-            verdicts: Vec::new(),
-        })
-        .collect();
-    for row in rows {
-        let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
-        let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
-        let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
-        let proposal_id: Option<ProposalId> = row.try_get("e_proposal_id").map_err(cx.err(op))?;
-        let confirmation_of: Option<ExperimentId> =
-            row.try_get("e_confirmation_of").map_err(cx.err(op))?;
-        if let Some(s) = out.iter_mut().find(|s| s.cycle.id == verdict.cycle_id) {
-            s.verdicts.push(CycleVerdict {
-                verdict,
-                menu_id,
-                parameters,
-                proposal_id,
-                confirmation_of,
-            });
+async fn abort_running(c: Conn<'_>, cx: &Ctx, reason: &str, at: DateTime<Utc>) -> Result<u64> {
+    on_db!(c, |c, d| {
+        let fail_open = [
+            d.pick(SQL_FAIL_OPEN_EXPERIMENTS, PG_FAIL_OPEN_EXPERIMENTS),
+            d.pick(SQL_FAIL_OPEN_CYCLES, PG_FAIL_OPEN_CYCLES),
+        ];
+        for sql in fail_open {
+            sqlx::query(sql)
+                .bind(ts(&at))
+                .bind(format!("aborted: {reason}"))
+                .execute(&mut *c)
+                .await
+                .map_err(cx.err("record failed verdicts for the running cycles"))?;
         }
-    }
-    Ok(out)
+        let done = sqlx::query(d.pick(SQL_ABORT_RUNNING, PG_ABORT_RUNNING))
+            .bind(ts(&at))
+            .bind(reason)
+            .execute(c)
+            .await
+            .map_err(cx.err("abort the running cycles"))?;
+        Ok(done.rows_affected())
+    })
+}
+
+async fn insert_observation(c: Conn<'_>, cx: &Ctx, o: &NewObservation) -> Result<ObservationId> {
+    on_db!(c, |c| {
+        require_object("an observation's metrics", &o.metrics)?;
+        sqlx::query_scalar(
+            "INSERT INTO observations (cycle_id, observed_at, metrics, heat, live_profile_digest) \
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(o.cycle_id)
+        .bind(ts(&o.observed_at))
+        .bind(canonical_json(&o.metrics))
+        .bind(o.heat.as_ref().map(canonical_json))
+        .bind(&o.live_profile_digest)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record an observation"))
+    })
+}
+
+async fn observation(c: Conn<'_>, cx: &Ctx, cycle_id: CycleId) -> Result<Option<Observation>> {
+    on_db!(c, |c| {
+        sqlx::query_as("SELECT * FROM observations WHERE cycle_id = $1")
+            .bind(cycle_id)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read an observation"))
+    })
+}
+
+async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSummary>> {
+    on_db!(c, |c, d| {
+        let op = "list recent cycles";
+        let cycles: Vec<CycleRecord> = sqlx::query_as(SQL_RECENT_CYCLES)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(cx.err(op))?;
+        let ids = serde_json::to_string(&cycles.iter().map(|c| c.id).collect::<Vec<_>>())
+            .expect("a list of integers serialises");
+        let rows = sqlx::query(d.pick(SQL_CYCLE_VERDICTS, PG_CYCLE_VERDICTS))
+            .bind(ids)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(cx.err(op))?;
+        let mut out: Vec<CycleSummary> = cycles
+            .into_iter()
+            .map(|cycle| CycleSummary {
+                cycle,
+                verdicts: Vec::new(),
+            })
+            .collect();
+        for row in rows {
+            let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
+            let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+            let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
+            let proposal_id: Option<ProposalId> =
+                row.try_get("e_proposal_id").map_err(cx.err(op))?;
+            let confirmation_of: Option<ExperimentId> =
+                row.try_get("e_confirmation_of").map_err(cx.err(op))?;
+            if let Some(s) = out.iter_mut().find(|s| s.cycle.id == verdict.cycle_id) {
+                s.verdicts.push(CycleVerdict {
+                    verdict,
+                    menu_id,
+                    parameters,
+                    proposal_id,
+                    confirmation_of,
+                });
+            }
+        }
+        Ok(out)
+    })
 }
 
 impl WriteTx {
@@ -358,7 +378,7 @@ impl Ledger {
         proposer: ProposerKind,
     ) -> Result<CycleId> {
         let mut c = self.conn("open a cycle").await?;
-        open_cycle(&mut c, &self.ctx, started_at, proposer).await
+        open_cycle(c.conn(), &self.ctx, started_at, proposer).await
     }
 
     /// [`WriteTx::close_cycle`] as its own transaction.
@@ -384,23 +404,23 @@ impl Ledger {
     /// [`WriteTx::insert_observation`] as its own transaction.
     pub async fn insert_observation(&self, o: &NewObservation) -> Result<ObservationId> {
         let mut c = self.conn("record an observation").await?;
-        insert_observation(&mut c, &self.ctx, o).await
+        insert_observation(c.conn(), &self.ctx, o).await
     }
 
     pub async fn cycle(&self, id: CycleId) -> Result<CycleRecord> {
         let mut c = self.conn("read a cycle").await?;
-        get_cycle(&mut c, &self.ctx, id).await
+        get_cycle(c.conn(), &self.ctx, id).await
     }
 
     /// The observation of a cycle, if it got that far.
     pub async fn observation(&self, cycle_id: CycleId) -> Result<Option<Observation>> {
         let mut c = self.conn("read an observation").await?;
-        observation(&mut c, &self.ctx, cycle_id).await
+        observation(c.conn(), &self.ctx, cycle_id).await
     }
 
     /// The `limit` most recent cycles, newest first, each with its verdicts.
     pub async fn recent_cycles(&self, limit: u32) -> Result<Vec<CycleSummary>> {
         let mut c = self.conn("list recent cycles").await?;
-        recent_cycles(&mut c, &self.ctx, limit).await
+        recent_cycles(c.conn(), &self.ctx, limit).await
     }
 }

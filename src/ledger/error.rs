@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::migrate::MigrateError;
 
+use super::backend::Backend;
 use super::ids::{CycleId, ExperimentId, StageId};
 use crate::vocab::{CycleStatus, StageState, VerdictKind};
 
@@ -31,6 +32,33 @@ pub enum LedgerError {
         path.display()
     )]
     Open { path: PathBuf, source: sqlx::Error },
+
+    #[error(
+        "cannot connect to the PostgreSQL ledger {url}: {source}; check that the server is up and the URL's user, host, port and database in `[ledger] url`, and that the variable named by `[ledger] password_env` holds this user's password"
+    )]
+    OpenPostgres { url: String, source: sqlx::Error },
+
+    #[error(
+        "another orchestrator daemon is running the stack {stack:?} on this PostgreSQL ledger ({holder}); stop it first, or give this host's stack its own `[stack] name`"
+    )]
+    StackLocked { stack: String, holder: String },
+
+    #[error(
+        "{what} exists only on a PostgreSQL ledger ({}); a SQLite ledger uses the daemon's lock file beside it",
+        path.display()
+    )]
+    PostgresOnly { path: PathBuf, what: &'static str },
+
+    #[error(
+        "the PostgreSQL ledger {url} needs its password in the environment variable {var} (`[ledger] password_env`), which is not set; export it for this process and retry"
+    )]
+    PasswordUnset { url: String, var: String },
+
+    #[error(
+        "{what} is not available on a PostgreSQL ledger ({}); it exists only for SQLite ledgers (`[ledger] path`)",
+        path.display()
+    )]
+    NotOnPostgres { path: PathBuf, what: &'static str },
 
     #[error("cannot bring the ledger {} up to date: {}", path.display(), migrate_hint(source))]
     Migrate { path: PathBuf, source: MigrateError },
@@ -188,6 +216,36 @@ const SQLITE_NOTADB: u32 = 26;
 pub(crate) struct Ctx {
     pub(crate) path: std::sync::Arc<Path>,
     pub(crate) busy_timeout: Duration,
+    pub(crate) backend: Backend,
+}
+
+/// The class of a PostgreSQL SQLSTATE we give its own message.
+/// See <https://www.postgresql.org/docs/current/errcodes-appendix.html>.
+fn postgres_class(code: &str) -> Option<ErrorClass> {
+    Some(match code {
+        // lock_not_available (lock_timeout), deadlock, serialization failure
+        "55P03" | "40P01" | "40001" => ErrorClass::Busy,
+        // read_only_sql_transaction (a hot standby), insufficient privilege
+        "25006" | "42501" => ErrorClass::ReadOnly,
+        // disk_full, out of memory, program limit (a quota)
+        "53100" | "53200" | "54000" => ErrorClass::Full,
+        // data_corrupted, index_corrupted
+        "XX001" | "XX002" => ErrorClass::Corrupt,
+        // integrity constraint violations, and data exceptions: a value the
+        // column's type refuses (a malformed timestamp), which SQLite's
+        // CHECKs refuse as constraints
+        c if c.starts_with("23") || c.starts_with("22") => ErrorClass::Constraint,
+        _ => return None,
+    })
+}
+
+/// The kinds of database error both backends share a message for.
+enum ErrorClass {
+    Busy,
+    ReadOnly,
+    Full,
+    Corrupt,
+    Constraint,
 }
 
 impl Ctx {
@@ -201,29 +259,52 @@ impl Ctx {
                 timeout: self.busy_timeout,
             };
         }
-        let primary = source
-            .as_database_error()
-            .and_then(|d| d.code())
-            .and_then(|c| c.parse::<u32>().ok())
-            .map(|extended| extended & 0xff);
-        match primary {
-            Some(SQLITE_BUSY | SQLITE_LOCKED) => LedgerError::Locked {
+        let code = source.as_database_error().and_then(|d| d.code());
+        let kind = match self.backend {
+            Backend::Sqlite => code
+                .and_then(|c| c.parse::<u32>().ok())
+                .and_then(|extended| match extended & 0xff {
+                    SQLITE_BUSY | SQLITE_LOCKED => Some(ErrorClass::Busy),
+                    SQLITE_READONLY => Some(ErrorClass::ReadOnly),
+                    SQLITE_FULL => Some(ErrorClass::Full),
+                    SQLITE_CORRUPT | SQLITE_NOTADB => Some(ErrorClass::Corrupt),
+                    SQLITE_CONSTRAINT => Some(ErrorClass::Constraint),
+                    _ => None,
+                }),
+            Backend::Postgres => code.as_deref().and_then(postgres_class),
+        };
+        match kind {
+            Some(ErrorClass::Busy) => LedgerError::Locked {
                 path,
                 op,
                 timeout: self.busy_timeout,
                 source,
             },
-            Some(SQLITE_READONLY) => LedgerError::ReadOnly { path, op, source },
-            Some(SQLITE_FULL) => LedgerError::DiskFull { path, op, source },
-            Some(SQLITE_CORRUPT | SQLITE_NOTADB) => LedgerError::Corrupt { path, op, source },
-            Some(SQLITE_CONSTRAINT) => LedgerError::Constraint { path, op, source },
-            _ => LedgerError::Query { path, op, source },
+            Some(ErrorClass::ReadOnly) => LedgerError::ReadOnly { path, op, source },
+            Some(ErrorClass::Full) => LedgerError::DiskFull { path, op, source },
+            Some(ErrorClass::Corrupt) => LedgerError::Corrupt { path, op, source },
+            Some(ErrorClass::Constraint) => LedgerError::Constraint { path, op, source },
+            None => LedgerError::Query { path, op, source },
         }
     }
 
     /// `classify` as a closure, for `map_err`.
     pub(crate) fn err(&self, op: &'static str) -> impl FnOnce(sqlx::Error) -> LedgerError + '_ {
         move |e| self.classify(op, e)
+    }
+
+    pub(crate) fn not_on_postgres(&self, what: &'static str) -> LedgerError {
+        LedgerError::NotOnPostgres {
+            path: self.path.to_path_buf(),
+            what,
+        }
+    }
+
+    pub(crate) fn not_on_postgres_only(&self, what: &'static str) -> LedgerError {
+        LedgerError::PostgresOnly {
+            path: self.path.to_path_buf(),
+            what,
+        }
     }
 
     pub(crate) fn not_found(&self, what: &'static str, id: i64) -> LedgerError {

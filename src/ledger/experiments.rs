@@ -4,10 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
+use super::Conn;
+use super::codec::{canonical_json, json_col, opt_int_col, opt_json_col, require_object, ts};
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, ProposalId};
 use super::{Interval, Ledger, Result, WriteTx};
@@ -37,26 +37,24 @@ pub struct NewExperiment {
     pub planner_notes: Option<Value>,
 }
 
-/// Hand-written for the JSON columns: `json_col` keeps the column's name in
-/// a decoding error and reads a stored `null` as `Some(Null)`.
-impl FromRow<'_, SqliteRow> for NewExperiment {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(NewExperiment {
-            cycle_id: row.try_get("cycle_id")?,
-            proposal_id: row.try_get("proposal_id")?,
-            confirmation_of: row.try_get("confirmation_of")?,
-            created_at: row.try_get("created_at")?,
-            menu_id: row.try_get("menu_id")?,
-            parameters: json_col(row, "parameters")?,
-            method: row.try_get("method")?,
-            base_profile: row.try_get("base_profile")?,
-            base_digest: row.try_get("base_digest")?,
-            candidate_profile: row.try_get("candidate_profile")?,
-            candidate_digest: row.try_get("candidate_digest")?,
-            planner_notes: opt_json_col(row, "planner_notes")?,
-        })
-    }
-}
+// Hand-written for the JSON columns: `json_col` keeps the column's name in
+// a decoding error and reads a stored `null` as `Some(Null)`.
+from_row!(NewExperiment, |row| {
+    Ok(NewExperiment {
+        cycle_id: row.try_get("cycle_id")?,
+        proposal_id: row.try_get("proposal_id")?,
+        confirmation_of: row.try_get("confirmation_of")?,
+        created_at: row.try_get("created_at")?,
+        menu_id: row.try_get("menu_id")?,
+        parameters: json_col(row, "parameters")?,
+        method: row.try_get("method")?,
+        base_profile: row.try_get("base_profile")?,
+        base_digest: row.try_get("base_digest")?,
+        candidate_profile: row.try_get("candidate_profile")?,
+        candidate_digest: row.try_get("candidate_digest")?,
+        planner_notes: opt_json_col(row, "planner_notes")?,
+    })
+});
 
 /// A stored experiment: its id and the experiment as recorded, whose
 /// fields it reads as its own.
@@ -89,27 +87,25 @@ pub struct ExperimentOutcome {
     pub pairs: Option<u32>,
 }
 
-impl FromRow<'_, SqliteRow> for ExperimentOutcome {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let low: Option<f64> = row.try_get("interval_low")?;
-        let high: Option<f64> = row.try_get("interval_high")?;
-        Ok(ExperimentOutcome {
-            experiment_id: row.try_get("id")?,
-            cycle_id: row.try_get("cycle_id")?,
-            created_at: row.try_get("created_at")?,
-            menu_id: row.try_get("menu_id")?,
-            parameters: json_col(row, "parameters")?,
-            base_digest: row.try_get("base_digest")?,
-            proposer: row.try_get("proposer")?,
-            confirmation_of: row.try_get("confirmation_of")?,
-            verdict: row.try_get("kind")?,
-            effect: row.try_get("effect")?,
-            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
-            noise_floor: row.try_get("noise_floor")?,
-            pairs: row.try_get("pairs")?,
-        })
-    }
-}
+from_row!(ExperimentOutcome, |row| {
+    let low: Option<f64> = row.try_get("interval_low")?;
+    let high: Option<f64> = row.try_get("interval_high")?;
+    Ok(ExperimentOutcome {
+        experiment_id: row.try_get("id")?,
+        cycle_id: row.try_get("cycle_id")?,
+        created_at: row.try_get("created_at")?,
+        menu_id: row.try_get("menu_id")?,
+        parameters: json_col(row, "parameters")?,
+        base_digest: row.try_get("base_digest")?,
+        proposer: row.try_get("proposer")?,
+        confirmation_of: row.try_get("confirmation_of")?,
+        verdict: row.try_get("kind")?,
+        effect: row.try_get("effect")?,
+        interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+        noise_floor: row.try_get("noise_floor")?,
+        pairs: opt_int_col(row, "pairs")?,
+    })
+});
 
 /// An earlier experiment identical to a new proposal, and how it ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -119,15 +115,13 @@ pub struct PriorDecision {
     pub decided_at: DateTime<Utc>,
 }
 
-impl FromRow<'_, SqliteRow> for PriorDecision {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(PriorDecision {
-            experiment_id: row.try_get("id")?,
-            verdict: row.try_get("kind")?,
-            decided_at: row.try_get("decided_at")?,
-        })
-    }
-}
+from_row!(PriorDecision, |row| {
+    Ok(PriorDecision {
+        experiment_id: row.try_get("id")?,
+        verdict: row.try_get("kind")?,
+        decided_at: row.try_get("decided_at")?,
+    })
+});
 
 pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.created_at, e.menu_id, e.parameters, e.base_digest, \
             e.confirmation_of, p.proposer, v.kind, v.effect, v.interval_low, v.interval_high, \
@@ -135,13 +129,13 @@ pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.crea
      FROM experiments e \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      LEFT JOIN verdicts v ON v.experiment_id = e.id \
-     ORDER BY e.id DESC LIMIT ?1";
+     ORDER BY e.id DESC LIMIT $1";
 
 /// Only verdicts that measured something count as "decided": a `failed` or
 /// `rejected` experiment never measured, so trying it again is not a repeat.
 pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_at FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
-     WHERE e.menu_id = ?1 AND e.base_digest = ?2 AND e.parameters = ?3 \
+     WHERE e.menu_id = $1 AND e.base_digest = $2 AND e.parameters = $3 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
      ORDER BY e.id DESC LIMIT 1";
 
@@ -151,83 +145,89 @@ pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_a
 pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.menu_id, e.parameters FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
      WHERE e.menu_id IN ('rerank_pins', 'deepen_warm_set', 'stage_speculative', 'rebalance_trunk_cache') \
-       AND e.base_digest = ?1 \
+       AND e.base_digest = $1 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch')";
 
 pub(crate) const SQL_CONFIRMATIONS: &str =
-    "SELECT * FROM experiments WHERE confirmation_of = ?1 ORDER BY id";
+    "SELECT * FROM experiments WHERE confirmation_of = $1 ORDER BY id";
 
-async fn insert(c: &mut SqliteConnection, cx: &Ctx, e: &NewExperiment) -> Result<ExperimentId> {
-    require_object("an experiment's parameters", &e.parameters)?;
-    sqlx::query_scalar(
-        "INSERT INTO experiments (cycle_id, proposal_id, confirmation_of, created_at, menu_id, \
+async fn insert(c: Conn<'_>, cx: &Ctx, e: &NewExperiment) -> Result<ExperimentId> {
+    on_db!(c, |c| {
+        require_object("an experiment's parameters", &e.parameters)?;
+        sqlx::query_scalar(
+            "INSERT INTO experiments (cycle_id, proposal_id, confirmation_of, created_at, menu_id, \
          parameters, method, base_profile, base_digest, candidate_profile, candidate_digest, \
-         planner_notes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
-    )
-    .bind(e.cycle_id)
-    .bind(e.proposal_id)
-    .bind(e.confirmation_of)
-    .bind(ts(&e.created_at))
-    .bind(e.menu_id)
-    .bind(canonical_json(&e.parameters))
-    .bind(e.method)
-    .bind(&e.base_profile)
-    .bind(&e.base_digest)
-    .bind(&e.candidate_profile)
-    .bind(&e.candidate_digest)
-    .bind(e.planner_notes.as_ref().map(canonical_json))
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record an experiment"))
+         planner_notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+        )
+        .bind(e.cycle_id)
+        .bind(e.proposal_id)
+        .bind(e.confirmation_of)
+        .bind(ts(&e.created_at))
+        .bind(e.menu_id)
+        .bind(canonical_json(&e.parameters))
+        .bind(e.method)
+        .bind(&e.base_profile)
+        .bind(&e.base_digest)
+        .bind(&e.candidate_profile)
+        .bind(&e.candidate_digest)
+        .bind(e.planner_notes.as_ref().map(canonical_json))
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record an experiment"))
+    })
 }
 
-pub(crate) async fn get(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    id: ExperimentId,
-) -> Result<Experiment> {
-    sqlx::query_as("SELECT * FROM experiments WHERE id = ?1")
-        .bind(id)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read an experiment"))?
-        .ok_or_else(|| cx.not_found(ExperimentId::WHAT, id.0))
+pub(crate) async fn get(c: Conn<'_>, cx: &Ctx, id: ExperimentId) -> Result<Experiment> {
+    on_db!(c, |c| {
+        sqlx::query_as("SELECT * FROM experiments WHERE id = $1")
+            .bind(id)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read an experiment"))?
+            .ok_or_else(|| cx.not_found(ExperimentId::WHAT, id.0))
+    })
 }
 
 pub(crate) async fn confirmations(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     id: ExperimentId,
 ) -> Result<Vec<Experiment>> {
-    sqlx::query_as(SQL_CONFIRMATIONS)
-        .bind(id)
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("read an experiment's confirmations"))
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_CONFIRMATIONS)
+            .bind(id)
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("read an experiment's confirmations"))
+    })
 }
 
-async fn recent(c: &mut SqliteConnection, cx: &Ctx, k: u32) -> Result<Vec<ExperimentOutcome>> {
-    sqlx::query_as(SQL_RECENT_EXPERIMENTS)
-        .bind(i64::from(k))
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("read the recent experiments"))
+async fn recent(c: Conn<'_>, cx: &Ctx, k: u32) -> Result<Vec<ExperimentOutcome>> {
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_RECENT_EXPERIMENTS)
+            .bind(i64::from(k))
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("read the recent experiments"))
+    })
 }
 
 async fn decided(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     menu_id: MenuId,
     parameters: &Value,
     base_digest: &Digest,
 ) -> Result<Option<PriorDecision>> {
-    sqlx::query_as(SQL_DUPLICATE_DECIDED)
-        .bind(menu_id)
-        .bind(base_digest)
-        .bind(canonical_json(parameters))
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("look for an identical decided experiment"))
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_DUPLICATE_DECIDED)
+            .bind(menu_id)
+            .bind(base_digest)
+            .bind(canonical_json(parameters))
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("look for an identical decided experiment"))
+    })
 }
 
 impl WriteTx {
@@ -257,25 +257,25 @@ impl Ledger {
     /// [`WriteTx::insert_experiment`] as its own transaction.
     pub async fn insert_experiment(&self, e: &NewExperiment) -> Result<ExperimentId> {
         let mut c = self.conn("record an experiment").await?;
-        insert(&mut c, &self.ctx, e).await
+        insert(c.conn(), &self.ctx, e).await
     }
 
     pub async fn experiment(&self, id: ExperimentId) -> Result<Experiment> {
         let mut c = self.conn("read an experiment").await?;
-        get(&mut c, &self.ctx, id).await
+        get(c.conn(), &self.ctx, id).await
     }
 
     /// The experiments that confirm (or tried to confirm) `id`, oldest first.
     pub async fn confirmations(&self, id: ExperimentId) -> Result<Vec<Experiment>> {
         let mut c = self.conn("read an experiment's confirmations").await?;
-        confirmations(&mut c, &self.ctx, id).await
+        confirmations(c.conn(), &self.ctx, id).await
     }
 
     /// The `k` most recent experiments, newest first, with their verdicts and
     /// effects: what the proposer prompt and the bandit learn from.
     pub async fn recent_experiments(&self, k: u32) -> Result<Vec<ExperimentOutcome>> {
         let mut c = self.conn("read the recent experiments").await?;
-        recent(&mut c, &self.ctx, k).await
+        recent(c.conn(), &self.ctx, k).await
     }
 
     /// Every experiment (but `remeasure`) measured on `base_digest`, newest
@@ -286,23 +286,23 @@ impl Ledger {
     ) -> Result<Vec<(ExperimentId, MenuId, Value)>> {
         let op = "list the experiments decided on a profile";
         let mut c = self.conn(op).await?;
-        let rows = sqlx::query(SQL_DECIDED_ON)
+        let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_DECIDED_ON)
             .bind(base_digest)
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))?;
-        let read = |row: &SqliteRow| -> Result<(ExperimentId, MenuId, Value), sqlx::Error> {
-            Ok((
-                row.try_get("id")?,
-                row.try_get("menu_id")?,
-                json_col(row, "parameters")?,
-            ))
-        };
-        let mut out = rows
+            .map_err(self.ctx.err(op))?
             .iter()
-            .map(read)
+            .map(
+                |row| -> Result<(ExperimentId, MenuId, Value), sqlx::Error> {
+                    Ok((
+                        row.try_get("id")?,
+                        row.try_get("menu_id")?,
+                        json_col(row, "parameters")?,
+                    ))
+                }
+            )
             .collect::<Result<Vec<_>, _>>()
-            .map_err(self.ctx.err(op))?;
+            .map_err(self.ctx.err(op))?);
         out.sort_by_key(|row| std::cmp::Reverse(row.0));
         Ok(out)
     }
@@ -320,6 +320,6 @@ impl Ledger {
         let mut c = self
             .conn("look for an identical decided experiment")
             .await?;
-        decided(&mut c, &self.ctx, menu_id, parameters, base_digest).await
+        decided(c.conn(), &self.ctx, menu_id, parameters, base_digest).await
     }
 }

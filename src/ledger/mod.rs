@@ -1,6 +1,8 @@
-//! The SQLite experiment ledger: every cycle, proposal, experiment, run,
-//! verdict, noise floor, reference hash and stage decision. All SQL of the
-//! program lives under this module; callers use the typed functions.
+//! The experiment ledger, in a SQLite file (the default) or a PostgreSQL
+//! database (`[ledger] url`, see `backend` for what differs): every cycle,
+//! proposal, experiment, run, verdict, noise floor, reference hash and stage
+//! decision. All SQL of the program lives under this module; callers use the
+//! typed functions, the same on both backends.
 //!
 //! # Writing
 //!
@@ -8,7 +10,9 @@
 //! [`Ledger::begin_write`] returns a [`WriteTx`] begun `IMMEDIATE`, so the
 //! write lock is taken up front and two writers queue on the busy timeout
 //! instead of deadlocking on a read-to-write upgrade (which SQLite reports as
-//! `database is locked` at once, whatever the timeout). Dropping a `WriteTx`
+//! `database is locked` at once, whatever the timeout). On PostgreSQL the
+//! transaction takes the ledger's writer advisory lock first, to the same
+//! effect. Dropping a `WriteTx`
 //! without [`WriteTx::commit`] rolls it back. Single-row writes also exist as
 //! methods on [`Ledger`]; they run as one autocommit statement.
 //!
@@ -41,7 +45,8 @@
 //! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
-//! a test asserts that none of them scans a whole table.
+//! a test asserts that none of them scans a whole table (the PostgreSQL
+//! schema has the same indexes under the same names).
 //!
 //! # Files
 //!
@@ -67,6 +72,49 @@ macro_rules! reads_as_recorded {
     };
 }
 
+/// Runs `$body` once per backend with `$c` bound to that backend's
+/// connection (`&mut SqliteConnection` or `&mut PgConnection`), so each
+/// query's text and row type are written once and compiled for both. The
+/// two-name form also binds `$d` to the [`Backend`], for the few statements
+/// whose spelling differs (see [`Backend::pick`]).
+macro_rules! on_db {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::ledger::Conn::Sqlite($c) => $body,
+            $crate::ledger::Conn::Postgres($c) => $body,
+        }
+    };
+    ($conn:expr, |$c:ident, $d:ident| $body:expr) => {
+        match $conn {
+            $crate::ledger::Conn::Sqlite($c) => {
+                let $d = $crate::ledger::Backend::Sqlite;
+                $body
+            }
+            $crate::ledger::Conn::Postgres($c) => {
+                let $d = $crate::ledger::Backend::Postgres;
+                $body
+            }
+        }
+    };
+}
+
+/// A hand-written `FromRow` for both backends' rows from one body.
+macro_rules! from_row {
+    ($t:ty, |$row:ident| $body:expr) => {
+        impl sqlx::FromRow<'_, sqlx::sqlite::SqliteRow> for $t {
+            fn from_row($row: &sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+                $body
+            }
+        }
+        impl sqlx::FromRow<'_, sqlx::postgres::PgRow> for $t {
+            fn from_row($row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+                $body
+            }
+        }
+    };
+}
+
+mod backend;
 mod check;
 mod codec;
 mod compositions;
@@ -81,11 +129,13 @@ mod proposals;
 mod references;
 mod report;
 mod runs;
+mod stack_lock;
 mod stages;
+mod target;
 mod verdicts;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -94,11 +144,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite, Transaction};
+use sqlx::{Connection, Row};
+
+pub use backend::Backend;
+pub(crate) use backend::Conn;
+use backend::{Pool, PooledConn, Tx};
 
 pub use check::{CheckContext, Rule, Violation};
 pub use compositions::{Composition, NewComposition, StagePart, stage_label};
@@ -118,7 +172,9 @@ pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
+pub use stack_lock::StackLock;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
+pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
 
 use error::Ctx;
@@ -135,6 +191,13 @@ const FILE_POOL_SIZE: u32 = 4;
 /// reruns the build when they change).
 static MIGRATOR: Migrator = sqlx::migrate!();
 
+/// The same schema in PostgreSQL's types, under `migrations/postgres/`, one
+/// file per SQLite migration with the same version.
+static PG_MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Connections per PostgreSQL ledger (per process).
+const PG_POOL_SIZE: u32 = 4;
+
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 /// A confidence interval of an effect, as a log ratio candidate/baseline.
@@ -144,18 +207,20 @@ pub struct Interval {
     pub high: f64,
 }
 
-/// An open ledger: a small pool of connections to one SQLite file.
+/// An open ledger: a small pool of connections to one SQLite file or one
+/// PostgreSQL database.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    pool: SqlitePool,
+    pool: Pool,
     ctx: Ctx,
 }
 
-/// A write transaction begun `IMMEDIATE`: it holds the ledger's write lock
-/// until [`WriteTx::commit`] or until it is dropped (which rolls back).
+/// A write transaction holding the ledger's write lock (SQLite: begun
+/// `IMMEDIATE`; PostgreSQL: the writer advisory lock) until
+/// [`WriteTx::commit`] or until it is dropped (which rolls back).
 #[derive(Debug)]
 pub struct WriteTx {
-    tx: Transaction<'static, Sqlite>,
+    tx: Tx,
     ctx: Ctx,
 }
 
@@ -202,6 +267,7 @@ impl Ledger {
         let ctx = Ctx {
             path: Arc::from(path),
             busy_timeout,
+            backend: Backend::Sqlite,
         };
         if let Some(dir) = path
             .parent()
@@ -273,9 +339,72 @@ impl Ledger {
                 other => other,
             });
         };
-        let ledger = Ledger { pool, ctx };
+        let ledger = Ledger {
+            pool: Pool::Sqlite(pool),
+            ctx,
+        };
         ledger.migrate().await?;
         Ok(ledger)
+    }
+
+    /// Opens the PostgreSQL ledger at `url` (which must carry no password:
+    /// it is passed apart, from the environment) and applies pending
+    /// migrations. `busy_timeout` bounds how long a writer waits for
+    /// another (`lock_timeout`).
+    pub async fn open_postgres(
+        url: &str,
+        password: Option<&str>,
+        busy_timeout: Duration,
+    ) -> Result<Ledger> {
+        let ctx = Ctx {
+            path: Arc::from(Path::new(url)),
+            busy_timeout,
+            backend: Backend::Postgres,
+        };
+        let open_err = |source| LedgerError::OpenPostgres {
+            url: url.to_string(),
+            source,
+        };
+        let mut options = PgConnectOptions::from_str(url)
+            .map_err(open_err)?
+            // Names this process to the server, so a held stack lock says
+            // whose it is (`pg_stat_activity`).
+            .application_name(&format!(
+                "orchestrator pid {} on {}",
+                std::process::id(),
+                hostname()
+            ));
+        if let Some(password) = password {
+            options = options.password(password);
+        }
+        let lock_ms = busy_timeout.as_millis();
+        let pool = PgPoolOptions::new()
+            .max_connections(PG_POOL_SIZE)
+            .acquire_timeout(busy_timeout + Duration::from_secs(1))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    // A writer waiting for the writer lock (or a row another
+                    // writer holds) gives up as SQLite's busy timeout does.
+                    sqlx::query(&format!("SET lock_timeout = {lock_ms}"))
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(open_err)?;
+        let ledger = Ledger {
+            pool: Pool::Postgres(pool),
+            ctx,
+        };
+        ledger.migrate().await?;
+        Ok(ledger)
+    }
+
+    /// Which database this ledger lives in.
+    pub fn backend(&self) -> Backend {
+        self.pool.backend()
     }
 
     /// A private, migrated in-memory ledger for tests. It has a single
@@ -285,6 +414,7 @@ impl Ledger {
         let ctx = Ctx {
             path: Arc::from(Path::new(":memory:")),
             busy_timeout: Duration::from_secs(5),
+            backend: Backend::Sqlite,
         };
         let options = SqliteConnectOptions::from_str("sqlite::memory:")
             .map_err(|source| LedgerError::Open {
@@ -305,12 +435,16 @@ impl Ledger {
                 path: ctx.path.to_path_buf(),
                 source,
             })?;
-        let ledger = Ledger { pool, ctx };
+        let ledger = Ledger {
+            pool: Pool::Sqlite(pool),
+            ctx,
+        };
         ledger.migrate().await?;
         Ok(ledger)
     }
 
-    /// The database file (`:memory:` for an in-memory ledger).
+    /// The database file (`:memory:` for an in-memory ledger; the URL,
+    /// which holds no password, for PostgreSQL).
     pub fn path(&self) -> &Path {
         &self.ctx.path
     }
@@ -318,11 +452,23 @@ impl Ledger {
     /// Begins a write transaction, waiting up to the busy timeout for another
     /// writer to finish; never fails with a bare `database is locked`.
     pub async fn begin_write(&self) -> Result<WriteTx> {
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.ctx.err("begin a write transaction"))?;
+        let op = "begin a write transaction";
+        let tx = match &self.pool {
+            Pool::Sqlite(p) => Tx::Sqlite(
+                p.begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(self.ctx.err(op))?,
+            ),
+            Pool::Postgres(p) => {
+                let mut tx = p.begin().await.map_err(self.ctx.err(op))?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(backend::PG_WRITER_LOCK)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.ctx.err(op))?;
+                Tx::Postgres(tx)
+            }
+        };
         Ok(WriteTx {
             tx,
             ctx: self.ctx.clone(),
@@ -334,7 +480,7 @@ impl Ledger {
         self.pool.close().await;
     }
 
-    async fn conn(&self, op: &'static str) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+    async fn conn(&self, op: &'static str) -> Result<PooledConn> {
         self.pool.acquire().await.map_err(self.ctx.err(op))
     }
 
@@ -343,7 +489,24 @@ impl Ledger {
     /// inside one `IMMEDIATE` transaction, so two processes opening a fresh
     /// ledger at once apply them exactly once.
     async fn migrate(&self) -> Result<()> {
-        let mut conn = self.conn("read the schema version").await?;
+        let pool = match &self.pool {
+            Pool::Sqlite(pool) => pool,
+            // sqlx's migrator takes its own advisory lock on PostgreSQL, so
+            // hosts starting at once apply each migration exactly once.
+            Pool::Postgres(pool) => {
+                return PG_MIGRATOR.run(pool).await.map_err(|source| match source {
+                    sqlx::migrate::MigrateError::Execute(e) => self.ctx.classify("migrate", e),
+                    source => LedgerError::Migrate {
+                        path: self.ctx.path.to_path_buf(),
+                        source,
+                    },
+                });
+            }
+        };
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(self.ctx.err("read the schema version"))?;
         if self.up_to_date(&mut conn).await? {
             return Ok(());
         }
@@ -403,6 +566,13 @@ impl Ledger {
     }
 }
 
+/// This machine's name, for the server's view of our sessions.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "an unknown host".into())
+}
+
 /// Whether an existing ledger file, or its directory, may not be written by
 /// this process (permissions, or a read-only filesystem: `access(2)` says
 /// `EROFS` even to root).
@@ -434,7 +604,7 @@ impl WriteTx {
         tx.rollback().await.map_err(ctx.err("roll back"))
     }
 
-    fn parts(&mut self) -> (&mut SqliteConnection, &Ctx) {
-        (&mut self.tx, &self.ctx)
+    fn parts(&mut self) -> (Conn<'_>, &Ctx) {
+        (self.tx.conn(), &self.ctx)
     }
 }

@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
-use sqlx::sqlite::SqliteConnection;
 
+use super::Conn;
 use super::codec::ts;
 use super::error::Ctx;
 use super::ids::{ExperimentId, NoiseFloorId};
@@ -23,6 +23,7 @@ pub struct NewNoiseFloor {
     /// configured minimum clamp.
     pub value: f64,
     /// How many A/A pairs it rests on.
+    #[sqlx(try_from = "i64")]
     pub n: u32,
     /// The estimator, cited.
     pub method: String,
@@ -46,34 +47,38 @@ pub struct NoiseFloor {
 
 reads_as_recorded!(NoiseFloor => NewNoiseFloor);
 
-pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = ?1 \
+pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHERE stack = $1 \
      ORDER BY measured_at DESC, id DESC LIMIT 1";
 
-async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
-    sqlx::query_scalar(
-        "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
-         experiment_id, load1, cpu_pressure) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
-    )
-    .bind(&f.stack)
-    .bind(&f.profile_digest)
-    .bind(f.value)
-    .bind(f.n)
-    .bind(&f.method)
-    .bind(ts(&f.measured_at))
-    .bind(f.experiment_id)
-    .bind(f.load1)
-    .bind(f.cpu_pressure)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a noise floor"))
+async fn insert(c: Conn<'_>, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
+    on_db!(c, |c| {
+        sqlx::query_scalar(
+            "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
+             experiment_id, load1, cpu_pressure) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(&f.stack)
+        .bind(&f.profile_digest)
+        .bind(f.value)
+        .bind(i64::from(f.n))
+        .bind(&f.method)
+        .bind(ts(&f.measured_at))
+        .bind(f.experiment_id)
+        .bind(f.load1)
+        .bind(f.cpu_pressure)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a noise floor"))
+    })
 }
 
-async fn latest(c: &mut SqliteConnection, cx: &Ctx, stack: &str) -> Result<Option<NoiseFloor>> {
-    sqlx::query_as(SQL_LATEST_NOISE_FLOOR)
-        .bind(stack)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read the latest noise floor"))
+async fn latest(c: Conn<'_>, cx: &Ctx, stack: &str) -> Result<Option<NoiseFloor>> {
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_LATEST_NOISE_FLOOR)
+            .bind(stack)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read the latest noise floor"))
+    })
 }
 
 impl WriteTx {
@@ -87,12 +92,12 @@ impl Ledger {
     /// [`WriteTx::insert_noise_floor`] as its own transaction.
     pub async fn insert_noise_floor(&self, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
         let mut c = self.conn("record a noise floor").await?;
-        insert(&mut c, &self.ctx, f).await
+        insert(c.conn(), &self.ctx, f).await
     }
 
     /// The most recent noise floor measured for `stack`, if any.
     pub async fn latest_noise_floor(&self, stack: &str) -> Result<Option<NoiseFloor>> {
         let mut c = self.conn("read the latest noise floor").await?;
-        latest(&mut c, &self.ctx, stack).await
+        latest(c.conn(), &self.ctx, stack).await
     }
 }

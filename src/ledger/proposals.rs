@@ -4,10 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::{canonical_json, json_col, opt_json_col, ts};
+use super::Conn;
+use super::codec::{canonical_json, int_col, json_col, opt_json_col, ts};
 use super::error::Ctx;
 use super::ids::{CycleId, ProposalId};
 use super::{Ledger, Result, WriteTx};
@@ -42,26 +42,24 @@ pub struct NewProposal {
     pub note: Option<String>,
 }
 
-/// Hand-written for the JSON column and the rejection, two columns in one.
-impl FromRow<'_, SqliteRow> for NewProposal {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let kind: Option<String> = row.try_get("rejection_kind")?;
-        let reason: Option<String> = row.try_get("rejection")?;
-        Ok(NewProposal {
-            cycle_id: row.try_get("cycle_id")?,
-            proposer: row.try_get("proposer")?,
-            attempt: row.try_get("attempt")?,
-            created_at: row.try_get("created_at")?,
-            prompt: row.try_get("prompt")?,
-            raw_answer: row.try_get("raw_answer")?,
-            parsed: opt_json_col(row, "parsed")?,
-            rejection: kind
-                .zip(reason)
-                .map(|(kind, reason)| ProposalRejection { kind, reason }),
-            note: row.try_get("note")?,
-        })
-    }
-}
+// Hand-written for the JSON column and the rejection, two columns in one.
+from_row!(NewProposal, |row| {
+    let kind: Option<String> = row.try_get("rejection_kind")?;
+    let reason: Option<String> = row.try_get("rejection")?;
+    Ok(NewProposal {
+        cycle_id: row.try_get("cycle_id")?,
+        proposer: row.try_get("proposer")?,
+        attempt: int_col(row, "attempt")?,
+        created_at: row.try_get("created_at")?,
+        prompt: row.try_get("prompt")?,
+        raw_answer: row.try_get("raw_answer")?,
+        parsed: opt_json_col(row, "parsed")?,
+        rejection: kind
+            .zip(reason)
+            .map(|(kind, reason)| ProposalRejection { kind, reason }),
+        note: row.try_get("note")?,
+    })
+});
 
 /// A stored proposal: its id and the attempt as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -74,33 +72,37 @@ pub struct Proposal {
 
 reads_as_recorded!(Proposal => NewProposal);
 
-async fn insert(c: &mut SqliteConnection, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
-    sqlx::query_scalar(
-        "INSERT INTO proposals \
-         (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
-    )
-    .bind(p.cycle_id)
-    .bind(p.proposer)
-    .bind(p.attempt)
-    .bind(ts(&p.created_at))
-    .bind(p.prompt.as_deref())
-    .bind(p.raw_answer.as_deref())
-    .bind(p.parsed.as_ref().map(canonical_json))
-    .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
-    .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
-    .bind(p.note.as_deref())
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a proposal"))
+async fn insert(c: Conn<'_>, cx: &Ctx, p: &NewProposal) -> Result<ProposalId> {
+    on_db!(c, |c| {
+        sqlx::query_scalar(
+            "INSERT INTO proposals \
+             (cycle_id, proposer, attempt, created_at, prompt, raw_answer, parsed, rejection_kind, rejection, note) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(p.cycle_id)
+        .bind(p.proposer)
+        .bind(i64::from(p.attempt))
+        .bind(ts(&p.created_at))
+        .bind(p.prompt.as_deref())
+        .bind(p.raw_answer.as_deref())
+        .bind(p.parsed.as_ref().map(canonical_json))
+        .bind(p.rejection.as_ref().map(|r| r.kind.as_str()))
+        .bind(p.rejection.as_ref().map(|r| r.reason.as_str()))
+        .bind(p.note.as_deref())
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a proposal"))
+    })
 }
 
-async fn of_cycle(c: &mut SqliteConnection, cx: &Ctx, cycle_id: CycleId) -> Result<Vec<Proposal>> {
-    sqlx::query_as("SELECT * FROM proposals WHERE cycle_id = ?1 ORDER BY attempt")
-        .bind(cycle_id)
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("read a cycle's proposals"))
+async fn of_cycle(c: Conn<'_>, cx: &Ctx, cycle_id: CycleId) -> Result<Vec<Proposal>> {
+    on_db!(c, |c| {
+        sqlx::query_as("SELECT * FROM proposals WHERE cycle_id = $1 ORDER BY attempt")
+            .bind(cycle_id)
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("read a cycle's proposals"))
+    })
 }
 
 /// The latest cycle whose valid proposal was exactly `parsed` and which the
@@ -115,20 +117,20 @@ pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
      FROM proposals p INDEXED BY proposals_valid_by_parsed \
      CROSS JOIN verdicts v ON v.cycle_id = p.cycle_id \
      CROSS JOIN observations o ON o.cycle_id = p.cycle_id \
-     WHERE p.parsed = ?1 AND p.rejection IS NULL \
+     WHERE p.parsed = $1 AND p.rejection IS NULL \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
-       AND o.live_profile_digest = ?2 \
+       AND o.live_profile_digest = $2 \
      ORDER BY p.id DESC LIMIT 1";
 
 /// Every valid proposal the planner refused while the live profile was
-/// `?1`: refused in the proposer's own loop (`not_measured`), or, before
+/// `$1`: refused in the proposer's own loop (`not_measured`), or, before
 /// that loop asked the planner, accepted and then refused (a `rejected`
 /// verdict with no experiment). From the cycles observed on that profile.
 pub(crate) const SQL_PLANNER_REFUSALS_ON: &str = "SELECT p.cycle_id, p.parsed \
      FROM observations o \
      JOIN proposals p ON p.cycle_id = o.cycle_id \
      LEFT JOIN verdicts v ON v.cycle_id = o.cycle_id AND v.experiment_id IS NULL \
-     WHERE o.live_profile_digest = ?1 AND p.parsed IS NOT NULL \
+     WHERE o.live_profile_digest = $1 AND p.parsed IS NOT NULL \
        AND (p.rejection_kind = 'not_measured' OR (p.rejection IS NULL AND v.kind = 'rejected'))";
 
 impl WriteTx {
@@ -142,7 +144,7 @@ impl Ledger {
     /// [`WriteTx::insert_proposal`] as its own transaction.
     pub async fn insert_proposal(&self, p: &NewProposal) -> Result<ProposalId> {
         let mut c = self.conn("record a proposal").await?;
-        insert(&mut c, &self.ctx, p).await
+        insert(c.conn(), &self.ctx, p).await
     }
 
     /// The duplicate check's second half: the latest cycle in which the
@@ -156,12 +158,14 @@ impl Ledger {
         live_digest: &crate::vocab::Digest,
     ) -> Result<Option<CycleId>> {
         let mut c = self.conn("look for an identical refused proposal").await?;
-        sqlx::query_scalar(SQL_PLANNER_REFUSED)
+        on_db!(c.conn(), |c| sqlx::query_scalar(SQL_PLANNER_REFUSED)
             .bind(canonical_json(parsed))
             .bind(live_digest)
-            .fetch_optional(&mut *c)
+            .fetch_optional(c)
             .await
-            .map_err(self.ctx.err("look for an identical refused proposal"))
+            .map_err(
+                self.ctx.err("look for an identical refused proposal")
+            ))
     }
 
     /// Every proposal the planner refused on `live_digest`, newest first:
@@ -172,19 +176,17 @@ impl Ledger {
     ) -> Result<Vec<(CycleId, Value)>> {
         let op = "list the proposals the planner refused on a profile";
         let mut c = self.conn(op).await?;
-        let rows = sqlx::query(SQL_PLANNER_REFUSALS_ON)
+        let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_PLANNER_REFUSALS_ON)
             .bind(live_digest)
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))?;
-        let read = |row: &SqliteRow| -> Result<(CycleId, Value), sqlx::Error> {
-            Ok((row.try_get("cycle_id")?, json_col(row, "parsed")?))
-        };
-        let mut out = rows
+            .map_err(self.ctx.err(op))?
             .iter()
-            .map(read)
+            .map(|row| -> Result<(CycleId, Value), sqlx::Error> {
+                Ok((row.try_get("cycle_id")?, json_col(row, "parsed")?))
+            })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(self.ctx.err(op))?;
+            .map_err(self.ctx.err(op))?);
         out.sort_by_key(|row| std::cmp::Reverse(row.0));
         Ok(out)
     }
@@ -192,6 +194,6 @@ impl Ledger {
     /// Every attempt of a cycle, in order.
     pub async fn proposals(&self, cycle_id: CycleId) -> Result<Vec<Proposal>> {
         let mut c = self.conn("read a cycle's proposals").await?;
-        of_cycle(&mut c, &self.ctx, cycle_id).await
+        of_cycle(c.conn(), &self.ctx, cycle_id).await
     }
 }

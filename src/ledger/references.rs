@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::FromRow;
-use sqlx::sqlite::SqliteConnection;
 
+use super::Conn;
 use super::codec::ts;
 use super::error::Ctx;
 use super::ids::ReferenceHashId;
@@ -38,41 +38,41 @@ pub struct ReferenceHash {
 reads_as_recorded!(ReferenceHash => NewReferenceHash);
 
 pub(crate) const SQL_CURRENT_REFERENCE: &str = "SELECT * FROM reference_hashes \
-     WHERE stack = ?1 AND prompt_set = ?2 ORDER BY pinned_at DESC, id DESC LIMIT 1";
+     WHERE stack = $1 AND prompt_set = $2 ORDER BY pinned_at DESC, id DESC LIMIT 1";
 
-async fn insert(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    r: &NewReferenceHash,
-) -> Result<ReferenceHashId> {
-    sqlx::query_scalar(
-        "INSERT INTO reference_hashes (stack, prompt_set, profile_digest, output_hash, pinned_at, \
-         pinned_by, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
-    )
-    .bind(&r.stack)
-    .bind(&r.prompt_set)
-    .bind(&r.profile_digest)
-    .bind(&r.output_hash)
-    .bind(ts(&r.pinned_at))
-    .bind(&r.pinned_by)
-    .bind(&r.reason)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("pin a reference hash"))
+async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewReferenceHash) -> Result<ReferenceHashId> {
+    on_db!(c, |c| {
+        sqlx::query_scalar(
+            "INSERT INTO reference_hashes (stack, prompt_set, profile_digest, output_hash, pinned_at, \
+             pinned_by, reason) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(&r.stack)
+        .bind(&r.prompt_set)
+        .bind(&r.profile_digest)
+        .bind(&r.output_hash)
+        .bind(ts(&r.pinned_at))
+        .bind(&r.pinned_by)
+        .bind(&r.reason)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("pin a reference hash"))
+    })
 }
 
 async fn current(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     stack: &str,
     prompt_set: &str,
 ) -> Result<Option<ReferenceHash>> {
-    sqlx::query_as(SQL_CURRENT_REFERENCE)
-        .bind(stack)
-        .bind(prompt_set)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read the reference hash"))
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_CURRENT_REFERENCE)
+            .bind(stack)
+            .bind(prompt_set)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read the reference hash"))
+    })
 }
 
 impl WriteTx {
@@ -96,7 +96,7 @@ impl Ledger {
     /// [`WriteTx::pin_reference_hash`] as its own transaction.
     pub async fn pin_reference_hash(&self, r: &NewReferenceHash) -> Result<ReferenceHashId> {
         let mut c = self.conn("pin a reference hash").await?;
-        insert(&mut c, &self.ctx, r).await
+        insert(c.conn(), &self.ctx, r).await
     }
 
     /// The reference hash in force for (stack, prompt set): the latest pinned.
@@ -106,6 +106,6 @@ impl Ledger {
         prompt_set: &str,
     ) -> Result<Option<ReferenceHash>> {
         let mut c = self.conn("read the reference hash").await?;
-        current(&mut c, &self.ctx, stack, prompt_set).await
+        current(c.conn(), &self.ctx, stack, prompt_set).await
     }
 }

@@ -8,10 +8,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::ts;
+use super::Conn;
+use super::codec::{Ts, int_col, ts};
 use super::cycles::CycleRecord;
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
@@ -41,28 +41,26 @@ pub struct ReportVerdict {
     pub proposer: ProposerKind,
 }
 
-impl FromRow<'_, SqliteRow> for ReportVerdict {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let low: Option<f64> = row.try_get("interval_low")?;
-        let high: Option<f64> = row.try_get("interval_high")?;
-        Ok(ReportVerdict {
-            id: row.try_get("id")?,
-            cycle_id: row.try_get("cycle_id")?,
-            experiment_id: row.try_get("experiment_id")?,
-            kind: row.try_get("kind")?,
-            decided_at: row.try_get("decided_at")?,
-            effect: row.try_get("effect")?,
-            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
-            noise_floor: row.try_get("noise_floor")?,
-            pairs: row.try_get("pairs")?,
-            reason: row.try_get("reason")?,
-            menu_id: row.try_get("menu_id")?,
-            base_digest: row.try_get("base_digest")?,
-            confirmation_of: row.try_get("confirmation_of")?,
-            proposer: row.try_get("proposer")?,
-        })
-    }
-}
+from_row!(ReportVerdict, |row| {
+    let low: Option<f64> = row.try_get("interval_low")?;
+    let high: Option<f64> = row.try_get("interval_high")?;
+    Ok(ReportVerdict {
+        id: row.try_get("id")?,
+        cycle_id: row.try_get("cycle_id")?,
+        experiment_id: row.try_get("experiment_id")?,
+        kind: row.try_get("kind")?,
+        decided_at: row.try_get("decided_at")?,
+        effect: row.try_get("effect")?,
+        interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+        noise_floor: row.try_get("noise_floor")?,
+        pairs: int_col(row, "pairs")?,
+        reason: row.try_get("reason")?,
+        menu_id: row.try_get("menu_id")?,
+        base_digest: row.try_get("base_digest")?,
+        confirmation_of: row.try_get("confirmation_of")?,
+        proposer: row.try_get("proposer")?,
+    })
+});
 
 /// One proposer attempt, without its prompt or answer text (which can be
 /// long, and are not the report's business).
@@ -70,6 +68,7 @@ impl FromRow<'_, SqliteRow> for ReportVerdict {
 pub struct ReportProposal {
     pub cycle_id: CycleId,
     pub proposer: ProposerKind,
+    #[sqlx(try_from = "i64")]
     pub attempt: u32,
     pub parsed: bool,
     pub rejection_kind: Option<String>,
@@ -95,6 +94,7 @@ pub struct ReportRun {
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
 pub struct LeverRun {
     pub arm: Arm,
+    #[sqlx(try_from = "i64")]
     pub pair_index: u32,
     pub seconds_per_token: f64,
     #[sqlx(flatten)]
@@ -122,32 +122,30 @@ pub struct ReportStage {
     pub parts: Vec<super::StagePart>,
 }
 
-impl FromRow<'_, SqliteRow> for ReportStage {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(ReportStage {
-            id: row.try_get("id")?,
-            experiment_id: row.try_get("experiment_id")?,
-            confirmation_id: row.try_get("confirmation_id")?,
-            state: row.try_get("state")?,
-            menu_id: row.try_get("menu_id")?,
-            base_digest: row.try_get("base_digest")?,
-            effect: row.try_get("effect")?,
-            interval: Interval {
-                low: row.try_get("interval_low")?,
-                high: row.try_get("interval_high")?,
-            },
-            noise_floor: row.try_get("noise_floor")?,
-            created_at: row.try_get("created_at")?,
-            decided_at: row.try_get("decided_at")?,
-            decided_by: row.try_get("decided_by")?,
-            note: row.try_get("note")?,
-            parts: Vec::new(),
-        })
-    }
-}
+from_row!(ReportStage, |row| {
+    Ok(ReportStage {
+        id: row.try_get("id")?,
+        experiment_id: row.try_get("experiment_id")?,
+        confirmation_id: row.try_get("confirmation_id")?,
+        state: row.try_get("state")?,
+        menu_id: row.try_get("menu_id")?,
+        base_digest: row.try_get("base_digest")?,
+        effect: row.try_get("effect")?,
+        interval: Interval {
+            low: row.try_get("interval_low")?,
+            high: row.try_get("interval_high")?,
+        },
+        noise_floor: row.try_get("noise_floor")?,
+        created_at: row.try_get("created_at")?,
+        decided_at: row.try_get("decided_at")?,
+        decided_by: row.try_get("decided_by")?,
+        note: row.try_get("note")?,
+        parts: Vec::new(),
+    })
+});
 
 pub(crate) const SQL_REPORT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
-     WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at";
+     WHERE started_at >= $1 AND started_at < $2 ORDER BY started_at";
 
 pub(crate) const SQL_REPORT_VERDICTS: &str = "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
             v.interval_low, v.interval_high, v.noise_floor, v.pairs, v.reason, \
@@ -156,30 +154,30 @@ pub(crate) const SQL_REPORT_VERDICTS: &str = "SELECT v.id, v.cycle_id, v.experim
      JOIN verdicts v ON v.cycle_id = c.id \
      LEFT JOIN experiments e ON e.id = v.experiment_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
-     WHERE c.started_at >= ?1 AND c.started_at < ?2 ORDER BY c.started_at";
+     WHERE c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at";
 
 pub(crate) const SQL_REPORT_PROPOSALS: &str = "SELECT p.cycle_id, p.proposer, p.attempt, p.parsed IS NOT NULL AS parsed, \
             p.rejection_kind \
      FROM cycles c JOIN proposals p ON p.cycle_id = c.id \
-     WHERE c.started_at >= ?1 AND c.started_at < ?2 ORDER BY c.started_at";
+     WHERE c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at";
 
 pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
             r.seconds_per_token, r.refused, r.trunk_seconds_per_token, \
             r.expert_seconds_per_token, r.far_hit_share, r.draft_acceptance \
      FROM experiments e JOIN runs r ON r.experiment_id = e.id \
-     WHERE e.created_at >= ?1 AND e.created_at < ?2 AND r.arm <> 'warmup' \
+     WHERE e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
      ORDER BY e.created_at";
 
 /// One floor key's rows; [`Ledger::report_noise_floors`] asks it for each
 /// key a stack's floors are stored under, so the index keeps them sorted.
 pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
-     WHERE stack = ?1 AND measured_at >= ?2 AND measured_at < ?3 ORDER BY measured_at";
+     WHERE stack = $1 AND measured_at >= $2 AND measured_at < $3 ORDER BY measured_at";
 
 pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
             s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
             s.decided_by, s.note \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
-     WHERE s.created_at < ?2 AND (s.decided_at IS NULL OR s.decided_at >= ?1) \
+     WHERE s.created_at < $2 AND (s.decided_at IS NULL OR s.decided_at >= $1) \
      ORDER BY s.created_at";
 
 /// Valid A/B runs of one experiment, in run order: warmups, failed and
@@ -187,22 +185,19 @@ pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.conf
 pub(crate) const SQL_REPORT_LEVER_RUNS: &str = "SELECT arm, pair_index, seconds_per_token, \
             trunk_seconds_per_token, expert_seconds_per_token, far_hit_share, draft_acceptance \
      FROM runs \
-     WHERE experiment_id = ?1 AND arm <> 'warmup' AND refused = 0 \
+     WHERE experiment_id = $1 AND arm <> 'warmup' AND NOT refused \
        AND seconds_per_token IS NOT NULL \
      ORDER BY order_index";
 
-async fn cycles(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    start: &str,
-    end: &str,
-) -> Result<Vec<CycleRecord>> {
-    sqlx::query_as(SQL_REPORT_CYCLES)
-        .bind(start)
-        .bind(end)
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("read the report's cycles"))
+async fn cycles(c: Conn<'_>, cx: &Ctx, start: Ts, end: Ts) -> Result<Vec<CycleRecord>> {
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_REPORT_CYCLES)
+            .bind(start)
+            .bind(end)
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("read the report's cycles"))
+    })
 }
 
 impl Ledger {
@@ -213,7 +208,7 @@ impl Ledger {
         end: DateTime<Utc>,
     ) -> Result<Vec<CycleRecord>> {
         let mut c = self.conn("read the report's cycles").await?;
-        cycles(&mut c, &self.ctx, &ts(&start), &ts(&end)).await
+        cycles(c.conn(), &self.ctx, ts(&start), ts(&end)).await
     }
 
     /// Verdicts of the cycles started in `[start, end)`.
@@ -224,12 +219,12 @@ impl Ledger {
     ) -> Result<Vec<ReportVerdict>> {
         let op = "read the report's verdicts";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_VERDICTS)
+        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_VERDICTS)
             .bind(ts(&start))
             .bind(ts(&end))
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op)))
     }
 
     /// Proposer attempts of the cycles started in `[start, end)`.
@@ -240,12 +235,12 @@ impl Ledger {
     ) -> Result<Vec<ReportProposal>> {
         let op = "read the report's proposals";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_PROPOSALS)
+        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_PROPOSALS)
             .bind(ts(&start))
             .bind(ts(&end))
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op)))
     }
 
     /// Baseline and candidate runs (no warmups) of experiments created in
@@ -257,12 +252,12 @@ impl Ledger {
     ) -> Result<Vec<ReportRun>> {
         let op = "read the report's runs";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_RUNS)
+        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_RUNS)
             .bind(ts(&start))
             .bind(ts(&end))
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op)))
     }
 
     /// Noise floors of `stack` measured in `[start, end)`, oldest first.
@@ -280,13 +275,14 @@ impl Ledger {
             .chain(Method::ALL.iter().map(|m| format!("{stack}/{m}")));
         let mut floors: Vec<NoiseFloor> = Vec::new();
         for key in keys {
-            let rows: Vec<NoiseFloor> = sqlx::query_as(SQL_REPORT_NOISE_FLOORS)
-                .bind(&key)
-                .bind(ts(&start))
-                .bind(ts(&end))
-                .fetch_all(&mut *c)
-                .await
-                .map_err(self.ctx.err(op))?;
+            let rows: Vec<NoiseFloor> =
+                on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_NOISE_FLOORS)
+                    .bind(&key)
+                    .bind(ts(&start))
+                    .bind(ts(&end))
+                    .fetch_all(c)
+                    .await
+                    .map_err(self.ctx.err(op))?);
             floors.extend(rows);
         }
         floors.sort_by_key(|f| (f.measured_at, f.id));
@@ -302,15 +298,16 @@ impl Ledger {
     ) -> Result<Vec<ReportStage>> {
         let op = "read the report's stages";
         let mut c = self.conn(op).await?;
-        let mut stages: Vec<ReportStage> = sqlx::query_as(SQL_REPORT_STAGES)
+        let mut stages: Vec<ReportStage> = on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_STAGES)
             .bind(ts(&start))
             .bind(ts(&end))
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))?;
+            .map_err(self.ctx.err(op)))?;
         for s in &mut stages {
-            s.parts = super::compositions::parts_of_experiment(&mut c, &self.ctx, s.experiment_id)
-                .await?;
+            s.parts =
+                super::compositions::parts_of_experiment(c.conn(), &self.ctx, s.experiment_id)
+                    .await?;
         }
         Ok(stages)
     }
@@ -320,10 +317,10 @@ impl Ledger {
     pub async fn report_lever_runs(&self, id: ExperimentId) -> Result<Vec<LeverRun>> {
         let op = "read a lever's runs";
         let mut c = self.conn(op).await?;
-        sqlx::query_as(SQL_REPORT_LEVER_RUNS)
+        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_LEVER_RUNS)
             .bind(id)
-            .fetch_all(&mut *c)
+            .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))
+            .map_err(self.ctx.err(op)))
     }
 }

@@ -3,19 +3,18 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::ts;
+use super::Conn;
+use super::codec::{int_col, opt_int_col, ts};
 use super::error::Ctx;
 use super::ids::{ExperimentId, RunId};
 use super::{Ledger, Result, WriteTx};
 use crate::vocab::{Arm, Digest};
 
 /// Where a run's seconds per token came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
 pub enum TimingSource {
     /// The bench command's own JSON.
     Engine,
@@ -23,6 +22,33 @@ pub enum TimingSource {
     Server,
     /// Measured client-side from streamed token arrival.
     Client,
+}
+
+impl TimingSource {
+    /// The stored spelling (the migration's CHECK lists the same).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimingSource::Engine => "engine",
+            TimingSource::Server => "server",
+            TimingSource::Client => "client",
+        }
+    }
+}
+
+impl std::str::FromStr for TimingSource {
+    type Err = crate::vocab::UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "engine" => Ok(TimingSource::Engine),
+            "server" => Ok(TimingSource::Server),
+            "client" => Ok(TimingSource::Client),
+            _ => Err(crate::vocab::UnknownValue {
+                what: "timing source",
+                value: s.to_string(),
+                expected: "engine, server, client".to_string(),
+            }),
+        }
+    }
 }
 
 /// The measured parts of a token a stack may report beside its speed; each
@@ -86,31 +112,29 @@ pub struct NewRun {
     pub pressure: RunPressure,
 }
 
-/// Hand-written for `tokens`, stored as a signed integer.
-impl FromRow<'_, SqliteRow> for NewRun {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let tokens: Option<i64> = row.try_get("tokens")?;
-        Ok(NewRun {
-            experiment_id: row.try_get("experiment_id")?,
-            arm: row.try_get("arm")?,
-            order_index: row.try_get("order_index")?,
-            pair_index: row.try_get("pair_index")?,
-            started_at: row.try_get("started_at")?,
-            seconds_per_token: row.try_get("seconds_per_token")?,
-            timing_source: row.try_get("timing_source")?,
-            // The schema's CHECK keeps it non-negative.
-            tokens: tokens.map(i64::unsigned_abs),
-            output_hash: row.try_get("output_hash")?,
-            exit_code: row.try_get("exit_code")?,
-            duration_s: row.try_get("duration_s")?,
-            stderr_tail: row.try_get("stderr_tail")?,
-            refused: row.try_get("refused")?,
-            error: row.try_get("error")?,
-            parts: TokenParts::from_row(row)?,
-            pressure: RunPressure::from_row(row)?,
-        })
-    }
-}
+// Hand-written for `tokens`, stored as a signed integer.
+from_row!(NewRun, |row| {
+    let tokens: Option<i64> = row.try_get("tokens")?;
+    Ok(NewRun {
+        experiment_id: row.try_get("experiment_id")?,
+        arm: row.try_get("arm")?,
+        order_index: int_col(row, "order_index")?,
+        pair_index: opt_int_col(row, "pair_index")?,
+        started_at: row.try_get("started_at")?,
+        seconds_per_token: row.try_get("seconds_per_token")?,
+        timing_source: row.try_get("timing_source")?,
+        // The schema's CHECK keeps it non-negative.
+        tokens: tokens.map(i64::unsigned_abs),
+        output_hash: row.try_get("output_hash")?,
+        exit_code: row.try_get("exit_code")?,
+        duration_s: row.try_get("duration_s")?,
+        stderr_tail: row.try_get("stderr_tail")?,
+        refused: row.try_get("refused")?,
+        error: row.try_get("error")?,
+        parts: TokenParts::from_row(row)?,
+        pressure: RunPressure::from_row(row)?,
+    })
+});
 
 /// A stored run: its id, the run as recorded, and what the judge later
 /// made of it.
@@ -127,57 +151,57 @@ pub struct Run {
 reads_as_recorded!(Run => NewRun);
 
 pub(crate) const SQL_EXPERIMENT_RUNS: &str =
-    "SELECT * FROM runs WHERE experiment_id = ?1 ORDER BY order_index";
+    "SELECT * FROM runs WHERE experiment_id = $1 ORDER BY order_index";
 
-async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId> {
-    // Beyond i64::MAX tokens is not a run; saturate rather than wrap.
-    let tokens = r.tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
-    sqlx::query_scalar(
-        "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
+async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewRun) -> Result<RunId> {
+    on_db!(c, |c| {
+        // Beyond i64::MAX tokens is not a run; saturate rather than wrap.
+        let tokens = r.tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
+        sqlx::query_scalar(
+            "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
          stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
          far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+         $19, $20, $21, $22) \
          RETURNING id",
-    )
-    .bind(r.experiment_id)
-    .bind(r.arm)
-    .bind(r.order_index)
-    .bind(r.pair_index)
-    .bind(ts(&r.started_at))
-    .bind(r.seconds_per_token)
-    .bind(r.timing_source)
-    .bind(tokens)
-    .bind(r.output_hash.as_deref())
-    .bind(r.exit_code)
-    .bind(r.duration_s)
-    .bind(&r.stderr_tail)
-    .bind(r.refused)
-    .bind(r.error.as_deref())
-    .bind(r.parts.trunk_seconds_per_token)
-    .bind(r.parts.expert_seconds_per_token)
-    .bind(r.parts.far_hit_share)
-    .bind(r.parts.draft_acceptance)
-    .bind(r.pressure.load1)
-    .bind(r.pressure.cpu_pressure)
-    .bind(r.pressure.memory_pressure)
-    .bind(r.pressure.io_pressure)
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a run"))
+        )
+        .bind(r.experiment_id)
+        .bind(r.arm)
+        .bind(i64::from(r.order_index))
+        .bind(r.pair_index.map(i64::from))
+        .bind(ts(&r.started_at))
+        .bind(r.seconds_per_token)
+        .bind(r.timing_source)
+        .bind(tokens)
+        .bind(r.output_hash.as_deref())
+        .bind(r.exit_code)
+        .bind(r.duration_s)
+        .bind(&r.stderr_tail)
+        .bind(r.refused)
+        .bind(r.error.as_deref())
+        .bind(r.parts.trunk_seconds_per_token)
+        .bind(r.parts.expert_seconds_per_token)
+        .bind(r.parts.far_hit_share)
+        .bind(r.parts.draft_acceptance)
+        .bind(r.pressure.load1)
+        .bind(r.pressure.cpu_pressure)
+        .bind(r.pressure.memory_pressure)
+        .bind(r.pressure.io_pressure)
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a run"))
+    })
 }
 
-pub(crate) async fn of_experiment(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    id: ExperimentId,
-) -> Result<Vec<Run>> {
-    sqlx::query_as(SQL_EXPERIMENT_RUNS)
-        .bind(id)
-        .fetch_all(c)
-        .await
-        .map_err(cx.err("read an experiment's runs"))
+pub(crate) async fn of_experiment(c: Conn<'_>, cx: &Ctx, id: ExperimentId) -> Result<Vec<Run>> {
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_EXPERIMENT_RUNS)
+            .bind(id)
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("read an experiment's runs"))
+    })
 }
 
 impl WriteTx {
@@ -191,18 +215,21 @@ impl Ledger {
     /// [`WriteTx::insert_run`] as its own transaction.
     pub async fn insert_run(&self, r: &NewRun) -> Result<RunId> {
         let mut c = self.conn("record a run").await?;
-        insert(&mut c, &self.ctx, r).await
+        insert(c.conn(), &self.ctx, r).await
     }
 
     /// Marks runs whose block the judge discarded (kept as evidence).
     pub async fn mark_discarded(&self, ids: &[RunId]) -> Result<()> {
         let mut c = self.conn("mark discarded runs").await?;
         for id in ids {
-            sqlx::query("UPDATE runs SET discarded = 1 WHERE id = ?1")
-                .bind(*id)
-                .execute(&mut *c)
-                .await
-                .map_err(self.ctx.err("mark discarded runs"))?;
+            on_db!(c.conn(), |c| sqlx::query(
+                "UPDATE runs SET discarded = TRUE WHERE id = $1"
+            )
+            .bind(*id)
+            .execute(c)
+            .await
+            .map(|_| ())
+            .map_err(self.ctx.err("mark discarded runs"))?);
         }
         Ok(())
     }
@@ -212,13 +239,15 @@ impl Ledger {
     pub async fn recent_cpu_pressure(&self, limit: u32) -> Result<Vec<f64>> {
         let op = "read the recent runs' pressure";
         let mut c = self.conn(op).await?;
-        sqlx::query_scalar(
-            "SELECT cpu_pressure FROM runs WHERE cpu_pressure IS NOT NULL ORDER BY id DESC LIMIT ?1",
+        on_db!(c.conn(), |c| {
+            sqlx::query_scalar(
+            "SELECT cpu_pressure FROM runs WHERE cpu_pressure IS NOT NULL ORDER BY id DESC LIMIT $1",
         )
-        .bind(limit)
-        .fetch_all(&mut *c)
+        .bind(i64::from(limit))
+        .fetch_all(c)
         .await
         .map_err(self.ctx.err(op))
+        })
     }
 
     /// Wall times (seconds) of the last `limit` valid runs of the profile
@@ -228,23 +257,23 @@ impl Ledger {
     pub async fn recent_run_durations(&self, digest: &Digest, limit: u32) -> Result<Vec<f64>> {
         let op = "read a profile's recent run times";
         let mut c = self.conn(op).await?;
-        sqlx::query_scalar(
+        on_db!(c.conn(), |c| sqlx::query_scalar(
             "SELECT r.duration_s FROM runs r JOIN experiments e ON e.id = r.experiment_id \
              WHERE r.seconds_per_token IS NOT NULL \
-               AND ((r.arm = 'baseline' AND e.base_digest = ?1) \
-                 OR (r.arm = 'candidate' AND e.candidate_digest = ?1)) \
-             ORDER BY r.id DESC LIMIT ?2",
+               AND ((r.arm = 'baseline' AND e.base_digest = $1) \
+                 OR (r.arm = 'candidate' AND e.candidate_digest = $1)) \
+             ORDER BY r.id DESC LIMIT $2",
         )
         .bind(digest)
-        .bind(limit)
-        .fetch_all(&mut *c)
+        .bind(i64::from(limit))
+        .fetch_all(c)
         .await
-        .map_err(self.ctx.err(op))
+        .map_err(self.ctx.err(op)))
     }
 
     /// Every run of an experiment, in run order.
     pub async fn runs(&self, experiment_id: ExperimentId) -> Result<Vec<Run>> {
         let mut c = self.conn("read an experiment's runs").await?;
-        of_experiment(&mut c, &self.ctx, experiment_id).await
+        of_experiment(c.conn(), &self.ctx, experiment_id).await
     }
 }

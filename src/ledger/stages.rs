@@ -8,9 +8,9 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
-use sqlx::{FromRow, Row};
+use sqlx::Row;
 
+use super::Conn;
 use super::codec::{json_col, ts};
 use super::compositions::{self, StagePart};
 use super::error::Ctx;
@@ -60,29 +60,27 @@ pub struct Stage {
     pub note: Option<String>,
 }
 
-impl FromRow<'_, SqliteRow> for Stage {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(Stage {
-            id: row.try_get("id")?,
-            experiment_id: row.try_get("experiment_id")?,
-            confirmation_id: row.try_get("confirmation_id")?,
-            state: row.try_get("state")?,
-            base_digest: row.try_get("base_digest")?,
-            candidate_digest: row.try_get("candidate_digest")?,
-            candidate_profile: row.try_get("candidate_profile")?,
-            effect: row.try_get("effect")?,
-            interval: Interval {
-                low: row.try_get("interval_low")?,
-                high: row.try_get("interval_high")?,
-            },
-            noise_floor: row.try_get("noise_floor")?,
-            created_at: row.try_get("created_at")?,
-            decided_at: row.try_get("decided_at")?,
-            decided_by: row.try_get("decided_by")?,
-            note: row.try_get("note")?,
-        })
-    }
-}
+from_row!(Stage, |row| {
+    Ok(Stage {
+        id: row.try_get("id")?,
+        experiment_id: row.try_get("experiment_id")?,
+        confirmation_id: row.try_get("confirmation_id")?,
+        state: row.try_get("state")?,
+        base_digest: row.try_get("base_digest")?,
+        candidate_digest: row.try_get("candidate_digest")?,
+        candidate_profile: row.try_get("candidate_profile")?,
+        effect: row.try_get("effect")?,
+        interval: Interval {
+            low: row.try_get("interval_low")?,
+            high: row.try_get("interval_high")?,
+        },
+        noise_floor: row.try_get("noise_floor")?,
+        created_at: row.try_get("created_at")?,
+        decided_at: row.try_get("decided_at")?,
+        decided_by: row.try_get("decided_by")?,
+        note: row.try_get("note")?,
+    })
+});
 
 /// One line of `orchestrator stage list`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -109,27 +107,25 @@ impl StageSummary {
     }
 }
 
-impl FromRow<'_, SqliteRow> for StageSummary {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        Ok(StageSummary {
-            id: row.try_get("id")?,
-            state: row.try_get("state")?,
-            menu_id: row.try_get("menu_id")?,
-            parameters: json_col(row, "parameters")?,
-            effect: row.try_get("effect")?,
-            interval: Interval {
-                low: row.try_get("interval_low")?,
-                high: row.try_get("interval_high")?,
-            },
-            noise_floor: row.try_get("noise_floor")?,
-            created_at: row.try_get("created_at")?,
-            base_digest: row.try_get("base_digest")?,
-            decided_at: row.try_get("decided_at")?,
-            decided_by: row.try_get("decided_by")?,
-            parts: Vec::new(),
-        })
-    }
-}
+from_row!(StageSummary, |row| {
+    Ok(StageSummary {
+        id: row.try_get("id")?,
+        state: row.try_get("state")?,
+        menu_id: row.try_get("menu_id")?,
+        parameters: json_col(row, "parameters")?,
+        effect: row.try_get("effect")?,
+        interval: Interval {
+            low: row.try_get("interval_low")?,
+            high: row.try_get("interval_high")?,
+        },
+        noise_floor: row.try_get("noise_floor")?,
+        created_at: row.try_get("created_at")?,
+        base_digest: row.try_get("base_digest")?,
+        decided_at: row.try_get("decided_at")?,
+        decided_by: row.try_get("decided_by")?,
+        parts: Vec::new(),
+    })
+});
 
 /// Everything `orchestrator stage show` prints: the stage and the evidence.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,7 +146,7 @@ pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.st
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
      s.decided_at, s.decided_by \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
-     WHERE s.state = ?1 ORDER BY s.created_at DESC, s.id DESC";
+     WHERE s.state = $1 ORDER BY s.created_at DESC, s.id DESC";
 
 pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
@@ -162,123 +158,136 @@ pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, 
 /// statistics from the confirmation's verdict, so the stage cannot disagree
 /// with its evidence.
 async fn insert(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     experiment_id: ExperimentId,
     confirmation_id: ExperimentId,
     created_at: DateTime<Utc>,
 ) -> Result<StageId> {
-    let refuse = |why| LedgerError::NotStageable { experiment_id, why };
-    let experiment = experiments::get(c, cx, experiment_id).await?;
-    let confirmation = experiments::get(c, cx, confirmation_id).await?;
-    if confirmation.confirmation_of != Some(experiment_id) {
-        return Err(refuse(
-            "the given confirmation experiment does not confirm it",
-        ));
-    }
-    if confirmation.base_digest != experiment.base_digest
-        || confirmation.candidate_digest != experiment.candidate_digest
-    {
-        return Err(refuse("its confirmation compared different profiles"));
-    }
-    let verdict = verdicts::of_experiment(c, cx, experiment_id).await?;
-    if verdict.map(|v| v.kind) != Some(VerdictKind::Win) {
-        return Err(refuse("its verdict is not a win"));
-    }
-    let Some(confirmed) = verdicts::of_experiment(c, cx, confirmation_id).await? else {
-        return Err(refuse("its confirmation has no verdict yet"));
-    };
-    if confirmed.kind != VerdictKind::Win {
-        return Err(refuse("its confirmation's verdict is not a win"));
-    }
-    let (Some(effect), Some(interval), Some(floor)) =
-        (confirmed.effect, confirmed.interval, confirmed.noise_floor)
-    else {
-        return Err(refuse("its confirmation's verdict lacks its statistics"));
-    };
-    sqlx::query_scalar(
-        "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
-         candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
-         VALUES (?1, ?2, 'staged', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
-    )
-    .bind(experiment_id)
-    .bind(confirmation_id)
-    .bind(&experiment.base_digest)
-    .bind(&experiment.candidate_digest)
-    .bind(&experiment.candidate_profile)
-    .bind(effect)
-    .bind(interval.low)
-    .bind(interval.high)
-    .bind(floor)
-    .bind(ts(&created_at))
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("stage a win"))
+    on_db!(c, |c| {
+        let refuse = |why| LedgerError::NotStageable { experiment_id, why };
+        let experiment = experiments::get((&mut *c).into(), cx, experiment_id).await?;
+        let confirmation = experiments::get((&mut *c).into(), cx, confirmation_id).await?;
+        if confirmation.confirmation_of != Some(experiment_id) {
+            return Err(refuse(
+                "the given confirmation experiment does not confirm it",
+            ));
+        }
+        if confirmation.base_digest != experiment.base_digest
+            || confirmation.candidate_digest != experiment.candidate_digest
+        {
+            return Err(refuse("its confirmation compared different profiles"));
+        }
+        let verdict = verdicts::of_experiment((&mut *c).into(), cx, experiment_id).await?;
+        if verdict.map(|v| v.kind) != Some(VerdictKind::Win) {
+            return Err(refuse("its verdict is not a win"));
+        }
+        let Some(confirmed) =
+            verdicts::of_experiment((&mut *c).into(), cx, confirmation_id).await?
+        else {
+            return Err(refuse("its confirmation has no verdict yet"));
+        };
+        if confirmed.kind != VerdictKind::Win {
+            return Err(refuse("its confirmation's verdict is not a win"));
+        }
+        let (Some(effect), Some(interval), Some(floor)) =
+            (confirmed.effect, confirmed.interval, confirmed.noise_floor)
+        else {
+            return Err(refuse("its confirmation's verdict lacks its statistics"));
+        };
+        sqlx::query_scalar(
+            "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
+             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
+             VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(experiment_id)
+        .bind(confirmation_id)
+        .bind(&experiment.base_digest)
+        .bind(&experiment.candidate_digest)
+        .bind(&experiment.candidate_profile)
+        .bind(effect)
+        .bind(interval.low)
+        .bind(interval.high)
+        .bind(floor)
+        .bind(ts(&created_at))
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("stage a win"))
+    })
 }
 
-async fn get(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<Stage> {
-    sqlx::query_as("SELECT * FROM stages WHERE id = ?1")
-        .bind(id)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read a stage"))?
-        .ok_or_else(|| cx.not_found(StageId::WHAT, id.0))
+async fn get(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<Stage> {
+    on_db!(c, |c| {
+        sqlx::query_as("SELECT * FROM stages WHERE id = $1")
+            .bind(id)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read a stage"))?
+            .ok_or_else(|| cx.not_found(StageId::WHAT, id.0))
+    })
 }
 
-async fn list(
-    c: &mut SqliteConnection,
-    cx: &Ctx,
-    state: Option<StageState>,
-) -> Result<Vec<StageSummary>> {
-    let query = match state {
-        Some(state) => sqlx::query(SQL_STAGES_BY_STATE).bind(state),
-        None => sqlx::query(SQL_ALL_STAGES),
-    };
-    let rows: Vec<SqliteRow> = query
-        .fetch_all(&mut *c)
-        .await
-        .map_err(cx.err("list the stages"))?;
+/// A stage's summary row and the experiment it stages (to read its parts).
+struct SummaryRow {
+    summary: StageSummary,
+    experiment_id: ExperimentId,
+}
+
+from_row!(SummaryRow, |row| {
+    Ok(SummaryRow {
+        summary: StageSummary::from_row(row)?,
+        experiment_id: row.try_get("experiment_id")?,
+    })
+});
+
+async fn list(mut c: Conn<'_>, cx: &Ctx, state: Option<StageState>) -> Result<Vec<StageSummary>> {
+    let rows: Vec<SummaryRow> = on_db!(c.re(), |c| {
+        let query = match state {
+            Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE).bind(state),
+            None => sqlx::query_as(SQL_ALL_STAGES),
+        };
+        query.fetch_all(c).await.map_err(cx.err("list the stages"))
+    })?;
     let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let mut s = StageSummary::from_row(row).map_err(cx.err("list the stages"))?;
-        let experiment: ExperimentId = row
-            .try_get("experiment_id")
-            .map_err(cx.err("list the stages"))?;
-        s.parts = compositions::parts_of_experiment(c, cx, experiment).await?;
+    for row in rows {
+        let mut s = row.summary;
+        s.parts = compositions::parts_of_experiment(c.re(), cx, row.experiment_id).await?;
         out.push(s);
     }
     Ok(out)
 }
 
-async fn detail(c: &mut SqliteConnection, cx: &Ctx, id: StageId) -> Result<StageDetail> {
-    let stage = get(c, cx, id).await?;
-    let experiment = experiments::get(c, cx, stage.experiment_id).await?;
-    let confirmation = experiments::get(c, cx, stage.confirmation_id).await?;
-    let runs = runs::of_experiment(c, cx, experiment.id).await?;
-    let confirmation_runs = runs::of_experiment(c, cx, confirmation.id).await?;
-    // insert() refuses to stage without both verdicts, and verdicts are never deleted.
-    let verdict = verdicts::of_experiment(c, cx, experiment.id)
-        .await?
-        .ok_or_else(|| cx.not_found("verdict of experiment", experiment.id.0))?;
-    let confirmation_verdict = verdicts::of_experiment(c, cx, confirmation.id)
-        .await?
-        .ok_or_else(|| cx.not_found("verdict of experiment", confirmation.id.0))?;
-    let parts = compositions::parts_of_experiment(c, cx, experiment.id).await?;
-    Ok(StageDetail {
-        stage,
-        experiment,
-        runs,
-        verdict,
-        confirmation,
-        confirmation_runs,
-        confirmation_verdict,
-        parts,
+async fn detail(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<StageDetail> {
+    on_db!(c, |c| {
+        let stage = get((&mut *c).into(), cx, id).await?;
+        let experiment = experiments::get((&mut *c).into(), cx, stage.experiment_id).await?;
+        let confirmation = experiments::get((&mut *c).into(), cx, stage.confirmation_id).await?;
+        let runs = runs::of_experiment((&mut *c).into(), cx, experiment.id).await?;
+        let confirmation_runs = runs::of_experiment((&mut *c).into(), cx, confirmation.id).await?;
+        // insert() refuses to stage without both verdicts, and verdicts are never deleted.
+        let verdict = verdicts::of_experiment((&mut *c).into(), cx, experiment.id)
+            .await?
+            .ok_or_else(|| cx.not_found("verdict of experiment", experiment.id.0))?;
+        let confirmation_verdict = verdicts::of_experiment((&mut *c).into(), cx, confirmation.id)
+            .await?
+            .ok_or_else(|| cx.not_found("verdict of experiment", confirmation.id.0))?;
+        let parts = compositions::parts_of_experiment((&mut *c).into(), cx, experiment.id).await?;
+        Ok(StageDetail {
+            stage,
+            experiment,
+            runs,
+            verdict,
+            confirmation,
+            confirmation_runs,
+            confirmation_verdict,
+            parts,
+        })
     })
 }
 
 /// Moves a `staged` stage to `state`; refuses any other starting state.
 async fn settle(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     id: StageId,
     state: StageState,
@@ -286,48 +295,57 @@ async fn settle(
     note: Option<&str>,
     at: DateTime<Utc>,
 ) -> Result<()> {
-    let done = sqlx::query(
-        "UPDATE stages SET state = ?2, decided_by = ?3, note = ?4, decided_at = max(?5, created_at) \
-         WHERE id = ?1 AND state = 'staged'",
-    )
-    .bind(id)
-    .bind(state)
-    .bind(by)
-    .bind(note)
-    .bind(ts(&at))
-    .execute(&mut *c)
-    .await
-    .map_err(cx.err("record a stage decision"))?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let stage = get(c, cx, id).await?;
-    Err(LedgerError::StageAlreadyDecided {
-        id,
-        state: stage.state,
-        by: stage.decided_by.unwrap_or_default(),
-        at: stage.decided_at.unwrap_or(stage.created_at),
+    on_db!(c, |c, d| {
+        let done = sqlx::query(d.pick(
+            "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = max($5, created_at) \
+             WHERE id = $1 AND state = 'staged'",
+            "UPDATE stages SET state = $2, decided_by = $3, note = $4, decided_at = GREATEST($5, created_at) \
+             WHERE id = $1 AND state = 'staged'",
+        ))
+        .bind(id)
+        .bind(state)
+        .bind(by)
+        .bind(note)
+        .bind(ts(&at))
+        .execute(&mut *c)
+        .await
+        .map_err(cx.err("record a stage decision"))?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        let stage = get((&mut *c).into(), cx, id).await?;
+        Err(LedgerError::StageAlreadyDecided {
+            id,
+            state: stage.state,
+            by: stage.decided_by.unwrap_or_default(),
+            at: stage.decided_at.unwrap_or(stage.created_at),
+        })
     })
 }
 
 async fn expire_stale(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     live: &Digest,
     reason: &str,
     at: DateTime<Utc>,
 ) -> Result<Vec<StageId>> {
-    sqlx::query_scalar(
-        "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = ?2, \
-         decided_at = max(?3, created_at) \
-         WHERE state = 'staged' AND base_digest <> ?1 RETURNING id",
-    )
-    .bind(live)
-    .bind(reason)
-    .bind(ts(&at))
-    .fetch_all(c)
-    .await
-    .map_err(cx.err("expire stale stages"))
+    on_db!(c, |c, d| {
+        sqlx::query_scalar(d.pick(
+            "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
+         decided_at = max($3, created_at) \
+         WHERE state = 'staged' AND base_digest <> $1 RETURNING id",
+            "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
+         decided_at = GREATEST($3, created_at) \
+         WHERE state = 'staged' AND base_digest <> $1 RETURNING id",
+        ))
+        .bind(live)
+        .bind(reason)
+        .bind(ts(&at))
+        .fetch_all(c)
+        .await
+        .map_err(cx.err("expire stale stages"))
+    })
 }
 
 impl WriteTx {
@@ -418,20 +436,20 @@ impl Ledger {
 
     pub async fn stage(&self, id: StageId) -> Result<Stage> {
         let mut c = self.conn("read a stage").await?;
-        get(&mut c, &self.ctx, id).await
+        get(c.conn(), &self.ctx, id).await
     }
 
     /// Stages in one state (`Some(Staged)` for `stage list`), or all of them,
     /// newest first.
     pub async fn stages(&self, state: Option<StageState>) -> Result<Vec<StageSummary>> {
         let mut c = self.conn("list the stages").await?;
-        list(&mut c, &self.ctx, state).await
+        list(c.conn(), &self.ctx, state).await
     }
 
     /// A stage with its full evidence, for `stage show`.
     pub async fn stage_detail(&self, id: StageId) -> Result<StageDetail> {
         let mut c = self.conn("read a stage").await?;
-        detail(&mut c, &self.ctx, id).await
+        detail(c.conn(), &self.ctx, id).await
     }
 
     /// [`WriteTx::decide_stage`] as its own transaction.

@@ -3,10 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{FromRow, Row};
 
-use super::codec::ts;
+use super::Conn;
+use super::codec::{int_col, ts};
 use super::error::{Ctx, is_unique_violation};
 use super::ids::{CycleId, ExperimentId, VerdictId};
 use super::{Interval, Ledger, LedgerError, Result, WriteTx};
@@ -49,23 +49,21 @@ impl NewVerdict {
     }
 }
 
-/// Hand-written for the interval, two columns in one.
-impl FromRow<'_, SqliteRow> for NewVerdict {
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let low: Option<f64> = row.try_get("interval_low")?;
-        let high: Option<f64> = row.try_get("interval_high")?;
-        Ok(NewVerdict {
-            kind: row.try_get("kind")?,
-            decided_at: row.try_get("decided_at")?,
-            effect: row.try_get("effect")?,
-            interval: low.zip(high).map(|(low, high)| Interval { low, high }),
-            noise_floor: row.try_get("noise_floor")?,
-            pairs: row.try_get("pairs")?,
-            method: row.try_get("method")?,
-            reason: row.try_get("reason")?,
-        })
-    }
-}
+// Hand-written for the interval, two columns in one.
+from_row!(NewVerdict, |row| {
+    let low: Option<f64> = row.try_get("interval_low")?;
+    let high: Option<f64> = row.try_get("interval_high")?;
+    Ok(NewVerdict {
+        kind: row.try_get("kind")?,
+        decided_at: row.try_get("decided_at")?,
+        effect: row.try_get("effect")?,
+        interval: low.zip(high).map(|(low, high)| Interval { low, high }),
+        noise_floor: row.try_get("noise_floor")?,
+        pairs: int_col(row, "pairs")?,
+        method: row.try_get("method")?,
+        reason: row.try_get("reason")?,
+    })
+});
 
 /// A stored verdict: its id, where the store put it (the cycle, and the
 /// experiment when there was one), and the verdict as recorded.
@@ -81,88 +79,104 @@ pub struct Verdict {
 
 reads_as_recorded!(Verdict => NewVerdict);
 
-pub(crate) const SQL_EXPERIMENT_VERDICT: &str = "SELECT * FROM verdicts WHERE experiment_id = ?1";
+pub(crate) const SQL_EXPERIMENT_VERDICT: &str = "SELECT * FROM verdicts WHERE experiment_id = $1";
 
 /// Inserts with the cycle taken from the experiment itself, so a verdict can
 /// never land in another cycle than its experiment.
 async fn insert_for_experiment(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     experiment_id: ExperimentId,
     v: &NewVerdict,
 ) -> Result<VerdictId> {
-    let op = "record a verdict";
-    let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
-        "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
-         interval_high, noise_floor, pairs, method, reason) \
-         SELECT cycle_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM experiments WHERE id = ?1 \
-         RETURNING id",
-    )
-    .bind(experiment_id)
-    .bind(v.kind)
-    .bind(ts(&v.decided_at))
-    .bind(v.effect)
-    .bind(v.interval.map(|i| i.low))
-    .bind(v.interval.map(|i| i.high))
-    .bind(v.noise_floor)
-    .bind(v.pairs)
-    .bind(v.method.as_deref())
-    .bind(v.reason.as_deref())
-    .fetch_optional(&mut *c)
-    .await;
-    match inserted {
-        Ok(Some(id)) => Ok(id),
-        Ok(None) => Err(cx.not_found(ExperimentId::WHAT, experiment_id.0)),
-        Err(e) if is_unique_violation(&e) => {
-            let existing = of_experiment(c, cx, experiment_id)
-                .await?
-                .map(|v| v.kind)
-                .ok_or_else(|| cx.classify(op, e))?;
-            Err(LedgerError::VerdictExists {
+    on_db!(c, |c| {
+        let op = "record a verdict";
+        // Looked for first: on PostgreSQL a failed INSERT aborts the whole
+        // transaction, so the UNIQUE violation below could not be followed by
+        // this read. Both backends take the write lock first, so nothing can
+        // slip in between.
+        if let Some(existing) = of_experiment((&mut *c).into(), cx, experiment_id).await? {
+            return Err(LedgerError::VerdictExists {
                 experiment_id,
-                existing,
-            })
+                existing: existing.kind,
+            });
         }
-        Err(e) => Err(cx.classify(op, e)),
-    }
+        let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
+            "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
+             interval_high, noise_floor, pairs, method, reason) \
+             SELECT cycle_id, id, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM experiments WHERE id = $1 \
+             RETURNING id",
+        )
+        .bind(experiment_id)
+        .bind(v.kind)
+        .bind(ts(&v.decided_at))
+        .bind(v.effect)
+        .bind(v.interval.map(|i| i.low))
+        .bind(v.interval.map(|i| i.high))
+        .bind(v.noise_floor)
+        .bind(i64::from(v.pairs))
+        .bind(v.method.as_deref())
+        .bind(v.reason.as_deref())
+        .fetch_optional(&mut *c)
+        .await;
+        match inserted {
+            Ok(Some(id)) => Ok(id),
+            Ok(None) => Err(cx.not_found(ExperimentId::WHAT, experiment_id.0)),
+            Err(e) if is_unique_violation(&e) => {
+                let existing = of_experiment((&mut *c).into(), cx, experiment_id)
+                    .await?
+                    .map(|v| v.kind)
+                    .ok_or_else(|| cx.classify(op, e))?;
+                Err(LedgerError::VerdictExists {
+                    experiment_id,
+                    existing,
+                })
+            }
+            Err(e) => Err(cx.classify(op, e)),
+        }
+    })
 }
 
 async fn insert_for_cycle(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     cycle_id: CycleId,
     v: &NewVerdict,
 ) -> Result<VerdictId> {
-    sqlx::query_scalar(
-        "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
-         noise_floor, pairs, method, reason) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
-    )
-    .bind(cycle_id)
-    .bind(v.kind)
-    .bind(ts(&v.decided_at))
-    .bind(v.effect)
-    .bind(v.interval.map(|i| i.low))
-    .bind(v.interval.map(|i| i.high))
-    .bind(v.noise_floor)
-    .bind(v.pairs)
-    .bind(v.method.as_deref())
-    .bind(v.reason.as_deref())
-    .fetch_one(c)
-    .await
-    .map_err(cx.err("record a cycle's verdict"))
+    on_db!(c, |c| {
+        sqlx::query_scalar(
+            "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
+             noise_floor, pairs, method, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+        )
+        .bind(cycle_id)
+        .bind(v.kind)
+        .bind(ts(&v.decided_at))
+        .bind(v.effect)
+        .bind(v.interval.map(|i| i.low))
+        .bind(v.interval.map(|i| i.high))
+        .bind(v.noise_floor)
+        .bind(i64::from(v.pairs))
+        .bind(v.method.as_deref())
+        .bind(v.reason.as_deref())
+        .fetch_one(c)
+        .await
+        .map_err(cx.err("record a cycle's verdict"))
+    })
 }
 
 pub(crate) async fn of_experiment(
-    c: &mut SqliteConnection,
+    c: Conn<'_>,
     cx: &Ctx,
     experiment_id: ExperimentId,
 ) -> Result<Option<Verdict>> {
-    sqlx::query_as(SQL_EXPERIMENT_VERDICT)
-        .bind(experiment_id)
-        .fetch_optional(c)
-        .await
-        .map_err(cx.err("read a verdict"))
+    on_db!(c, |c| {
+        sqlx::query_as(SQL_EXPERIMENT_VERDICT)
+            .bind(experiment_id)
+            .fetch_optional(c)
+            .await
+            .map_err(cx.err("read a verdict"))
+    })
 }
 
 impl WriteTx {
@@ -214,12 +228,12 @@ impl Ledger {
         v: &NewVerdict,
     ) -> Result<VerdictId> {
         let mut c = self.conn("record a cycle's verdict").await?;
-        insert_for_cycle(&mut c, &self.ctx, cycle_id, v).await
+        insert_for_cycle(c.conn(), &self.ctx, cycle_id, v).await
     }
 
     /// The verdict of an experiment, if it has one yet.
     pub async fn verdict(&self, experiment_id: ExperimentId) -> Result<Option<Verdict>> {
         let mut c = self.conn("read a verdict").await?;
-        of_experiment(&mut c, &self.ctx, experiment_id).await
+        of_experiment(c.conn(), &self.ctx, experiment_id).await
     }
 }

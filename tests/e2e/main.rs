@@ -33,6 +33,7 @@ mod measure_bench;
 mod measure_surface;
 mod noisy_machine;
 mod plan_pins;
+mod postgres_stack_lock;
 mod report_cli;
 mod report_html;
 mod report_markdown;

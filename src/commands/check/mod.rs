@@ -107,15 +107,24 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         check_memory(&config, profile, path, &mut found);
     }
 
-    println!(
-        "ledger   {}: {}",
-        config.ledger_path.display(),
-        if config.ledger_path.exists() {
-            "exists"
-        } else {
-            "not created yet (`orchestrator run` creates it)"
-        }
-    );
+    if let Some(pg) = &config.ledger_postgres {
+        println!(
+            "ledger   {} (PostgreSQL; password from {})",
+            pg.url(),
+            pg.password_env()
+                .map_or("no variable: none sent".into(), |v| format!("${v}"))
+        );
+    } else {
+        println!(
+            "ledger   {}: {}",
+            config.ledger_path.display(),
+            if config.ledger_path.exists() {
+                "exists"
+            } else {
+                "not created yet (`orchestrator run` creates it)"
+            }
+        );
+    }
 
     if let Some(bench) = &config.stack.bench {
         check_command(

@@ -42,127 +42,131 @@ async fn measured_cycle(ledger: &Ledger, base: u8) -> (CycleId, ExperimentId) {
 
 #[tokio::test]
 async fn a_consistent_ledger_passes() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    assert!(
-        ledger.check(&idle()).await.unwrap().is_empty(),
-        "empty ledger"
-    );
-    staged_win(&ledger, 1).await;
-    measured_cycle(&ledger, 3).await;
-    // A cycle refused before any experiment existed: a verdict without runs
-    // is legal for `rejected`.
-    let c = ledger
-        .open_cycle(t(400), ProposerKind::Model)
-        .await
-        .unwrap();
-    ledger
-        .insert_cycle_verdict(c, &refusal(VerdictKind::Rejected, "off the menu"))
-        .await
-        .unwrap();
-    ledger
-        .close_cycle(c, &CycleOutcome::Completed, t(401))
-        .await
-        .unwrap();
-    let ctx = CheckContext {
-        daemon_running: false,
-        live_digest: Some(digest(1)),
-    };
-    let found = ledger.check(&ctx).await.unwrap();
-    assert!(found.is_empty(), "{found:#?}");
+    for ledger in backends().await {
+        assert!(
+            ledger.check(&idle()).await.unwrap().is_empty(),
+            "empty ledger"
+        );
+        staged_win(&ledger, 1).await;
+        measured_cycle(&ledger, 3).await;
+        // A cycle refused before any experiment existed: a verdict without runs
+        // is legal for `rejected`.
+        let c = ledger
+            .open_cycle(t(400), ProposerKind::Model)
+            .await
+            .unwrap();
+        ledger
+            .insert_cycle_verdict(c, &refusal(VerdictKind::Rejected, "off the menu"))
+            .await
+            .unwrap();
+        ledger
+            .close_cycle(c, &CycleOutcome::Completed, t(401))
+            .await
+            .unwrap();
+        let ctx = CheckContext {
+            daemon_running: false,
+            live_digest: Some(digest(1)),
+        };
+        let found = ledger.check(&ctx).await.unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }
 
 #[tokio::test]
 async fn a_running_cycle_is_legal_only_while_a_daemon_holds_the_ledger() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    measured_cycle(&ledger, 1).await;
-    let running = ledger
-        .open_cycle(t(500), ProposerKind::Bandit)
-        .await
-        .unwrap();
-    let found = ledger.check(&idle()).await.unwrap();
-    assert_eq!(rules(&found), vec![(Rule::UnclosedCycle, Some(running.0))]);
-    assert!(found[0].message.contains("no daemon"), "{}", found[0]);
-    let daemon = CheckContext {
-        daemon_running: true,
-        live_digest: None,
-    };
-    assert!(ledger.check(&daemon).await.unwrap().is_empty());
-    // Another writer's closed cycle (a stage recorded by hand) after it is
-    // no sign of a dead process.
-    measured_cycle(&ledger, 7).await;
-    assert!(ledger.check(&daemon).await.unwrap().is_empty());
-    // A newer running cycle beside it: the old one was left open by a dead process.
-    let newer = ledger
-        .open_cycle(t(600), ProposerKind::Bandit)
-        .await
-        .unwrap();
-    let found = ledger.check(&daemon).await.unwrap();
-    assert_eq!(rules(&found), vec![(Rule::UnclosedCycle, Some(running.0))]);
-    // Recovery at start closes both, each with a `failed` verdict.
-    let n = ledger
-        .abort_running_cycles("the process died", t(700))
-        .await
-        .unwrap();
-    assert_eq!(n, 2);
-    let found = ledger.check(&idle()).await.unwrap();
-    assert!(found.is_empty(), "{found:#?}");
-    let newer = ledger.cycle(newer).await.unwrap();
-    assert_eq!(newer.status, CycleStatus::Aborted);
+    for ledger in backends().await {
+        measured_cycle(&ledger, 1).await;
+        let running = ledger
+            .open_cycle(t(500), ProposerKind::Bandit)
+            .await
+            .unwrap();
+        let found = ledger.check(&idle()).await.unwrap();
+        assert_eq!(rules(&found), vec![(Rule::UnclosedCycle, Some(running.0))]);
+        assert!(found[0].message.contains("no daemon"), "{}", found[0]);
+        let daemon = CheckContext {
+            daemon_running: true,
+            live_digest: None,
+        };
+        assert!(ledger.check(&daemon).await.unwrap().is_empty());
+        // Another writer's closed cycle (a stage recorded by hand) after it is
+        // no sign of a dead process.
+        measured_cycle(&ledger, 7).await;
+        assert!(ledger.check(&daemon).await.unwrap().is_empty());
+        // A newer running cycle beside it: the old one was left open by a dead process.
+        let newer = ledger
+            .open_cycle(t(600), ProposerKind::Bandit)
+            .await
+            .unwrap();
+        let found = ledger.check(&daemon).await.unwrap();
+        assert_eq!(rules(&found), vec![(Rule::UnclosedCycle, Some(running.0))]);
+        // Recovery at start closes both, each with a `failed` verdict.
+        let n = ledger
+            .abort_running_cycles("the process died", t(700))
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        let found = ledger.check(&idle()).await.unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+        let newer = ledger.cycle(newer).await.unwrap();
+        assert_eq!(newer.status, CycleStatus::Aborted);
+    }
 }
 
 #[tokio::test]
 async fn recovery_gives_an_interrupted_measurement_a_failed_verdict() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let mut tx = ledger.begin_write().await.unwrap();
-    let cycle = tx.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
-    let e = tx
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    tx.insert_run(&run(e, Arm::Warmup, 0, None)).await.unwrap();
-    tx.commit().await.unwrap();
-    ledger.abort_running_cycles("killed", t(50)).await.unwrap();
-    let found = ledger.check(&idle()).await.unwrap();
-    assert!(found.is_empty(), "{found:#?}");
-    let v = ledger.verdict(e).await.unwrap().unwrap();
-    assert_eq!(v.kind, VerdictKind::Failed);
-    assert!(v.recorded.reason.unwrap().contains("killed"));
+    for ledger in backends().await {
+        let mut tx = ledger.begin_write().await.unwrap();
+        let cycle = tx.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        let e = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        tx.insert_run(&run(e, Arm::Warmup, 0, None)).await.unwrap();
+        tx.commit().await.unwrap();
+        ledger.abort_running_cycles("killed", t(50)).await.unwrap();
+        let found = ledger.check(&idle()).await.unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+        let v = ledger.verdict(e).await.unwrap().unwrap();
+        assert_eq!(v.kind, VerdictKind::Failed);
+        assert!(v.recorded.reason.unwrap().contains("killed"));
+    }
 }
 
 #[tokio::test]
 async fn closed_cycles_and_experiments_without_verdicts_are_flagged() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let empty = ledger.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
-    ledger
-        .close_cycle(empty, &CycleOutcome::Completed, t(1))
-        .await
-        .unwrap();
-    let mut tx = ledger.begin_write().await.unwrap();
-    let cycle = tx.open_cycle(t(2), ProposerKind::Bandit).await.unwrap();
-    let judged = tx
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    abba(&mut tx, judged).await;
-    tx.insert_verdict(judged, &measured(VerdictKind::Loss, 0.2, 0.1, 0.3))
-        .await
-        .unwrap();
-    let unjudged = tx
-        .insert_experiment(&experiment(cycle, 3, 4))
-        .await
-        .unwrap();
-    tx.close_cycle(cycle, &CycleOutcome::Completed, t(3))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let found = ledger.check(&idle()).await.unwrap();
-    assert_eq!(
-        rules(&found),
-        vec![
-            (Rule::MissingVerdict, Some(empty.0)),
-            (Rule::MissingVerdict, Some(unjudged.0)),
-        ]
-    );
+    for ledger in backends().await {
+        let empty = ledger.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        ledger
+            .close_cycle(empty, &CycleOutcome::Completed, t(1))
+            .await
+            .unwrap();
+        let mut tx = ledger.begin_write().await.unwrap();
+        let cycle = tx.open_cycle(t(2), ProposerKind::Bandit).await.unwrap();
+        let judged = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        abba(&mut tx, judged).await;
+        tx.insert_verdict(judged, &measured(VerdictKind::Loss, 0.2, 0.1, 0.3))
+            .await
+            .unwrap();
+        let unjudged = tx
+            .insert_experiment(&experiment(cycle, 3, 4))
+            .await
+            .unwrap();
+        tx.close_cycle(cycle, &CycleOutcome::Completed, t(3))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let found = ledger.check(&idle()).await.unwrap();
+        assert_eq!(
+            rules(&found),
+            vec![
+                (Rule::MissingVerdict, Some(empty.0)),
+                (Rule::MissingVerdict, Some(unjudged.0)),
+            ]
+        );
+    }
 }
 
 #[tokio::test]
@@ -187,30 +191,31 @@ async fn a_run_without_its_experiment_is_flagged() {
 
 #[tokio::test]
 async fn a_measured_verdict_without_runs_is_flagged_a_refusal_is_not() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let mut tx = ledger.begin_write().await.unwrap();
-    let cycle = tx.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
-    let e = tx
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    let v = tx
-        .insert_verdict(e, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
-        .await
-        .unwrap();
-    let failed = tx
-        .insert_experiment(&experiment(cycle, 3, 4))
-        .await
-        .unwrap();
-    tx.insert_verdict(failed, &refusal(VerdictKind::Failed, "engine exited 4"))
-        .await
-        .unwrap();
-    tx.close_cycle(cycle, &CycleOutcome::Completed, t(3))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let found = ledger.check(&idle()).await.unwrap();
-    assert_eq!(rules(&found), vec![(Rule::VerdictWithoutRuns, Some(v.0))]);
+    for ledger in backends().await {
+        let mut tx = ledger.begin_write().await.unwrap();
+        let cycle = tx.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        let e = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        let v = tx
+            .insert_verdict(e, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
+            .await
+            .unwrap();
+        let failed = tx
+            .insert_experiment(&experiment(cycle, 3, 4))
+            .await
+            .unwrap();
+        tx.insert_verdict(failed, &refusal(VerdictKind::Failed, "engine exited 4"))
+            .await
+            .unwrap();
+        tx.close_cycle(cycle, &CycleOutcome::Completed, t(3))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let found = ledger.check(&idle()).await.unwrap();
+        assert_eq!(rules(&found), vec![(Rule::VerdictWithoutRuns, Some(v.0))]);
+    }
 }
 
 #[tokio::test]
@@ -278,42 +283,44 @@ async fn a_stage_without_its_winning_evidence_is_flagged() {
 
 #[tokio::test]
 async fn a_staged_stage_already_live_is_an_interrupted_approval() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let (stage, _, _) = staged_win(&ledger, 1).await;
-    // The fixture's candidate digest is digest(200).
-    let ctx = CheckContext {
-        daemon_running: false,
-        live_digest: Some(digest(200)),
-    };
-    let found = ledger.check(&ctx).await.unwrap();
-    assert_eq!(rules(&found), vec![(Rule::StageLive, Some(stage.0))]);
-    assert!(
-        found[0]
-            .message
-            .contains(&format!("stage approve {}", stage.0))
-    );
+    for ledger in backends().await {
+        let (stage, _, _) = staged_win(&ledger, 1).await;
+        // The fixture's candidate digest is digest(200).
+        let ctx = CheckContext {
+            daemon_running: false,
+            live_digest: Some(digest(200)),
+        };
+        let found = ledger.check(&ctx).await.unwrap();
+        assert_eq!(rules(&found), vec![(Rule::StageLive, Some(stage.0))]);
+        assert!(
+            found[0]
+                .message
+                .contains(&format!("stage approve {}", stage.0))
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_second_win_for_a_profile_already_approved_is_no_interrupted_approval() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    // Two wins reach the same candidate (digest(200)) from two bases; the
-    // first is approved, so its candidate is live.
-    let (approved, _, _) = staged_win(&ledger, 1).await;
-    let (second, _, _) = staged_win(&ledger, 2).await;
-    ledger
-        .decide_stage(approved, StageDecision::Approved, "alice", None, t(400))
-        .await
-        .unwrap();
-    let ctx = CheckContext {
-        daemon_running: false,
-        live_digest: Some(digest(200)),
-    };
-    let found = ledger.check(&ctx).await.unwrap();
-    assert!(
-        found.is_empty(),
-        "stage {second:?} is only out of date: {found:?}"
-    );
+    for ledger in backends().await {
+        // Two wins reach the same candidate (digest(200)) from two bases; the
+        // first is approved, so its candidate is live.
+        let (approved, _, _) = staged_win(&ledger, 1).await;
+        let (second, _, _) = staged_win(&ledger, 2).await;
+        ledger
+            .decide_stage(approved, StageDecision::Approved, "alice", None, t(400))
+            .await
+            .unwrap();
+        let ctx = CheckContext {
+            daemon_running: false,
+            live_digest: Some(digest(200)),
+        };
+        let found = ledger.check(&ctx).await.unwrap();
+        assert!(
+            found.is_empty(),
+            "stage {second:?} is only out of date: {found:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -326,16 +333,16 @@ async fn a_damaged_file_fails_the_integrity_check() {
     }
     let root: i64 =
         sqlx::query_scalar("SELECT rootpage FROM sqlite_master WHERE name = 'cycles_by_start'")
-            .fetch_one(&ledger.pool)
+            .fetch_one(sqlite_pool(&ledger))
             .await
             .unwrap();
     let page: i64 = sqlx::query_scalar("PRAGMA page_size")
-        .fetch_one(&ledger.pool)
+        .fetch_one(sqlite_pool(&ledger))
         .await
         .unwrap();
     // Every page in the main file (not left in the WAL) before editing it.
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-        .execute(&ledger.pool)
+        .execute(sqlite_pool(&ledger))
         .await
         .unwrap();
     ledger.close().await;

@@ -1,5 +1,6 @@
 //! Tests of the ledger through its typed API, against in-memory and tempfile
-//! databases, and the fixtures they share. Raw SQL appears only where a test
+//! SQLite databases and a real PostgreSQL ([`backends`]), and the fixtures
+//! they share. Raw SQL appears only where a test
 //! must try what the typed API cannot express (an illegal state), to prove
 //! the schema refuses it.
 
@@ -22,7 +23,71 @@ pub(super) use super::*;
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, VerdictKind};
 
-pub(super) fn t(seconds: i64) -> DateTime<Utc> {
+/// The test PostgreSQL's URL (no password), as `scripts/postgres.sh start`
+/// prints it; `scripts/test.sh` always sets it.
+pub(super) const PG_URL_VAR: &str = "ORCH_TEST_PG_URL";
+/// Its password.
+pub(crate) const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
+/// `1` runs the ledger suite on SQLite only: for a developer without
+/// PostgreSQL, and said out loud. Without it a missing PostgreSQL fails.
+const NO_PG_VAR: &str = "ORCH_TEST_NO_PG";
+
+/// A fresh, migrated ledger on each backend: an in-memory SQLite one, then
+/// a new database on the test PostgreSQL. Each says which it is on stderr
+/// (shown with a failing test's output).
+pub(super) async fn backends() -> impl Iterator<Item = Ledger> {
+    let mut all = vec![Ledger::open_in_memory().await.unwrap()];
+    all.extend(fresh_postgres().await);
+    all.into_iter()
+        .inspect(|l| eprintln!("-- on {:?} ({})", l.backend(), l.path().display()))
+}
+
+/// A new, empty database on the test PostgreSQL, migrated; `None` only when
+/// the developer opted out with `ORCH_TEST_NO_PG=1`. (Each test gets its own
+/// database because tests run in parallel; the cluster is thrown away after.)
+pub(crate) async fn fresh_postgres() -> Option<Ledger> {
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if std::env::var(NO_PG_VAR).as_deref() == Ok("1") {
+        eprintln!("-- {NO_PG_VAR}=1: the PostgreSQL half of this test is skipped");
+        return None;
+    }
+    let url = std::env::var(PG_URL_VAR).unwrap_or_else(|_| {
+        panic!(
+            "{PG_URL_VAR} is not set, so the ledger cannot be tested on PostgreSQL: run the tests \
+             through scripts/test.sh (it starts a throw-away cluster), or first \
+             `eval \"$(bash scripts/postgres.sh start)\"`; set {NO_PG_VAR}=1 to test on SQLite only"
+        )
+    });
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let mut admin = PgConnectOptions::from_str(&url).unwrap();
+    if let Some(p) = &password {
+        admin = admin.password(p);
+    }
+    let mut admin = PgConnection::connect_with(&admin).await.unwrap();
+    let name = format!(
+        "ledger_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    let (server, _) = url.rsplit_once('/').expect("a URL with a database");
+    let ledger = Ledger::open_postgres(
+        &format!("{server}/{name}"),
+        password.as_deref(),
+        DEFAULT_BUSY_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    Some(ledger)
+}
+
+pub(crate) fn t(seconds: i64) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap() + chrono::Duration::seconds(seconds)
 }
 
@@ -108,7 +173,7 @@ pub(super) async fn abba(tx: &mut WriteTx, experiment_id: ExperimentId) {
 
 /// A win, its confirmation, and their stage, written as the loop would: one
 /// transaction for the whole change.
-pub(super) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, ExperimentId, ExperimentId) {
+pub(crate) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, ExperimentId, ExperimentId) {
     let mut tx = ledger.begin_write().await.unwrap();
     let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
     let first = tx
@@ -140,11 +205,27 @@ pub(super) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, Experimen
 
 /// Runs raw SQL that the typed API would never issue.
 pub(super) async fn raw(ledger: &Ledger, sql: &str) -> Result<(), LedgerError> {
-    sqlx::query(sql)
-        .execute(&ledger.pool)
-        .await
-        .map(|_| ())
-        .map_err(ledger.ctx.err("run a test statement"))
+    let done = match &ledger.pool {
+        Pool::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+        Pool::Postgres(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+    };
+    done.map_err(ledger.ctx.err("run a test statement"))
+}
+
+/// The SQLite pool of a test that is about SQLite's file itself.
+pub(super) fn sqlite_pool(ledger: &Ledger) -> &sqlx::SqlitePool {
+    match &ledger.pool {
+        Pool::Sqlite(p) => p,
+        Pool::Postgres(_) => panic!("a SQLite-only test got a PostgreSQL ledger"),
+    }
+}
+
+/// One text value read by raw SQL (to see the stored form).
+pub(super) async fn raw_text(ledger: &Ledger, sql: &str) -> String {
+    match &ledger.pool {
+        Pool::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        Pool::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+    }
 }
 
 pub(super) fn assert_constraint(result: Result<impl std::fmt::Debug, LedgerError>, what: &str) {

@@ -27,7 +27,7 @@ async fn file_ledger_sets_its_pragmas_and_reopens() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sub").join("orchestrator.db");
     let ledger = Ledger::open(&path).await.unwrap();
-    let mut c = ledger.pool.acquire().await.unwrap();
+    let mut c = sqlite_pool(&ledger).acquire().await.unwrap();
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut *c)
         .await
@@ -74,15 +74,16 @@ async fn open_names_the_file_when_it_is_not_a_database() {
 
 #[tokio::test]
 async fn dropping_a_write_transaction_rolls_it_back() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let mut tx = ledger.begin_write().await.unwrap();
-    let id = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    assert_eq!(tx.cycle(id).await.unwrap().status, CycleStatus::Running);
-    drop(tx);
-    assert!(matches!(
-        ledger.cycle(id).await.unwrap_err(),
-        LedgerError::NotFound { .. }
-    ));
+    for ledger in backends().await {
+        let mut tx = ledger.begin_write().await.unwrap();
+        let id = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        assert_eq!(tx.cycle(id).await.unwrap().status, CycleStatus::Running);
+        drop(tx);
+        assert!(matches!(
+            ledger.cycle(id).await.unwrap_err(),
+            LedgerError::NotFound { .. }
+        ));
+    }
 }
 
 /// Two processes' worth of `stage approve` racing: separate pools on one
@@ -211,8 +212,8 @@ fn canonical_json_sorts_keys_at_every_level() {
 
 #[test]
 fn timestamps_are_fixed_width_and_ordered() {
-    let a = codec::ts(&t(0));
-    let b = codec::ts(&(t(0) + chrono::Duration::microseconds(1)));
+    let a = codec::ts_text(&t(0));
+    let b = codec::ts_text(&(t(0) + chrono::Duration::microseconds(1)));
     assert_eq!(a, "2026-11-29T08:00:00.000000Z");
     assert_eq!(a.len(), 27);
     assert!(a < b);
@@ -234,7 +235,7 @@ async fn processes_opening_a_fresh_ledger_at_once_migrate_it_once() {
     }
     let ledger = Ledger::open(&path).await.unwrap();
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
-        .fetch_one(&ledger.pool)
+        .fetch_one(sqlite_pool(&ledger))
         .await
         .unwrap();
     assert_eq!(applied, i64::try_from(MIGRATOR.iter().count()).unwrap());
@@ -269,4 +270,135 @@ async fn an_edited_or_newer_schema_is_refused_with_advice() {
     ledger.close().await;
     let newer = Ledger::open(&path).await.unwrap_err();
     assert!(newer.to_string().contains("newer orchestrator"), "{newer}");
+}
+
+/// The password reaches the server and nowhere else: not the ledger's
+/// rows, its `Debug` form (what a log line would print) or its errors.
+#[tokio::test]
+async fn the_postgres_password_never_reaches_the_ledger_or_its_messages() {
+    let Some(ledger) = fresh_postgres().await else {
+        return;
+    };
+    let password = std::env::var(PG_PASSWORD_VAR).expect("the test cluster has a password");
+    assert!(password.len() >= 16, "a password worth looking for");
+    staged_win(&ledger, 1).await;
+    let url = ledger.path().display().to_string();
+    assert!(!url.contains(&password), "{url}");
+    assert!(
+        !format!("{ledger:?}").contains(&password),
+        "Debug shows the password"
+    );
+    // Every stored value, as text.
+    let Pool::Postgres(pool) = &ledger.pool else {
+        unreachable!()
+    };
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(tables.len() >= 9, "{tables:?}");
+    for table in tables {
+        let rows: Vec<String> = sqlx::query_scalar(&format!("SELECT t::text FROM {table} t"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        for row in rows {
+            assert!(
+                !row.contains(&password),
+                "{table} holds the password: {row}"
+            );
+        }
+    }
+    // A wrong password is refused with a message that shows neither.
+    let wrong = format!("{password}-wrong");
+    let err = Ledger::open_postgres(&url, Some(&wrong), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    let msg = format!("{err} {err:?}");
+    assert!(matches!(err, LedgerError::OpenPostgres { .. }), "{msg}");
+    assert!(msg.contains("password_env"), "names the fix: {msg}");
+    assert!(!msg.contains(&password), "{msg}");
+}
+
+/// A configured password variable that is unset is refused by name.
+#[tokio::test]
+async fn an_unset_password_variable_is_refused_by_name() {
+    let target = PostgresTarget::new(
+        "postgres://orchestrator@127.0.0.1:1/ledger",
+        Some("ORCH_TEST_SURELY_UNSET_PW".into()),
+    )
+    .unwrap();
+    let err = target.open(Duration::from_secs(1)).await.unwrap_err();
+    assert!(
+        matches!(&err, LedgerError::PasswordUnset { var, .. } if var == "ORCH_TEST_SURELY_UNSET_PW"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("export it"), "{err}");
+}
+
+/// The advisory writer lock queues PostgreSQL writers as `BEGIN IMMEDIATE`
+/// queues SQLite's: a second writer waits, then gives up with `Locked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_writer_waits_for_the_other_then_reports_it_locked() {
+    let Some(first) = fresh_postgres().await else {
+        return;
+    };
+    let url = first.path().display().to_string();
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let second = Ledger::open_postgres(&url, password.as_deref(), Duration::from_millis(300))
+        .await
+        .unwrap();
+    let held = first.begin_write().await.unwrap();
+    let started = std::time::Instant::now();
+    let err = second.begin_write().await.unwrap_err();
+    assert!(matches!(err, LedgerError::Locked { .. }), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
+    held.rollback().await.unwrap();
+    second.begin_write().await.unwrap().commit().await.unwrap();
+}
+
+/// One daemon per stack on a shared PostgreSQL ledger: a second taker of
+/// the same stack is refused with the holder named, another stack is not,
+/// and the lock goes with its session.
+#[tokio::test]
+async fn a_stack_lock_is_held_once_and_goes_with_its_session() {
+    let Some(first) = fresh_postgres().await else {
+        return;
+    };
+    let url = first.path().display().to_string();
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let second = Ledger::open_postgres(&url, password.as_deref(), DEFAULT_BUSY_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(first.stack_lock_holder("spark-1").await.unwrap(), None);
+    let held = first.lock_stack("spark-1").await.unwrap();
+    let err = second.lock_stack("spark-1").await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, LedgerError::StackLocked { .. }), "{err:?}");
+    let me = format!("orchestrator pid {}", std::process::id());
+    assert!(msg.contains(&me) && msg.contains("[stack] name"), "{msg}");
+    assert!(second.stack_lock_holder("spark-1").await.unwrap().is_some());
+    let other = second.lock_stack("spark-2").await.unwrap();
+    drop(held);
+    // The server ends the dropped session a moment after its socket closes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let successor = loop {
+        match second.lock_stack("spark-1").await {
+            Ok(lock) => break lock,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(matches!(e, LedgerError::StackLocked { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the dropped lock was never released: {e}"),
+        }
+    };
+    drop((other, successor));
+    // SQLite has its file lock instead.
+    let sqlite = Ledger::open_in_memory().await.unwrap();
+    assert!(matches!(
+        sqlite.lock_stack("spark-1").await.unwrap_err(),
+        LedgerError::PostgresOnly { .. }
+    ));
 }

@@ -5,162 +5,166 @@ use super::*;
 
 #[tokio::test]
 async fn cycle_round_trip_and_close_once() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let id = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let open = ledger.cycle(id).await.unwrap();
-    assert_eq!(
-        open,
-        CycleRecord {
-            id,
-            started_at: t(0),
-            ended_at: None,
-            status: CycleStatus::Running,
-            error: None,
-            proposer: ProposerKind::Model,
-        }
-    );
-    let outcome = CycleOutcome::Failed("model unreachable at http://127.0.0.1:9".into());
-    ledger.close_cycle(id, &outcome, t(5)).await.unwrap();
-    let closed = ledger.cycle(id).await.unwrap();
-    assert_eq!(closed.status, CycleStatus::Failed);
-    assert_eq!(closed.ended_at, Some(t(5)));
-    assert_eq!(
-        closed.error.as_deref(),
-        Some("model unreachable at http://127.0.0.1:9")
-    );
-
-    let again = ledger
-        .close_cycle(id, &CycleOutcome::Completed, t(6))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            again,
-            LedgerError::CycleNotRunning {
-                status: CycleStatus::Failed,
-                ..
+    for ledger in backends().await {
+        let id = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let open = ledger.cycle(id).await.unwrap();
+        assert_eq!(
+            open,
+            CycleRecord {
+                id,
+                started_at: t(0),
+                ended_at: None,
+                status: CycleStatus::Running,
+                error: None,
+                proposer: ProposerKind::Model,
             }
-        ),
-        "{again:?}"
-    );
-    let missing = ledger.cycle(CycleId(999)).await.unwrap_err();
-    assert!(missing.to_string().contains("cycle 999"), "{missing}");
+        );
+        let outcome = CycleOutcome::Failed("model unreachable at http://127.0.0.1:9".into());
+        ledger.close_cycle(id, &outcome, t(5)).await.unwrap();
+        let closed = ledger.cycle(id).await.unwrap();
+        assert_eq!(closed.status, CycleStatus::Failed);
+        assert_eq!(closed.ended_at, Some(t(5)));
+        assert_eq!(
+            closed.error.as_deref(),
+            Some("model unreachable at http://127.0.0.1:9")
+        );
+
+        let again = ledger
+            .close_cycle(id, &CycleOutcome::Completed, t(6))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                again,
+                LedgerError::CycleNotRunning {
+                    status: CycleStatus::Failed,
+                    ..
+                }
+            ),
+            "{again:?}"
+        );
+        let missing = ledger.cycle(CycleId(999)).await.unwrap_err();
+        assert!(missing.to_string().contains("cycle 999"), "{missing}");
+    }
 }
 
 #[tokio::test]
 async fn abort_running_cycles_closes_only_running_ones() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let a = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let b = ledger.open_cycle(t(1), ProposerKind::Model).await.unwrap();
-    let done = ledger.open_cycle(t(2), ProposerKind::Model).await.unwrap();
-    ledger
-        .close_cycle(done, &CycleOutcome::Completed, t(3))
-        .await
-        .unwrap();
+    for ledger in backends().await {
+        let a = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let b = ledger.open_cycle(t(1), ProposerKind::Model).await.unwrap();
+        let done = ledger.open_cycle(t(2), ProposerKind::Model).await.unwrap();
+        ledger
+            .close_cycle(done, &CycleOutcome::Completed, t(3))
+            .await
+            .unwrap();
 
-    let n = ledger
-        .abort_running_cycles("found running at start: the daemon crashed", t(10))
-        .await
-        .unwrap();
-    assert_eq!(n, 2);
-    for id in [a, b] {
-        let c = ledger.cycle(id).await.unwrap();
-        assert_eq!(c.status, CycleStatus::Aborted);
-        assert_eq!(c.ended_at, Some(t(10)));
+        let n = ledger
+            .abort_running_cycles("found running at start: the daemon crashed", t(10))
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        for id in [a, b] {
+            let c = ledger.cycle(id).await.unwrap();
+            assert_eq!(c.status, CycleStatus::Aborted);
+            assert_eq!(c.ended_at, Some(t(10)));
+            assert_eq!(
+                c.error.as_deref(),
+                Some("found running at start: the daemon crashed")
+            );
+        }
         assert_eq!(
-            c.error.as_deref(),
-            Some("found running at start: the daemon crashed")
+            ledger.cycle(done).await.unwrap().status,
+            CycleStatus::Completed
+        );
+        assert_eq!(
+            ledger.abort_running_cycles("again", t(11)).await.unwrap(),
+            0
         );
     }
-    assert_eq!(
-        ledger.cycle(done).await.unwrap().status,
-        CycleStatus::Completed
-    );
-    assert_eq!(
-        ledger.abort_running_cycles("again", t(11)).await.unwrap(),
-        0
-    );
 }
 
 #[tokio::test]
 async fn observation_round_trip() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let new = NewObservation {
-        cycle_id: cycle,
-        observed_at: t(1),
-        metrics: json!({"seconds_per_token": 1.7, "tier_hits": {"ram": 0.5}}),
-        heat: Some(json!({"coverage": 0.9})),
-        live_profile_digest: digest(1),
-    };
-    let id = ledger.insert_observation(&new).await.unwrap();
-    let got = ledger.observation(cycle).await.unwrap().unwrap();
-    assert_eq!(
-        got,
-        Observation {
-            id,
-            recorded: new.clone(),
-        }
-    );
-    let bad = ledger
-        .insert_observation(&NewObservation {
-            metrics: json!([1, 2]),
-            ..new
-        })
-        .await
-        .unwrap_err();
-    assert!(bad.to_string().contains("an array"), "{bad}");
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let new = NewObservation {
+            cycle_id: cycle,
+            observed_at: t(1),
+            metrics: json!({"seconds_per_token": 1.7, "tier_hits": {"ram": 0.5}}),
+            heat: Some(json!({"coverage": 0.9})),
+            live_profile_digest: digest(1),
+        };
+        let id = ledger.insert_observation(&new).await.unwrap();
+        let got = ledger.observation(cycle).await.unwrap().unwrap();
+        assert_eq!(
+            got,
+            Observation {
+                id,
+                recorded: new.clone(),
+            }
+        );
+        let bad = ledger
+            .insert_observation(&NewObservation {
+                metrics: json!([1, 2]),
+                ..new
+            })
+            .await
+            .unwrap_err();
+        assert!(bad.to_string().contains("an array"), "{bad}");
+    }
 }
 
 #[tokio::test]
 async fn proposal_round_trip_keeps_raw_answer_and_rejection() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let rejected = NewProposal {
-        cycle_id: cycle,
-        proposer: ProposerKind::Model,
-        attempt: 1,
-        created_at: t(1),
-        prompt: Some("choose one experiment".into()),
-        raw_answer: Some("{\"experiment\": \"rm -rf /\"}".into()),
-        parsed: None,
-        rejection: Some(ProposalRejection {
-            kind: "off_menu".into(),
-            reason: "the experiment id is not on the menu".into(),
-        }),
-        note: None,
-    };
-    let accepted = NewProposal {
-        attempt: 2,
-        created_at: t(2),
-        raw_answer: Some("{\"experiment\":\"remeasure\",\"params\":{}}".into()),
-        parsed: Some(json!({"experiment": "remeasure", "params": {}})),
-        rejection: None,
-        ..rejected.clone()
-    };
-    let r1 = ledger.insert_proposal(&rejected).await.unwrap();
-    let r2 = ledger.insert_proposal(&accepted).await.unwrap();
-    let got = ledger.proposals(cycle).await.unwrap();
-    assert_eq!(got.len(), 2);
-    assert_eq!(got[0].id, r1);
-    assert_eq!(got[0].raw_answer, rejected.raw_answer);
-    assert_eq!(got[0].rejection, rejected.rejection);
-    assert_eq!(got[0].parsed, None);
-    assert_eq!(got[1].id, r2);
-    assert_eq!(got[1].attempt, 2);
-    assert_eq!(got[1].parsed, accepted.parsed);
-    assert_eq!(got[1].prompt.as_deref(), Some("choose one experiment"));
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let rejected = NewProposal {
+            cycle_id: cycle,
+            proposer: ProposerKind::Model,
+            attempt: 1,
+            created_at: t(1),
+            prompt: Some("choose one experiment".into()),
+            raw_answer: Some("{\"experiment\": \"rm -rf /\"}".into()),
+            parsed: None,
+            rejection: Some(ProposalRejection {
+                kind: "off_menu".into(),
+                reason: "the experiment id is not on the menu".into(),
+            }),
+            note: None,
+        };
+        let accepted = NewProposal {
+            attempt: 2,
+            created_at: t(2),
+            raw_answer: Some("{\"experiment\":\"remeasure\",\"params\":{}}".into()),
+            parsed: Some(json!({"experiment": "remeasure", "params": {}})),
+            rejection: None,
+            ..rejected.clone()
+        };
+        let r1 = ledger.insert_proposal(&rejected).await.unwrap();
+        let r2 = ledger.insert_proposal(&accepted).await.unwrap();
+        let got = ledger.proposals(cycle).await.unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].id, r1);
+        assert_eq!(got[0].raw_answer, rejected.raw_answer);
+        assert_eq!(got[0].rejection, rejected.rejection);
+        assert_eq!(got[0].parsed, None);
+        assert_eq!(got[1].id, r2);
+        assert_eq!(got[1].attempt, 2);
+        assert_eq!(got[1].parsed, accepted.parsed);
+        assert_eq!(got[1].prompt.as_deref(), Some("choose one experiment"));
 
-    // Neither parsed nor refused says nothing: the schema refuses it.
-    let silent = NewProposal {
-        attempt: 3,
-        parsed: None,
-        rejection: None,
-        ..rejected.clone()
-    };
-    assert_constraint(ledger.insert_proposal(&silent).await, "silent proposal");
-    // The same attempt twice.
-    assert_constraint(ledger.insert_proposal(&rejected).await, "repeated attempt");
+        // Neither parsed nor refused says nothing: the schema refuses it.
+        let silent = NewProposal {
+            attempt: 3,
+            parsed: None,
+            rejection: None,
+            ..rejected.clone()
+        };
+        assert_constraint(ledger.insert_proposal(&silent).await, "silent proposal");
+        // The same attempt twice.
+        assert_constraint(ledger.insert_proposal(&rejected).await, "repeated attempt");
+    }
 }
 
 #[tokio::test]
@@ -199,11 +203,11 @@ async fn experiment_round_trip_with_canonical_parameters() {
             recorded: new.clone(),
         }
     );
-    let stored: String = sqlx::query_scalar("SELECT parameters FROM experiments WHERE id = ?1")
-        .bind(id)
-        .fetch_one(&ledger.pool)
-        .await
-        .unwrap();
+    let stored = raw_text(
+        &ledger,
+        &format!("SELECT parameters FROM experiments WHERE id = {id}"),
+    )
+    .await;
     assert_eq!(stored, r#"{"a":{"b":2,"z":1},"pin_count":64}"#);
 
     let not_object = ledger
@@ -221,203 +225,207 @@ async fn experiment_round_trip_with_canonical_parameters() {
 
 #[tokio::test]
 async fn run_round_trip_and_run_rules() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let exp = ledger
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    let warmup = NewRun {
-        seconds_per_token: None,
-        timing_source: None,
-        tokens: None,
-        output_hash: None,
-        exit_code: Some(4),
-        error: Some("exit 4: an expert failed to load".into()),
-        parts: TokenParts::default(),
-        stderr_tail: "expert 3,17: short read\n".into(),
-        ..run(exp, Arm::Warmup, 0, None)
-    };
-    let refused = NewRun {
-        seconds_per_token: None,
-        refused: true,
-        output_hash: Some("0000000000000bad".into()),
-        timing_source: Some(TimingSource::Client),
-        parts: TokenParts::default(),
-        ..run(exp, Arm::Candidate, 1, Some(0))
-    };
-    let good = run(exp, Arm::Baseline, 2, Some(0));
-    let mut ids = Vec::new();
-    for r in [&warmup, &refused, &good] {
-        ids.push(ledger.insert_run(r).await.unwrap());
-    }
-    let got = ledger.runs(exp).await.unwrap();
-    assert_eq!(got.len(), 3);
-    for ((stored, new), id) in got.iter().zip([&warmup, &refused, &good]).zip(&ids) {
-        assert_eq!(
-            stored,
-            &Run {
-                id: *id,
-                recorded: new.clone(),
-                discarded: false,
-            }
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let exp = ledger
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        let warmup = NewRun {
+            seconds_per_token: None,
+            timing_source: None,
+            tokens: None,
+            output_hash: None,
+            exit_code: Some(4),
+            error: Some("exit 4: an expert failed to load".into()),
+            parts: TokenParts::default(),
+            stderr_tail: "expert 3,17: short read\n".into(),
+            ..run(exp, Arm::Warmup, 0, None)
+        };
+        let refused = NewRun {
+            seconds_per_token: None,
+            refused: true,
+            output_hash: Some("0000000000000bad".into()),
+            timing_source: Some(TimingSource::Client),
+            parts: TokenParts::default(),
+            ..run(exp, Arm::Candidate, 1, Some(0))
+        };
+        let good = run(exp, Arm::Baseline, 2, Some(0));
+        let mut ids = Vec::new();
+        for r in [&warmup, &refused, &good] {
+            ids.push(ledger.insert_run(r).await.unwrap());
+        }
+        let got = ledger.runs(exp).await.unwrap();
+        assert_eq!(got.len(), 3);
+        for ((stored, new), id) in got.iter().zip([&warmup, &refused, &good]).zip(&ids) {
+            assert_eq!(
+                stored,
+                &Run {
+                    id: *id,
+                    recorded: new.clone(),
+                    discarded: false,
+                }
+            );
+        }
+        assert!(got[2].parts.any(), "a valid run keeps its measured parts");
+
+        // Measured parts belong to valid runs only, and stay in range.
+        let parts_without_metric = NewRun {
+            seconds_per_token: None,
+            ..run(exp, Arm::Candidate, 6, Some(2))
+        };
+        assert_constraint(
+            ledger.insert_run(&parts_without_metric).await,
+            "parts without a metric",
         );
+        let share_above_one = NewRun {
+            parts: TokenParts {
+                far_hit_share: Some(1.5),
+                ..TokenParts::default()
+            },
+            ..run(exp, Arm::Candidate, 7, Some(3))
+        };
+        assert_constraint(ledger.insert_run(&share_above_one).await, "share above 1");
+
+        // A refused run never carries a metric.
+        let refused_with_metric = NewRun {
+            refused: true,
+            ..run(exp, Arm::Candidate, 3, Some(1))
+        };
+        assert_constraint(
+            ledger.insert_run(&refused_with_metric).await,
+            "refused metric",
+        );
+        // Warmups belong to no pair, measured runs to one.
+        assert_constraint(
+            ledger.insert_run(&run(exp, Arm::Warmup, 4, Some(1))).await,
+            "warmup in a pair",
+        );
+        assert_constraint(
+            ledger.insert_run(&run(exp, Arm::Baseline, 5, None)).await,
+            "pairless baseline",
+        );
+        // Two runs in the same slot.
+        assert_constraint(ledger.insert_run(&good).await, "same order index");
     }
-    assert!(got[2].parts.any(), "a valid run keeps its measured parts");
-
-    // Measured parts belong to valid runs only, and stay in range.
-    let parts_without_metric = NewRun {
-        seconds_per_token: None,
-        ..run(exp, Arm::Candidate, 6, Some(2))
-    };
-    assert_constraint(
-        ledger.insert_run(&parts_without_metric).await,
-        "parts without a metric",
-    );
-    let share_above_one = NewRun {
-        parts: TokenParts {
-            far_hit_share: Some(1.5),
-            ..TokenParts::default()
-        },
-        ..run(exp, Arm::Candidate, 7, Some(3))
-    };
-    assert_constraint(ledger.insert_run(&share_above_one).await, "share above 1");
-
-    // A refused run never carries a metric.
-    let refused_with_metric = NewRun {
-        refused: true,
-        ..run(exp, Arm::Candidate, 3, Some(1))
-    };
-    assert_constraint(
-        ledger.insert_run(&refused_with_metric).await,
-        "refused metric",
-    );
-    // Warmups belong to no pair, measured runs to one.
-    assert_constraint(
-        ledger.insert_run(&run(exp, Arm::Warmup, 4, Some(1))).await,
-        "warmup in a pair",
-    );
-    assert_constraint(
-        ledger.insert_run(&run(exp, Arm::Baseline, 5, None)).await,
-        "pairless baseline",
-    );
-    // Two runs in the same slot.
-    assert_constraint(ledger.insert_run(&good).await, "same order index");
 }
 
 #[tokio::test]
 async fn foreign_keys_are_enforced() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    assert_constraint(
-        ledger
-            .insert_run(&run(ExperimentId(42), Arm::Baseline, 0, Some(0)))
-            .await,
-        "run of a missing experiment",
-    );
-    assert_constraint(
-        ledger
-            .insert_experiment(&experiment(CycleId(7), 1, 2))
-            .await,
-        "experiment of a missing cycle",
-    );
-    let err = ledger
-        .insert_verdict(
-            ExperimentId(42),
-            &measured(VerdictKind::Loss, 0.1, 0.05, 0.2),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LedgerError::NotFound {
-                what: "experiment",
-                id: 42,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    for ledger in backends().await {
+        assert_constraint(
+            ledger
+                .insert_run(&run(ExperimentId(42), Arm::Baseline, 0, Some(0)))
+                .await,
+            "run of a missing experiment",
+        );
+        assert_constraint(
+            ledger
+                .insert_experiment(&experiment(CycleId(7), 1, 2))
+                .await,
+            "experiment of a missing cycle",
+        );
+        let err = ledger
+            .insert_verdict(
+                ExperimentId(42),
+                &measured(VerdictKind::Loss, 0.1, 0.05, 0.2),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LedgerError::NotFound {
+                    what: "experiment",
+                    id: 42,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn noise_floor_latest_per_stack() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    assert_eq!(ledger.latest_noise_floor("tinyk3").await.unwrap(), None);
-    let older = NewNoiseFloor {
-        stack: "tinyk3".into(),
-        profile_digest: digest(1),
-        value: 0.031,
-        n: 8,
-        method: "A/A log-ratio quantile".into(),
-        measured_at: t(0),
-        experiment_id: None,
-        load1: Some(0.7),
-        cpu_pressure: Some(0.05),
-    };
-    let newer = NewNoiseFloor {
-        value: 0.024,
-        n: 12,
-        measured_at: t(60),
-        ..older.clone()
-    };
-    let other_stack = NewNoiseFloor {
-        stack: "llama".into(),
-        value: 0.5,
-        measured_at: t(120),
-        ..older.clone()
-    };
-    ledger.insert_noise_floor(&newer).await.unwrap();
-    ledger.insert_noise_floor(&older).await.unwrap();
-    ledger.insert_noise_floor(&other_stack).await.unwrap();
-    let got = ledger.latest_noise_floor("tinyk3").await.unwrap().unwrap();
-    assert_eq!(got.value, 0.024);
-    assert_eq!(got.n, 12);
-    assert_eq!(got.measured_at, t(60));
-    assert_eq!(got.method, "A/A log-ratio quantile");
-    assert_eq!(got.profile_digest, digest(1));
+    for ledger in backends().await {
+        assert_eq!(ledger.latest_noise_floor("tinyk3").await.unwrap(), None);
+        let older = NewNoiseFloor {
+            stack: "tinyk3".into(),
+            profile_digest: digest(1),
+            value: 0.031,
+            n: 8,
+            method: "A/A log-ratio quantile".into(),
+            measured_at: t(0),
+            experiment_id: None,
+            load1: Some(0.7),
+            cpu_pressure: Some(0.05),
+        };
+        let newer = NewNoiseFloor {
+            value: 0.024,
+            n: 12,
+            measured_at: t(60),
+            ..older.clone()
+        };
+        let other_stack = NewNoiseFloor {
+            stack: "llama".into(),
+            value: 0.5,
+            measured_at: t(120),
+            ..older.clone()
+        };
+        ledger.insert_noise_floor(&newer).await.unwrap();
+        ledger.insert_noise_floor(&older).await.unwrap();
+        ledger.insert_noise_floor(&other_stack).await.unwrap();
+        let got = ledger.latest_noise_floor("tinyk3").await.unwrap().unwrap();
+        assert_eq!(got.value, 0.024);
+        assert_eq!(got.n, 12);
+        assert_eq!(got.measured_at, t(60));
+        assert_eq!(got.method, "A/A log-ratio quantile");
+        assert_eq!(got.profile_digest, digest(1));
+    }
 }
 
 #[tokio::test]
 async fn reference_hash_current_is_the_latest_pin() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let first = NewReferenceHash {
-        stack: "tinyk3".into(),
-        prompt_set: "greedy-8".into(),
-        profile_digest: digest(1),
-        output_hash: "aaaaaaaaaaaaaaaa".into(),
-        pinned_at: t(0),
-        pinned_by: "orchestrator".into(),
-        reason: "first pin".into(),
-    };
-    let repin = NewReferenceHash {
-        output_hash: "bbbbbbbbbbbbbbbb".into(),
-        pinned_at: t(500),
-        pinned_by: "alice".into(),
-        reason: "engine rebuilt with the new kernels".into(),
-        ..first.clone()
-    };
-    ledger.pin_reference_hash(&first).await.unwrap();
-    let id = ledger.pin_reference_hash(&repin).await.unwrap();
-    let got = ledger
-        .current_reference_hash("tinyk3", "greedy-8")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        got,
-        ReferenceHash {
-            id,
-            recorded: repin,
-        }
-    );
-    assert_eq!(
-        ledger
-            .current_reference_hash("tinyk3", "other")
+    for ledger in backends().await {
+        let first = NewReferenceHash {
+            stack: "tinyk3".into(),
+            prompt_set: "greedy-8".into(),
+            profile_digest: digest(1),
+            output_hash: "aaaaaaaaaaaaaaaa".into(),
+            pinned_at: t(0),
+            pinned_by: "orchestrator".into(),
+            reason: "first pin".into(),
+        };
+        let repin = NewReferenceHash {
+            output_hash: "bbbbbbbbbbbbbbbb".into(),
+            pinned_at: t(500),
+            pinned_by: "alice".into(),
+            reason: "engine rebuilt with the new kernels".into(),
+            ..first.clone()
+        };
+        ledger.pin_reference_hash(&first).await.unwrap();
+        let id = ledger.pin_reference_hash(&repin).await.unwrap();
+        let got = ledger
+            .current_reference_hash("tinyk3", "greedy-8")
             .await
-            .unwrap(),
-        None
-    );
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got,
+            ReferenceHash {
+                id,
+                recorded: repin,
+            }
+        );
+        assert_eq!(
+            ledger
+                .current_reference_hash("tinyk3", "other")
+                .await
+                .unwrap(),
+            None
+        );
+    }
 }
 
 /// A stored row serialises as one flat object, its id first, as it did when
@@ -425,99 +433,100 @@ async fn reference_hash_current_is_the_latest_pin() {
 /// print these, and the composed `recorded` row must not show as a level.
 #[tokio::test]
 async fn stored_rows_serialise_flat_with_the_id_first() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let exp = ledger
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    ledger
-        .insert_run(&run(exp, Arm::Baseline, 0, Some(0)))
-        .await
-        .unwrap();
-    let new = measured(VerdictKind::WithinNoise, 0.004, -0.01, 0.015);
-    ledger.insert_verdict(exp, &new).await.unwrap();
-    /// The row as JSON text, and its top-level keys, sorted.
-    fn keys(row: &impl serde::Serialize) -> (String, Vec<String>) {
-        let text = serde_json::to_string(row).unwrap();
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
-        keys.sort();
-        (text, keys)
-    }
-    let sorted = |names: &[&str]| {
-        let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        v.sort();
-        v
-    };
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let exp = ledger
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        ledger
+            .insert_run(&run(exp, Arm::Baseline, 0, Some(0)))
+            .await
+            .unwrap();
+        let new = measured(VerdictKind::WithinNoise, 0.004, -0.01, 0.015);
+        ledger.insert_verdict(exp, &new).await.unwrap();
+        /// The row as JSON text, and its top-level keys, sorted.
+        fn keys(row: &impl serde::Serialize) -> (String, Vec<String>) {
+            let text = serde_json::to_string(row).unwrap();
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            (text, keys)
+        }
+        let sorted = |names: &[&str]| {
+            let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            v.sort();
+            v
+        };
 
-    let (text, got) = keys(&ledger.experiment(exp).await.unwrap());
-    assert!(text.starts_with("{\"id\":"), "{text}");
-    assert_eq!(
-        got,
-        sorted(&[
-            "id",
-            "cycle_id",
-            "proposal_id",
-            "confirmation_of",
-            "created_at",
-            "menu_id",
-            "parameters",
-            "method",
-            "base_profile",
-            "base_digest",
-            "candidate_profile",
-            "candidate_digest",
-            "planner_notes",
-        ])
-    );
-    let (text, got) = keys(&ledger.runs(exp).await.unwrap()[0]);
-    assert!(text.starts_with("{\"id\":"), "{text}");
-    assert!(text.ends_with(",\"discarded\":false}"), "{text}");
-    assert_eq!(
-        got,
-        sorted(&[
-            "id",
-            "experiment_id",
-            "arm",
-            "order_index",
-            "pair_index",
-            "started_at",
-            "seconds_per_token",
-            "timing_source",
-            "tokens",
-            "output_hash",
-            "exit_code",
-            "duration_s",
-            "stderr_tail",
-            "refused",
-            "error",
-            "parts",
-            "pressure",
-            "discarded",
-        ])
-    );
-    let (text, got) = keys(&ledger.verdict(exp).await.unwrap().unwrap());
-    assert!(
-        text.starts_with(&format!(
-            "{{\"id\":1,\"cycle_id\":{cycle},\"experiment_id\":{exp},\"kind\":"
-        )),
-        "{text}"
-    );
-    assert_eq!(
-        got,
-        sorted(&[
-            "id",
-            "cycle_id",
-            "experiment_id",
-            "kind",
-            "decided_at",
-            "effect",
-            "interval",
-            "noise_floor",
-            "pairs",
-            "method",
-            "reason",
-        ])
-    );
+        let (text, got) = keys(&ledger.experiment(exp).await.unwrap());
+        assert!(text.starts_with("{\"id\":"), "{text}");
+        assert_eq!(
+            got,
+            sorted(&[
+                "id",
+                "cycle_id",
+                "proposal_id",
+                "confirmation_of",
+                "created_at",
+                "menu_id",
+                "parameters",
+                "method",
+                "base_profile",
+                "base_digest",
+                "candidate_profile",
+                "candidate_digest",
+                "planner_notes",
+            ])
+        );
+        let (text, got) = keys(&ledger.runs(exp).await.unwrap()[0]);
+        assert!(text.starts_with("{\"id\":"), "{text}");
+        assert!(text.ends_with(",\"discarded\":false}"), "{text}");
+        assert_eq!(
+            got,
+            sorted(&[
+                "id",
+                "experiment_id",
+                "arm",
+                "order_index",
+                "pair_index",
+                "started_at",
+                "seconds_per_token",
+                "timing_source",
+                "tokens",
+                "output_hash",
+                "exit_code",
+                "duration_s",
+                "stderr_tail",
+                "refused",
+                "error",
+                "parts",
+                "pressure",
+                "discarded",
+            ])
+        );
+        let (text, got) = keys(&ledger.verdict(exp).await.unwrap().unwrap());
+        assert!(
+            text.starts_with(&format!(
+                "{{\"id\":1,\"cycle_id\":{cycle},\"experiment_id\":{exp},\"kind\":"
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            got,
+            sorted(&[
+                "id",
+                "cycle_id",
+                "experiment_id",
+                "kind",
+                "decided_at",
+                "effect",
+                "interval",
+                "noise_floor",
+                "pairs",
+                "method",
+                "reason",
+            ])
+        );
+    }
 }

@@ -4,217 +4,221 @@ use super::*;
 
 #[tokio::test]
 async fn stage_needs_a_confirmed_win() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let mut tx = ledger.begin_write().await.unwrap();
-    let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
-    let first = tx
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    tx.insert_verdict(first, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
-        .await
-        .unwrap();
-    let unrelated = tx
-        .insert_experiment(&experiment(cycle, 1, 2))
-        .await
-        .unwrap();
-    let err = tx.insert_stage(first, unrelated, t(5)).await.unwrap_err();
-    assert!(matches!(err, LedgerError::NotStageable { .. }), "{err:?}");
+    for ledger in backends().await {
+        let mut tx = ledger.begin_write().await.unwrap();
+        let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let first = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        tx.insert_verdict(first, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
+            .await
+            .unwrap();
+        let unrelated = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        let err = tx.insert_stage(first, unrelated, t(5)).await.unwrap_err();
+        assert!(matches!(err, LedgerError::NotStageable { .. }), "{err:?}");
 
-    let confirmation = tx
-        .insert_experiment(&NewExperiment {
-            confirmation_of: Some(first),
-            ..experiment(cycle, 1, 2)
-        })
+        let confirmation = tx
+            .insert_experiment(&NewExperiment {
+                confirmation_of: Some(first),
+                ..experiment(cycle, 1, 2)
+            })
+            .await
+            .unwrap();
+        let err = tx
+            .insert_stage(first, confirmation, t(5))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no verdict yet"), "{err}");
+        tx.insert_verdict(
+            confirmation,
+            &measured(VerdictKind::Inconclusive, -0.05, -0.12, 0.02),
+        )
         .await
         .unwrap();
-    let err = tx
-        .insert_stage(first, confirmation, t(5))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("no verdict yet"), "{err}");
-    tx.insert_verdict(
-        confirmation,
-        &measured(VerdictKind::Inconclusive, -0.05, -0.12, 0.02),
-    )
-    .await
-    .unwrap();
-    let err = tx
-        .insert_stage(first, confirmation, t(5))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("not a win"), "{err}");
-    tx.commit().await.unwrap();
-    assert!(ledger.stages(None).await.unwrap().is_empty());
+        let err = tx
+            .insert_stage(first, confirmation, t(5))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not a win"), "{err}");
+        tx.commit().await.unwrap();
+        assert!(ledger.stages(None).await.unwrap().is_empty());
+    }
 }
 
 #[tokio::test]
 async fn stage_round_trip_list_and_show() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let (id, first, second) = staged_win(&ledger, 1).await;
-    let stage = ledger.stage(id).await.unwrap();
-    assert_eq!(
-        stage,
-        Stage {
-            id,
-            experiment_id: first,
-            confirmation_id: second,
-            state: StageState::Staged,
-            base_digest: digest(1),
-            candidate_digest: digest(200),
-            candidate_profile: "# profile 200\n".into(),
-            // The confirmation's estimate, not the first win's.
-            effect: -0.15,
-            interval: Interval {
-                low: -0.25,
-                high: -0.05
-            },
-            noise_floor: 0.02,
-            created_at: t(200),
-            decided_at: None,
-            decided_by: None,
-            note: None,
-        }
-    );
+    for ledger in backends().await {
+        let (id, first, second) = staged_win(&ledger, 1).await;
+        let stage = ledger.stage(id).await.unwrap();
+        assert_eq!(
+            stage,
+            Stage {
+                id,
+                experiment_id: first,
+                confirmation_id: second,
+                state: StageState::Staged,
+                base_digest: digest(1),
+                candidate_digest: digest(200),
+                candidate_profile: "# profile 200\n".into(),
+                // The confirmation's estimate, not the first win's.
+                effect: -0.15,
+                interval: Interval {
+                    low: -0.25,
+                    high: -0.05
+                },
+                noise_floor: 0.02,
+                created_at: t(200),
+                decided_at: None,
+                decided_by: None,
+                note: None,
+            }
+        );
 
-    let staged = ledger.stages(Some(StageState::Staged)).await.unwrap();
-    assert_eq!(staged.len(), 1);
-    assert_eq!(staged[0].id, id);
-    assert_eq!(staged[0].menu_id, MenuId::StageSpeculative);
-    assert_eq!(staged[0].parameters, json!({"draft_len": 4}));
-    assert_eq!(staged[0].base_digest, digest(1));
-    assert_eq!(staged[0].age(t(260)), chrono::Duration::seconds(60));
-    assert!(
-        ledger
-            .stages(Some(StageState::Approved))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+        let staged = ledger.stages(Some(StageState::Staged)).await.unwrap();
+        assert_eq!(staged.len(), 1);
+        assert_eq!(staged[0].id, id);
+        assert_eq!(staged[0].menu_id, MenuId::StageSpeculative);
+        assert_eq!(staged[0].parameters, json!({"draft_len": 4}));
+        assert_eq!(staged[0].base_digest, digest(1));
+        assert_eq!(staged[0].age(t(260)), chrono::Duration::seconds(60));
+        assert!(
+            ledger
+                .stages(Some(StageState::Approved))
+                .await
+                .unwrap()
+                .is_empty()
+        );
 
-    let detail = ledger.stage_detail(id).await.unwrap();
-    assert_eq!(detail.stage, stage);
-    assert_eq!(detail.experiment.id, first);
-    assert_eq!(detail.confirmation.id, second);
-    assert_eq!(detail.confirmation.confirmation_of, Some(first));
-    assert_eq!(detail.runs.len(), 4);
-    assert_eq!(detail.confirmation_runs.len(), 4);
-    assert!(detail.runs.iter().all(|r| r.experiment_id == first));
-    assert_eq!(
-        detail.runs.iter().map(|r| r.arm).collect::<Vec<_>>(),
-        vec![Arm::Baseline, Arm::Candidate, Arm::Candidate, Arm::Baseline]
-    );
-    assert_eq!(detail.verdict.kind, VerdictKind::Win);
-    assert_eq!(detail.confirmation_verdict.effect, Some(-0.15));
-    assert_eq!(ledger.confirmations(first).await.unwrap()[0].id, second);
+        let detail = ledger.stage_detail(id).await.unwrap();
+        assert_eq!(detail.stage, stage);
+        assert_eq!(detail.experiment.id, first);
+        assert_eq!(detail.confirmation.id, second);
+        assert_eq!(detail.confirmation.confirmation_of, Some(first));
+        assert_eq!(detail.runs.len(), 4);
+        assert_eq!(detail.confirmation_runs.len(), 4);
+        assert!(detail.runs.iter().all(|r| r.experiment_id == first));
+        assert_eq!(
+            detail.runs.iter().map(|r| r.arm).collect::<Vec<_>>(),
+            vec![Arm::Baseline, Arm::Candidate, Arm::Candidate, Arm::Baseline]
+        );
+        assert_eq!(detail.verdict.kind, VerdictKind::Win);
+        assert_eq!(detail.confirmation_verdict.effect, Some(-0.15));
+        assert_eq!(ledger.confirmations(first).await.unwrap()[0].id, second);
+    }
 }
 
 #[tokio::test]
 async fn a_stage_is_decided_once_and_the_refusal_names_the_first_decider() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let (id, _, _) = staged_win(&ledger, 1).await;
-    ledger
-        .decide_stage(
-            id,
-            StageDecision::Approved,
-            "alice",
-            Some("looks right"),
-            t(400),
-        )
-        .await
-        .unwrap();
-    let err = ledger
-        .decide_stage(id, StageDecision::Rejected, "bob", Some("no"), t(500))
-        .await
-        .unwrap_err();
-    match &err {
-        LedgerError::StageAlreadyDecided {
-            id: got,
-            state,
-            by,
-            at,
-        } => {
-            assert_eq!(*got, id);
-            assert_eq!(*state, StageState::Approved);
-            assert_eq!(by, "alice");
-            assert_eq!(*at, t(400));
+    for ledger in backends().await {
+        let (id, _, _) = staged_win(&ledger, 1).await;
+        ledger
+            .decide_stage(
+                id,
+                StageDecision::Approved,
+                "alice",
+                Some("looks right"),
+                t(400),
+            )
+            .await
+            .unwrap();
+        let err = ledger
+            .decide_stage(id, StageDecision::Rejected, "bob", Some("no"), t(500))
+            .await
+            .unwrap_err();
+        match &err {
+            LedgerError::StageAlreadyDecided {
+                id: got,
+                state,
+                by,
+                at,
+            } => {
+                assert_eq!(*got, id);
+                assert_eq!(*state, StageState::Approved);
+                assert_eq!(by, "alice");
+                assert_eq!(*at, t(400));
+            }
+            other => panic!("expected StageAlreadyDecided, got {other:?}"),
         }
-        other => panic!("expected StageAlreadyDecided, got {other:?}"),
+        let msg = err.to_string();
+        assert!(msg.contains("approved by alice"), "{msg}");
+        let stage = ledger.stage(id).await.unwrap();
+        assert_eq!(stage.state, StageState::Approved);
+        assert_eq!(stage.decided_by.as_deref(), Some("alice"));
+        assert_eq!(stage.note.as_deref(), Some("looks right"));
+        assert_eq!(stage.decided_at, Some(t(400)));
+
+        let mut expire = ledger.begin_write().await.unwrap();
+        let err = expire
+            .expire_stage(id, "base changed", t(600))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LedgerError::StageAlreadyDecided { .. }),
+            "{err:?}"
+        );
+        drop(expire);
+
+        let (other, _, _) = staged_win(&ledger, 2).await;
+        let silent = ledger
+            .decide_stage(other, StageDecision::Rejected, "bob", None, t(500))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(silent, LedgerError::RejectionNeedsReason { .. }),
+            "{silent:?}"
+        );
+        assert_eq!(ledger.stage(other).await.unwrap().state, StageState::Staged);
+
+        let missing = ledger
+            .decide_stage(StageId(77), StageDecision::Approved, "alice", None, t(1))
+            .await
+            .unwrap_err();
+        assert!(
+            missing.to_string().contains("stage 77 does not exist"),
+            "{missing}"
+        );
     }
-    let msg = err.to_string();
-    assert!(msg.contains("approved by alice"), "{msg}");
-    let stage = ledger.stage(id).await.unwrap();
-    assert_eq!(stage.state, StageState::Approved);
-    assert_eq!(stage.decided_by.as_deref(), Some("alice"));
-    assert_eq!(stage.note.as_deref(), Some("looks right"));
-    assert_eq!(stage.decided_at, Some(t(400)));
-
-    let mut expire = ledger.begin_write().await.unwrap();
-    let err = expire
-        .expire_stage(id, "base changed", t(600))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, LedgerError::StageAlreadyDecided { .. }),
-        "{err:?}"
-    );
-    drop(expire);
-
-    let (other, _, _) = staged_win(&ledger, 2).await;
-    let silent = ledger
-        .decide_stage(other, StageDecision::Rejected, "bob", None, t(500))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(silent, LedgerError::RejectionNeedsReason { .. }),
-        "{silent:?}"
-    );
-    assert_eq!(ledger.stage(other).await.unwrap().state, StageState::Staged);
-
-    let missing = ledger
-        .decide_stage(StageId(77), StageDecision::Approved, "alice", None, t(1))
-        .await
-        .unwrap_err();
-    assert!(
-        missing.to_string().contains("stage 77 does not exist"),
-        "{missing}"
-    );
 }
 
 #[tokio::test]
 async fn stages_on_an_old_base_expire() {
-    let ledger = Ledger::open_in_memory().await.unwrap();
-    let (on_old, _, _) = staged_win(&ledger, 1).await;
-    let (on_live, _, _) = staged_win(&ledger, 2).await;
-    let expired = ledger
-        .expire_stale_stages(&digest(2), "the live profile changed", t(900))
-        .await
-        .unwrap();
-    assert_eq!(expired, vec![on_old]);
-    let old = ledger.stage(on_old).await.unwrap();
-    assert_eq!(old.state, StageState::Expired);
-    assert_eq!(old.decided_by.as_deref(), Some("orchestrator"));
-    assert_eq!(old.note.as_deref(), Some("the live profile changed"));
-    assert_eq!(
-        ledger.stage(on_live).await.unwrap().state,
-        StageState::Staged
-    );
-
-    let mut tx = ledger.begin_write().await.unwrap();
-    tx.expire_stage(on_live, "base is gone", t(950))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!(
-        ledger.stage(on_live).await.unwrap().state,
-        StageState::Expired
-    );
-    assert_eq!(
-        ledger
-            .stages(Some(StageState::Expired))
+    for ledger in backends().await {
+        let (on_old, _, _) = staged_win(&ledger, 1).await;
+        let (on_live, _, _) = staged_win(&ledger, 2).await;
+        let expired = ledger
+            .expire_stale_stages(&digest(2), "the live profile changed", t(900))
             .await
-            .unwrap()
-            .len(),
-        2
-    );
+            .unwrap();
+        assert_eq!(expired, vec![on_old]);
+        let old = ledger.stage(on_old).await.unwrap();
+        assert_eq!(old.state, StageState::Expired);
+        assert_eq!(old.decided_by.as_deref(), Some("orchestrator"));
+        assert_eq!(old.note.as_deref(), Some("the live profile changed"));
+        assert_eq!(
+            ledger.stage(on_live).await.unwrap().state,
+            StageState::Staged
+        );
+
+        let mut tx = ledger.begin_write().await.unwrap();
+        tx.expire_stage(on_live, "base is gone", t(950))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            ledger.stage(on_live).await.unwrap().state,
+            StageState::Expired
+        );
+        assert_eq!(
+            ledger
+                .stages(Some(StageState::Expired))
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 }
