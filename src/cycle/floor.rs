@@ -69,6 +69,12 @@ impl CurrentFloor {
         Floor::try_from(v).ok()
     }
 
+    /// The typical contention of the floor's runs (runnable tasks per
+    /// core): the reference of the judge's interference rule.
+    pub fn contention(&self) -> Option<f64> {
+        self.row.as_ref().and_then(|r| r.contention)
+    }
+
     /// The proposer's view.
     pub fn state(&self, min: Floor, now: DateTime<Utc>) -> NoiseFloorState {
         match (&self.row, self.floor(min)) {
@@ -142,6 +148,7 @@ mod tests {
                 experiment_id: None,
                 load1: Some(0.5),
                 cpu_pressure: cpu,
+                contention: None,
             },
         }
     }

@@ -33,6 +33,9 @@ pub struct NewNoiseFloor {
     pub load1: Option<f64>,
     /// The median CPU stall share (0..1) over its runs.
     pub cpu_pressure: Option<f64>,
+    /// The median contention (runnable tasks per core, at least 1) over its
+    /// runs: what an A/B judged against it calls a burst is a rise over this.
+    pub contention: Option<f64>,
 }
 
 /// A stored noise floor: its id and the floor as recorded.
@@ -52,7 +55,8 @@ pub(crate) const SQL_LATEST_NOISE_FLOOR: &str = "SELECT * FROM noise_floors WHER
 async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId> {
     sqlx::query_scalar(
         "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
-         experiment_id, load1, cpu_pressure) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id",
+         experiment_id, load1, cpu_pressure, contention) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
     )
     .bind(&f.stack)
     .bind(&f.profile_digest)
@@ -63,6 +67,7 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, f: &NewNoiseFloor) -> Result
     .bind(f.experiment_id)
     .bind(f.load1)
     .bind(f.cpu_pressure)
+    .bind(f.contention)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a noise floor"))

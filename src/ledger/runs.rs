@@ -48,7 +48,8 @@ impl TokenParts {
 }
 
 /// What else the machine was doing during a run (`measure::pressure`): each
-/// resource's stall share of the run's wall time (0..1) and the 1-minute
+/// resource's stall share of the run's wall time (0..1), the mean runnable
+/// tasks per core (at least 1, what the judge weighs) and the 1-minute
 /// load average; `None` where the kernel does not report it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, FromRow)]
 pub struct RunPressure {
@@ -56,6 +57,7 @@ pub struct RunPressure {
     pub cpu_pressure: Option<f64>,
     pub memory_pressure: Option<f64>,
     pub io_pressure: Option<f64>,
+    pub contention: Option<f64>,
 }
 
 /// One run about to be recorded.
@@ -136,9 +138,10 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
         "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
          stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
-         far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure) \
+         far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure, \
+         contention) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22) \
+         ?19, ?20, ?21, ?22, ?23) \
          RETURNING id",
     )
     .bind(r.experiment_id)
@@ -163,6 +166,7 @@ async fn insert(c: &mut SqliteConnection, cx: &Ctx, r: &NewRun) -> Result<RunId>
     .bind(r.pressure.cpu_pressure)
     .bind(r.pressure.memory_pressure)
     .bind(r.pressure.io_pressure)
+    .bind(r.pressure.contention)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a run"))

@@ -354,6 +354,7 @@ async fn noise_floor_latest_per_stack() {
         experiment_id: None,
         load1: Some(0.7),
         cpu_pressure: Some(0.05),
+        contention: Some(3.5),
     };
     let newer = NewNoiseFloor {
         value: 0.024,
