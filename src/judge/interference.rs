@@ -17,6 +17,10 @@
 //! is not discarded, since a quieter run is no burst. It also does not look
 //! at the run's own time: discarding slow runs for being slow would bias
 //! every estimate toward the faster arm.
+//!
+//! The count includes the runs' own threads, the same in every run of one
+//! profile; a candidate that ran more threads than the live profile would
+//! read as more contended (no menu entry changes the thread count).
 
 use super::noise;
 use super::sequential::Timed;

@@ -142,9 +142,9 @@ impl Policy {
 
     /// The default `max_contention_rise`. Measured on this 2-core machine
     /// (`benches/traces/README.md`, "Interference"): the contention of runs
-    /// under one steady load stays within about 15% of its median, while 8
-    /// busy loops on top of a load of 16 raise it by a third, and on a
-    /// quieter machine by more.
+    /// under one steady load stays within about 10% of its median, while 8
+    /// busy loops on top of 16 raise it by a third, and on a quieter
+    /// machine by more.
     pub const DEFAULT_MAX_CONTENTION_RISE: f64 = 0.25;
 
     /// The most `max_pairs`: 30 looks. Beyond that the boundary's numerical
