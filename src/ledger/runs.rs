@@ -225,6 +225,21 @@ impl Ledger {
         .map_err(self.ctx.err(op))
     }
 
+    /// The contention (runnable tasks per core) of the last `limit` runs
+    /// that recorded one, newest first: how busy the machine is now, on the
+    /// scale the judge compares with a floor's.
+    pub async fn recent_contention(&self, limit: u32) -> Result<Vec<f64>> {
+        let op = "read the recent runs' contention";
+        let mut c = self.conn(op).await?;
+        sqlx::query_scalar(
+            "SELECT contention FROM runs WHERE contention IS NOT NULL ORDER BY id DESC LIMIT ?1",
+        )
+        .bind(limit)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(self.ctx.err(op))
+    }
+
     /// Wall times (seconds) of the last `limit` valid runs of the profile
     /// `digest`, in either arm of any experiment: what a run of it takes.
     /// Discarded blocks count (their runs were slow for a reason the next
