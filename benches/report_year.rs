@@ -255,6 +255,7 @@ async fn generate(path: &std::path::Path) -> Counts {
                 experiment_id: None,
                 load1: Some(0.5),
                 cpu_pressure: Some(0.02),
+                contention: Some(1.0),
             })
             .await
             .unwrap();

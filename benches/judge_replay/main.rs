@@ -204,7 +204,7 @@ fn main() -> ExitCode {
         replay::BLOCK,
         WARMUPS
     );
-    table::traces(&traces, policy.max_pressure.unwrap_or(1.0));
+    table::traces(&traces, policy.max_contention_rise);
 
     let ours = Judge::Ours(policy);
     let results = all_cells(&traces, ours, policy, trials, seed);
@@ -226,20 +226,18 @@ fn main() -> ExitCode {
     // must be; what the judge would have done there without the limit:
     for trace in traces[..real].iter() {
         let floor = replay::true_floor(trace);
-        let busy = policy
-            .max_pressure
-            .is_some_and(|l| table::pressured_block_share(trace, l) > 0.5);
+        let busy = table::contended_block_share(trace, policy.max_contention_rise) > 0.5;
         if busy || policy.max_floor.is_some_and(|m| floor > m.get()) {
             let mut lifted = policy;
             lifted.max_floor = None;
-            lifted.max_pressure = None;
+            lifted.max_contention_rise = None;
             let cells = cells(trace, Judge::Ours(lifted), lifted, trials / 2, seed ^ 3);
             table::cells(
                 trace,
                 &format!(
-                    "too noisy for the daemon (noise {:.1}%, {:.0}% of blocks above max_pressure): it refuses to judge there; this is the judge with both limits lifted, for the record",
+                    "too noisy for the daemon (noise {:.1}%, {:.0}% of blocks contended beyond max_contention_rise): it refuses to judge there; this is the judge with both limits lifted, for the record",
                     100.0 * floor.exp_m1(),
-                    100.0 * table::pressured_block_share(trace, policy.max_pressure.unwrap_or(1.0))
+                    100.0 * table::contended_block_share(trace, policy.max_contention_rise)
                 ),
                 &cells,
             );
@@ -264,7 +262,7 @@ fn main() -> ExitCode {
                     .expect("valid");
                     p.floor_pairs = fp;
                     p.max_floor = policy.max_floor;
-                    p.max_pressure = policy.max_pressure;
+                    p.max_contention_rise = policy.max_contention_rise;
                     p.max_discarded_blocks = policy.max_discarded_blocks;
                     let r = all_cells(&traces[..real], Judge::Ours(p), p, trials / 2, seed ^ 1);
                     table::grid_row(

@@ -65,7 +65,7 @@ impl<'a> Stream<'a> {
         };
         Timed {
             seconds_per_token: r.seconds_per_token * shift,
-            pressure: r.pressure,
+            contention: r.contention,
         }
     }
 }
@@ -202,19 +202,26 @@ pub fn replay(
     out
 }
 
-/// A floor as the daemon measures one; `None` when the machine was too
-/// noisy (pressure, or a floor above `max_floor`) or the runs gave none.
-fn measure_floor(stream: &mut Stream, policy: Policy, warmups: usize) -> Option<Floor> {
+/// A floor as the daemon measures one, and its runs' typical contention;
+/// `None` when the machine was too noisy (interference, or a floor above
+/// `max_floor`) or the runs gave none.
+fn measure_floor(
+    stream: &mut Stream,
+    policy: Policy,
+    warmups: usize,
+) -> Option<(Floor, Option<f64>)> {
     let mut s = FloorSchedule::new(policy, warmups);
     loop {
         let slot = s.slot();
         let t = stream.timed(slot.profile, 0.0);
         match s.record(t).expect("trace times are valid") {
             FloorNext::Run | FloorNext::Discarded(_) => {}
-            FloorNext::Done(FloorEnd::Measured { floor, .. }) => {
+            FloorNext::Done(FloorEnd::Measured {
+                floor, contention, ..
+            }) => {
                 return match policy.max_floor {
                     Some(max) if floor.value > max => None,
-                    _ => Some(floor.value),
+                    _ => Some((floor.value, contention)),
                 };
             }
             FloorNext::Done(_) => return None,
@@ -228,12 +235,12 @@ fn ab(
     judge: Judge,
     policy: Policy,
     warmups: usize,
-    floor: Floor,
+    (floor, contention): (Floor, Option<f64>),
     theta: f64,
 ) -> (VerdictKind, bool) {
     match judge {
         Judge::Ours(p) => {
-            let mut s = AbSchedule::new(p, floor, warmups);
+            let mut s = AbSchedule::new(p.against_floor(contention), floor, warmups);
             loop {
                 let slot = s.slot();
                 let t = stream.timed(slot.profile, theta);
@@ -243,7 +250,7 @@ fn ab(
             }
         }
         Judge::FixedPaired { pairs, alpha } => {
-            // Our order and warmups; blocks under pressure are not re-run.
+            // Our order and warmups; interfered blocks are not re-run.
             let _ = policy;
             for i in 0..2 * warmups {
                 stream.timed(

@@ -45,6 +45,7 @@ pub fn trace(seed: u64, runs: usize) -> Trace {
         out.push(Run {
             seconds_per_token: (level + ar + burst).exp(),
             pressure: None,
+            contention: None,
         });
     }
     Trace {

@@ -128,9 +128,7 @@ impl Targets {
         let too_noisy = policy
             .max_floor
             .is_some_and(|max| true_floor(t) > max.get())
-            || policy
-                .max_pressure
-                .is_some_and(|limit| pressured_block_share(t, limit) > 0.5);
+            || contended_block_share(t, policy.max_contention_rise) > 0.5;
         for c in cells {
             if c.is_aa() {
                 let cw = c.confirmed_win();
@@ -170,7 +168,7 @@ impl Targets {
                 let share = c.noisy as f64 / c.n as f64;
                 if share < self.power_two_floors {
                     missed.push(format!(
-                        "{trace}: the machine is too noisy to judge (its noise above max_noise_floor, or most of its blocks above max_pressure), but only {:.1}% of A/As ended `inconclusive` for a noisy machine (< {:.0}%)",
+                        "{trace}: the machine is too noisy to judge (its noise above max_noise_floor, or most of its blocks contended beyond max_contention_rise), but only {:.1}% of A/As ended `inconclusive` for a noisy machine (< {:.0}%)",
                         100.0 * share,
                         100.0 * self.power_two_floors
                     ));
@@ -194,14 +192,27 @@ impl Targets {
     }
 }
 
-/// The share of four-run windows (a block) of the trace with a run above
-/// the pressure limit: where most blocks would be re-run, the machine is
-/// too busy for the daemon to judge, whatever the judge.
-pub fn pressured_block_share(t: &Trace, limit: f64) -> f64 {
+/// The share of four-run windows (a block) of the trace with a run
+/// contended beyond `rise` over the trace's median contention (the floor's
+/// typical run): where most blocks would be re-run, the machine is too
+/// unsteady for the daemon to judge, whatever the judge. 0 for a trace
+/// without a `contention` column.
+pub fn contended_block_share(t: &Trace, rise: Option<f64>) -> f64 {
+    let readings: Vec<f64> = t.runs.iter().filter_map(|r| r.contention).collect();
+    let reference = orchestrator::judge::noise::median(&readings);
     let w: Vec<bool> = t
         .runs
         .windows(4)
-        .map(|w| w.iter().any(|r| r.pressure.is_some_and(|p| p > limit)))
+        .map(|w| {
+            let timed: Vec<_> = w
+                .iter()
+                .map(|r| orchestrator::judge::Timed {
+                    seconds_per_token: r.seconds_per_token,
+                    contention: r.contention,
+                })
+                .collect();
+            orchestrator::judge::interference::interfered(&timed, reference, rise).is_some()
+        })
         .collect();
     w.iter().filter(|&&b| b).count() as f64 / w.len().max(1) as f64
 }
@@ -228,9 +239,9 @@ pub fn cost(results: &[Vec<Cell>]) -> Cost {
     }
 }
 
-pub fn traces(traces: &[Trace], limit: f64) {
+pub fn traces(traces: &[Trace], rise: Option<f64>) {
     println!(
-        "| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 | blocks with a run above max_pressure |"
+        "| trace | runs | median s/token | true floor | lag-1 autocorrelation | runs with pressure > 0.5 | blocks with a run contended beyond max_contention_rise |"
     );
     println!("|---|---|---|---|---|---|---|");
     for t in traces {
@@ -240,14 +251,18 @@ pub fn traces(traces: &[Trace], limit: f64) {
             .filter(|r| r.pressure.is_some_and(|p| p > 0.5))
             .count();
         println!(
-            "| {} | {} | {:.4} | {:.2}% | {:.2} | {} | {:.0}% |",
+            "| {} | {} | {:.4} | {:.2}% | {:.2} | {} | {} |",
             t.name,
             t.runs.len(),
             t.median(),
             100.0 * true_floor(t).exp_m1(),
             t.lag1(),
             pressed,
-            100.0 * pressured_block_share(t, limit)
+            if t.runs.iter().any(|r| r.contention.is_some()) {
+                format!("{:.0}%", 100.0 * contended_block_share(t, rise))
+            } else {
+                "not recorded".into()
+            }
         );
     }
     println!();

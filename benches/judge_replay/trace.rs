@@ -1,10 +1,11 @@
 //! A/A traces: runs of one profile back to back, as CSV.
 //!
 //! The format (`benches/traces/README.md`): a header row, then one row per
-//! run in the order run. `seconds_per_token` is required; `cpu_some` and
-//! `memory_some` (each a run's stall share, 0..1, as `orchestrator trace`
-//! writes them) are used for the judge's pressure rule when present; every
-//! other column (`started_unix`, `wall_s`, `load1`, ...) is ignored.
+//! run in the order run. `seconds_per_token` is required; `contention` (a
+//! run's mean runnable tasks per core, as `orchestrator trace` writes it)
+//! is used for the judge's interference rule when present; `cpu_some` and
+//! `memory_some` (stall shares, 0..1) are shown in the table; every other
+//! column (`started_unix`, `wall_s`, `load1`, ...) is ignored.
 
 use std::path::Path;
 
@@ -12,8 +13,10 @@ use std::path::Path;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Run {
     pub seconds_per_token: f64,
-    /// The larger of the CPU and memory stall shares, as the daemon judges it.
+    /// The larger of the CPU and memory stall shares, for the table.
     pub pressure: Option<f64>,
+    /// Runnable tasks per core, as the daemon judges it.
+    pub contention: Option<f64>,
 }
 
 /// A trace file, parsed.
@@ -53,6 +56,7 @@ impl Trace {
             )
         })?;
         let (cpu, mem) = (find("cpu_some"), find("memory_some"));
+        let contention = find("contention");
         let mut runs = Vec::new();
         for (i, line) in lines {
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -91,6 +95,7 @@ impl Trace {
             runs.push(Run {
                 seconds_per_token: s,
                 pressure,
+                contention: at(contention)?,
             });
         }
         if runs.len() < MIN_RUNS {

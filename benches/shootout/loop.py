@@ -13,8 +13,8 @@ or the harness stops):
 - `interval_s` 30 -> 1 (the wait between cycles is no engine time, but it is
   wall time the hour cannot spare); `proposer` is the contestant's;
 - the metrics port is a free one;
-- `max_pressure` 0.97 -> 0.999 and `max_discarded_blocks` 8 -> 1000 (see
-  LOOSENED below; `--shipped-judge` keeps them).
+- `max_discarded_blocks` 8 -> 1000 (see LOOSENED below; `--shipped-judge`
+  keeps it).
 
 Everything in `[measure]` (the judge, floors, confirmations) is as shipped.
 
@@ -52,13 +52,15 @@ def substitute(text, pairs):
     return text
 
 
-# The machine checks the repository's own tests loosen on a loaded machine
-# (tests/e2e/report_cli.rs): at load 15 on 2 cores every run is "under pressure"
-# (PSI near 100%), every block is discarded and every floor ends
+# The machine check the repository's own tests loosen on a loaded machine
+# (tests/e2e/report_cli.rs). Until #16 this also lifted the absolute
+# `max_pressure` 0.97: at load 15 on 2 cores every run was "under pressure"
+# (PSI near 100%), every block was discarded and every floor ended
 # `inconclusive` (2026-12-01, --quick at load 15: both loops spent their whole
-# budget on one such floor). --shipped-judge keeps them as shipped.
+# budget on one such floor). The judge now discards a block only for a burst
+# above its floor's contention (`max_contention_rise`), so that key is as
+# shipped. --shipped-judge keeps this one as shipped too.
 LOOSENED = [
-    ("max_pressure = 0.97", "max_pressure = 0.999"),
     ("max_discarded_blocks = 8", "max_discarded_blocks = 1000"),
 ]
 

@@ -24,7 +24,7 @@ use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 
 /// The CSV header; `docs/traces.md` documents each column.
-pub const HEADER: &str = "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some";
+pub const HEADER: &str = "run,started_unix,wall_s,seconds_per_token,tokens,output_hash,load1,cpu_some,memory_some,io_some,contention";
 
 pub fn run(config_path: &Path, args: &TraceArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
@@ -110,7 +110,7 @@ pub fn run(config_path: &Path, args: &TraceArgs) -> anyhow::Result<()> {
             let opt = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
             writeln!(
                 out,
-                "{run},{started:.3},{:.4},{:.6},{},{},{},{},{},{}",
+                "{run},{started:.3},{:.4},{:.6},{},{},{},{},{},{},{}",
                 o.duration.as_secs_f64(),
                 o.seconds_per_token,
                 o.tokens.map(|t| t.to_string()).unwrap_or_default(),
@@ -119,6 +119,7 @@ pub fn run(config_path: &Path, args: &TraceArgs) -> anyhow::Result<()> {
                 opt(p.cpu),
                 opt(p.memory),
                 opt(p.io),
+                opt(p.contention),
             )?;
             out.flush()?;
             if args.progress_every > 0 && (run + 1) % args.progress_every == 0 {

@@ -28,7 +28,21 @@ impl TryFrom<&RawMeasure> for Policy {
         .map_err(judges)?;
         p.floor_pairs = m.floor_pairs as usize;
         p.max_floor = Some(Floor::try_from(m.max_noise_floor.get().ln_1p()).map_err(judges)?);
-        p.max_pressure = Some(m.max_pressure.get());
+        if m.max_pressure.is_some() {
+            return Err(
+                "[measure] max_pressure is retired: it was an absolute ceiling on the share of a run stalled on the CPU, which any steady load of a few tasks a core holds at 1.0, so nothing was ever measured on a busy machine. Remove it; a run is now interfered with when it was contended markedly more than its noise floor's runs, set by max_contention_rise (default 0.25: a quarter more runnable tasks per core than the floor's typical run; see config.toml)".to_string(),
+            );
+        }
+        if !(m.max_contention_rise.is_finite()
+            && m.max_contention_rise > 0.0
+            && m.max_contention_rise <= 10.0)
+        {
+            return Err(format!(
+                "[measure] max_contention_rise must be a fraction in (0, 10], the rise of runnable tasks per core over the noise floor's runs beyond which a run's block is re-run (0.25 is a quarter more; got {})",
+                m.max_contention_rise
+            ));
+        }
+        p.max_contention_rise = Some(m.max_contention_rise);
         p.max_discarded_blocks = m.max_discarded_blocks as usize;
         if (m.floor_pairs as usize) < crate::judge::noise::MIN_PAIRS || m.floor_pairs > 200 {
             return Err(format!(

@@ -250,8 +250,12 @@ pub(super) struct RawMeasure {
     pub floor_pairs: u32,
     #[serde(default = "default_max_floor")]
     pub max_noise_floor: Fraction,
-    #[serde(default = "default_max_pressure")]
-    pub max_pressure: Fraction,
+    #[serde(default = "default_max_contention_rise")]
+    pub max_contention_rise: f64,
+    /// Retired: an absolute ceiling on the PSI share, which a steady load
+    /// saturates. Read only to refuse it with the name of its replacement.
+    #[serde(default)]
+    pub max_pressure: Option<toml::Value>,
     #[serde(default = "default_max_discarded")]
     pub max_discarded_blocks: u32,
     #[serde(default = "default_pressure_shift")]
@@ -270,8 +274,8 @@ fn default_floor_pairs() -> u32 {
 fn default_max_floor() -> Fraction {
     Fraction::try_from(0.50).expect("a fraction")
 }
-fn default_max_pressure() -> Fraction {
-    Fraction::try_from(0.97).expect("a fraction")
+fn default_max_contention_rise() -> f64 {
+    crate::judge::Policy::DEFAULT_MAX_CONTENTION_RISE
 }
 fn default_max_discarded() -> u32 {
     8

@@ -117,14 +117,39 @@ fn the_judges_machine_keys_are_checked() {
         msg.contains("max_noise_floor (0.005) must be above"),
         "{msg}"
     );
-    let msg = err(&default_text().replace("max_pressure = 0.97", "max_pressure = 1.5"));
-    assert!(msg.contains("max_pressure"), "{msg}");
+    for bad in ["0", "-0.5", "11", "nan"] {
+        let msg = err(&default_text().replace(
+            "max_contention_rise = 0.25",
+            &format!("max_contention_rise = {bad}"),
+        ));
+        assert!(
+            msg.contains("max_contention_rise must be a fraction in (0, 10]"),
+            "{bad}: {msg}"
+        );
+    }
+    assert_eq!(
+        parse(&default_text()).unwrap().policy.max_contention_rise,
+        Some(0.25)
+    );
     let msg =
         err(&default_text().replace("floor_pressure_shift = 0.25", "floor_pressure_shift = 0"));
     assert!(
         msg.contains("floor_pressure_shift must be in (0, 1]"),
         "{msg}"
     );
+}
+
+#[test]
+fn the_retired_max_pressure_is_refused_with_its_replacement_named() {
+    // The old absolute PSI ceiling, as an older config.toml still says it.
+    let old = default_text().replace(
+        "max_contention_rise = 0.25",
+        "max_contention_rise = 0.25\nmax_pressure = 0.97",
+    );
+    let msg = err(&old);
+    assert!(msg.contains("[measure] max_pressure is retired"), "{msg}");
+    assert!(msg.contains("Remove it"), "{msg}");
+    assert!(msg.contains("max_contention_rise"), "{msg}");
 }
 
 #[test]

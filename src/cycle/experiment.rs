@@ -128,7 +128,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 live,
                 candidate,
                 &mut gate,
-                self.policy,
+                // A run is interfered with when contended beyond this
+                // floor's runs, not when the machine is merely busy.
+                self.policy.against_floor(current.contention()),
                 floor,
             )
             .await;

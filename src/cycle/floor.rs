@@ -2,7 +2,9 @@
 //! a floor is only meaningful for the protocol that measured it; stale when
 //! older than `noise_floor_max_age_s`, measured on another live profile,
 //! wider than `max_noise_floor`, measured under other machine conditions
-//! than now (`floor_pressure_shift`), or older than a win waiting for its
+//! than now (`floor_pressure_shift`; or a contention that moved by more than
+//! `max_contention_rise`, which the PSI share, saturated on a busy machine,
+//! cannot see), or older than a win waiting for its
 //! confirmation (which must not inherit the noise of the A/B it confirms).
 
 use chrono::{DateTime, Utc};
@@ -22,6 +24,12 @@ pub struct Freshness {
     pub now: Pressure,
     /// How far the CPU pressure share (0..1) may move from the floor's.
     pub pressure_shift: f64,
+    /// How far the contention (runnable tasks per core) may move from the
+    /// floor's, as a ratio either way (`max_contention_rise`): beyond it,
+    /// every A/B block would be discarded against this floor (a load that
+    /// rose for good) or judged against a floor wider than the machine
+    /// now is (a load that went away).
+    pub contention_rise: Option<f64>,
     /// A win decided at this time waits for its confirmation: a floor
     /// measured before it is not used for that confirmation.
     pub not_before: Option<DateTime<Utc>>,
@@ -69,6 +77,12 @@ impl CurrentFloor {
         Floor::try_from(v).ok()
     }
 
+    /// The typical contention of the floor's runs (runnable tasks per
+    /// core): the reference of the judge's interference rule.
+    pub fn contention(&self) -> Option<f64> {
+        self.row.as_ref().and_then(|r| r.contention)
+    }
+
     /// The proposer's view.
     pub fn state(&self, min: Floor, now: DateTime<Utc>) -> NoiseFloorState {
         match (&self.row, self.floor(min)) {
@@ -114,6 +128,14 @@ fn stale_because(
             100.0 * cpu
         ));
     }
+    if let (Some(then), Some(now), Some(rise)) =
+        (f.contention, rules.now.contention, rules.contention_rise)
+        && (now / then).ln().abs() > rise.ln_1p()
+    {
+        return Some(format!(
+            "the CPU's contention moved from {then:.1} to {now:.1} runnable tasks per core since the noise floor was measured"
+        ));
+    }
     if let Some(win) = rules.not_before
         && f.measured_at < win
     {
@@ -142,6 +164,7 @@ mod tests {
                 experiment_id: None,
                 load1: Some(0.5),
                 cpu_pressure: cpu,
+                contention: Some(6.0),
             },
         }
     }
@@ -155,6 +178,7 @@ mod tests {
                 ..Pressure::default()
             },
             pressure_shift: 0.25,
+            contention_rise: Some(0.25),
             not_before,
         }
     }
@@ -177,6 +201,31 @@ mod tests {
         );
         let other = Digest::of(b"other");
         assert!(stale_because(&f, &other, &rules(None, None), t0).is_some());
+    }
+
+    #[test]
+    fn a_floor_follows_the_contention_where_the_pressure_share_is_saturated() {
+        let t0 = Utc::now();
+        let live = Digest::of(b"live");
+        // Measured at 6 runnable tasks a core, PSI saturated then and now.
+        let f = floor_row(t0, Some(1.0));
+        let at = |contention: f64| {
+            let mut r = rules(Some(1.0), None);
+            r.now.contention = Some(contention);
+            stale_because(&f, &live, &r, t0)
+        };
+        assert_eq!(at(6.5), None, "a steady load's wobble");
+        assert_eq!(at(5.0), None);
+        let why = at(9.0).expect("a load that rose for good");
+        assert!(
+            why.contains("contention moved from 6.0 to 9.0 runnable tasks per core"),
+            "{why}"
+        );
+        assert!(at(3.0).is_some(), "a load that went away");
+        let mut off = rules(Some(1.0), None);
+        off.now.contention = Some(60.0);
+        off.contention_rise = None;
+        assert_eq!(stale_because(&f, &live, &off, t0), None);
     }
 
     #[test]

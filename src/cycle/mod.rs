@@ -244,8 +244,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // the last runs, comparable with the floor's (both include the
         // stack's own threads), where the kernel's idle average is not.
         let recent = self.ledger.recent_cpu_pressure(RECENT_RUNS).await?;
+        let contended = self.ledger.recent_contention(RECENT_RUNS).await?;
         let now = crate::measure::pressure::Pressure {
             cpu: judge::noise::median(&recent),
+            contention: judge::noise::median(&contended),
             ..Default::default()
         };
         let rules = Freshness {
@@ -253,6 +255,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             max_floor: self.policy.max_floor,
             now,
             pressure_shift: self.config.measure.floor_pressure_shift,
+            contention_rise: self.policy.max_contention_rise,
             not_before,
         };
         CurrentFloor::load(

@@ -5,6 +5,8 @@
 //! - [`protocol`]: which arm runs next: warmups, then ABBA-ordered pairs.
 //! - [`interval`]: one robust statistic per ABBA block, and its interval.
 //! - [`pocock`]: the boundary that keeps the interval valid at every look.
+//! - [`interference`]: which blocks a burst of competing work hit (a run
+//!   contended beyond its floor's runs), to be re-run.
 //! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
 //! - [`schedule`]: the run schedules of an A/B and a floor A/A, as state
 //!   machines the daemon and the replay benchmark both drive.
@@ -12,6 +14,7 @@
 //! Everything here is a pure function of measured numbers; measuring them is
 //! `measure`'s job and storing them the ledger's.
 
+pub mod interference;
 pub mod interval;
 pub mod noise;
 pub mod pocock;

@@ -109,10 +109,16 @@ pub struct Policy {
     /// A measured floor above this says the machine is too noisy to decide
     /// anything (`[measure] max_noise_floor`); `None`: no limit.
     pub max_floor: Option<Floor>,
-    /// A run whose CPU or memory stall share is above this was interfered
-    /// with, and its block is re-run (`[measure] max_pressure`); `None`:
-    /// pressure is not judged.
-    pub max_pressure: Option<f64>,
+    /// A run whose contention (runnable tasks per core) rose above its
+    /// floor's typical run's by more than this fraction was interfered with,
+    /// and its block is re-run (`[measure] max_contention_rise`;
+    /// [`super::interference`]); `None`: contention is not judged.
+    pub max_contention_rise: Option<f64>,
+    /// The typical contention of the runs of the floor an A/B is judged
+    /// against: the reference of `max_contention_rise`, set per A/B by
+    /// [`Policy::against_floor`]. `None` (a floor without the reading):
+    /// nothing is discarded for contention.
+    pub floor_contention: Option<f64>,
     /// More discarded blocks than this in one A/B end it `inconclusive`,
     /// the machine too noisy (`[measure] max_discarded_blocks`).
     pub max_discarded_blocks: usize,
@@ -133,6 +139,13 @@ impl Policy {
     /// most false wins. Twenty pairs of Qn ([`super::noise`]) have a
     /// relative standard error near 20%.
     pub const DEFAULT_FLOOR_PAIRS: usize = 20;
+
+    /// The default `max_contention_rise`. Measured on this 2-core machine
+    /// (`benches/traces/README.md`, "Interference"): the contention of runs
+    /// under one steady load stays within about 10% of its median, while 8
+    /// busy loops on top of 16 raise it by a third, and on a quieter
+    /// machine by more.
+    pub const DEFAULT_MAX_CONTENTION_RISE: f64 = 0.25;
 
     /// The most `max_pairs`: 30 looks. Beyond that the boundary's numerical
     /// integration gets slow, and an A/B that needs more pairs than this to
@@ -165,10 +178,22 @@ impl Policy {
             min_floor,
             floor_pairs: Self::DEFAULT_FLOOR_PAIRS,
             max_floor: None,
-            max_pressure: None,
+            max_contention_rise: None,
+            floor_contention: None,
             max_discarded_blocks: 8,
             boundary: super::pocock::constant(min_pairs / 2, max_pairs / 2, confidence.alpha()),
         })
+    }
+
+    /// This policy for an A/B judged against a floor whose runs' typical
+    /// contention was `contention`: a run is interfered with when it was
+    /// contended markedly more than those runs, not when the machine is
+    /// merely busy (the floor was measured under that load).
+    pub fn against_floor(self, contention: Option<f64>) -> Policy {
+        Policy {
+            floor_contention: contention,
+            ..self
+        }
     }
 
     /// Pocock's constant: the half-width of every look's interval in

@@ -5,9 +5,10 @@
 //! (`benches/judge_replay`) drive the same machines, so the replay judges a
 //! trace exactly as the daemon would have judged those runs: warmups, the
 //! alternating ABBA/BAAB order ([`super::protocol`]), blocks discarded for
-//! pressure or discordance and re-run, the sequential test, and the floor.
+//! interference ([`super::interference`]) or discordance and re-run, the sequential test, and the floor.
 
 use super::JudgeError;
+use super::interference;
 use super::noise::{self, NoiseError, NoiseFloor};
 use super::policy::{Floor, Policy};
 use super::protocol::{Slot, pair_order};
@@ -125,12 +126,15 @@ impl AbSchedule {
 /// How a noise-floor measurement ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FloorEnd {
-    /// The floor, and the accepted A/A pairs `(first, second)` in run order.
+    /// The floor, the accepted A/A pairs `(first, second)` in run order,
+    /// and the median contention of their runs (`None` without readings):
+    /// what an A/B judged against this floor calls a burst is a rise over it.
     Measured {
         floor: NoiseFloor,
         pairs: Vec<(f64, f64)>,
+        contention: Option<f64>,
     },
-    /// Too many blocks ran under pressure; no floor was estimated. `pairs`
+    /// Too many blocks were interfered with; no floor was estimated. `pairs`
     /// are all the A/A pairs run, discarded ones included, for the record.
     TooNoisy {
         discards: Discards,
@@ -144,23 +148,29 @@ pub enum FloorEnd {
 #[derive(Debug, Clone, PartialEq)]
 pub enum FloorNext {
     Run,
-    /// The block just completed ran under pressure and is re-run.
+    /// The block just completed was interfered with and is re-run.
     Discarded(Discards),
     Done(FloorEnd),
 }
 
 /// A/A pairs of the live profile, in the A/B's own order, for its floor.
 ///
-/// A block with a run above the pressure limit is re-run, as in an A/B; a
-/// block that is merely discordant is kept, since the floor must contain
-/// whatever noise the protocol lets through.
+/// A block with a run contended beyond `max_contention_rise` over the
+/// floor's own runs before it (warmups included; there is no floor yet to
+/// compare with) is re-run, as in an A/B; a block that is merely
+/// discordant is kept, since the floor must contain whatever noise the
+/// protocol lets through.
 #[derive(Debug, Clone)]
 pub struct FloorSchedule {
     policy: Policy,
     pairing: Pairing,
     pairs_wanted: usize,
+    /// The contention of every run before the block in progress.
+    before: Vec<f64>,
     block: Vec<(Timed, Timed)>,
     accepted: Vec<(f64, f64)>,
+    /// The contention of the accepted pairs' runs.
+    accepted_contention: Vec<f64>,
     every: Vec<(f64, f64)>,
     discards: Discards,
 }
@@ -173,8 +183,10 @@ impl FloorSchedule {
             policy,
             pairing: Pairing::new(warmups_per_arm),
             pairs_wanted: policy.floor_pairs.max(noise::MIN_PAIRS).next_multiple_of(2),
+            before: Vec::new(),
             block: Vec::with_capacity(2),
             accepted: Vec::new(),
+            accepted_contention: Vec::new(),
             every: Vec::new(),
             discards: Discards::default(),
         }
@@ -192,8 +204,12 @@ impl FloorSchedule {
 
     /// Records the run [`Self::slot`] asked for.
     pub fn record(&mut self, run: Timed) -> Result<FloorNext, JudgeError> {
+        let warmup = self.pairing.slot().warmup;
         // (the baseline slot's run, the candidate slot's run)
         let Some(pair) = self.pairing.record(run)? else {
+            if warmup {
+                self.before.extend(run.contention);
+            }
             return Ok(FloorNext::Run);
         };
         self.block.push(pair);
@@ -206,16 +222,13 @@ impl FloorSchedule {
                 .iter()
                 .map(|(a, b)| (a.seconds_per_token, b.seconds_per_token)),
         );
-        let worst = block
-            .iter()
-            .flat_map(|(a, b)| [a.pressure, b.pressure])
-            .flatten()
-            .fold(f64::NEG_INFINITY, f64::max);
-        if let Some(limit) = self.policy.max_pressure
-            && worst > limit
-        {
+        let runs: Vec<Timed> = block.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let reference = interference::running_reference(&self.before);
+        let hit = interference::interfered(&runs, reference, self.policy.max_contention_rise);
+        self.before.extend(runs.iter().filter_map(|r| r.contention));
+        if let Some(rise) = hit {
             self.discards.interfered += 1;
-            self.discards.worst_pressure = self.discards.worst_pressure.max(worst);
+            self.discards.worst_rise = self.discards.worst_rise.max(rise);
             if self.discards.total() > self.policy.max_discarded_blocks {
                 return Ok(FloorNext::Done(FloorEnd::TooNoisy {
                     discards: self.discards,
@@ -229,6 +242,8 @@ impl FloorSchedule {
                 .iter()
                 .map(|(a, b)| (a.seconds_per_token, b.seconds_per_token)),
         );
+        self.accepted_contention
+            .extend(runs.iter().filter_map(|r| r.contention));
         if self.accepted.len() < self.pairs_wanted {
             return Ok(FloorNext::Run);
         }
@@ -238,6 +253,7 @@ impl FloorSchedule {
                 Ok(floor) => FloorEnd::Measured {
                     floor,
                     pairs: std::mem::take(&mut self.accepted),
+                    contention: noise::median(&self.accepted_contention),
                 },
                 Err(e) => FloorEnd::Unusable(e),
             },
@@ -259,9 +275,10 @@ mod tests {
             Floor::try_from(0.005).unwrap(),
         )
         .unwrap();
-        p.max_pressure = Some(0.5);
+        p.max_contention_rise = Some(0.5);
         p.max_discarded_blocks = 2;
-        p
+        // The floor's runs: four runnable tasks a core, a busy machine.
+        p.against_floor(Some(4.0))
     }
 
     fn floor() -> Floor {
@@ -269,10 +286,10 @@ mod tests {
     }
 
     /// Drives an A/B whose candidate is `ratio` times the baseline, with
-    /// the pressure of each run from `pressure(run index)`.
+    /// the contention of each run from `contention(run index)`.
     fn drive(
         ratio: f64,
-        pressure: impl Fn(usize) -> Option<f64>,
+        contention: impl Fn(usize) -> Option<f64>,
         warmups: usize,
     ) -> (Decision, Vec<Slot>, usize) {
         let mut s = AbSchedule::new(policy(), floor(), warmups);
@@ -291,7 +308,7 @@ mod tests {
             match s
                 .record(Timed {
                     seconds_per_token: spt,
-                    pressure: pressure(i),
+                    contention: contention(i),
                 })
                 .unwrap()
             {
@@ -304,7 +321,8 @@ mod tests {
 
     #[test]
     fn warmups_then_alternating_blocks_then_a_decision() {
-        let (d, slots, discarded) = drive(0.8, |_| Some(0.1), 1);
+        // As busy as the floor's runs were, and a little busier: judged.
+        let (d, slots, discarded) = drive(0.8, |i| Some(4.0 + 0.5 * (i % 3) as f64), 1);
         assert_eq!(d.kind, VerdictKind::Win);
         assert_eq!(discarded, 0);
         assert!(slots[0].warmup && slots[1].warmup);
@@ -317,9 +335,10 @@ mod tests {
     }
 
     #[test]
-    fn a_block_under_pressure_is_rerun_for_both_arms() {
-        // Run 3 (the first block's second run) is interfered with.
-        let (d, slots, discarded) = drive(0.8, |i| Some(if i == 3 { 0.9 } else { 0.1 }), 1);
+    fn a_block_contended_beyond_the_floor_is_rerun_for_both_arms() {
+        // Run 3 (the first block's second run) meets a burst: eight tasks a
+        // core against the floor's four.
+        let (d, slots, discarded) = drive(0.8, |i| Some(if i == 3 { 8.0 } else { 4.0 }), 1);
         assert_eq!(discarded, 1);
         assert_eq!(d.kind, VerdictKind::Win);
         assert_eq!(d.pairs, 4, "the discarded block's pairs are not counted");
@@ -333,13 +352,43 @@ mod tests {
     }
 
     #[test]
-    fn a_machine_under_constant_pressure_ends_inconclusive_and_says_why() {
-        let (d, slots, discarded) = drive(0.8, |_| Some(0.97), 0);
+    fn a_steady_load_however_high_is_judged_when_the_floor_was_measured_under_it() {
+        // 12.5 tasks a core (16 busy loops on 2 cores, every run's PSI share
+        // at 1.0, which the old absolute gate discarded entirely), in the
+        // floor's runs and the A/B's alike.
+        let mut s = AbSchedule::new(policy().against_floor(Some(12.5)), floor(), 1);
+        let mut discarded = 0;
+        let d = loop {
+            let spt = if s.slot().profile == Arm::Candidate {
+                8.0
+            } else {
+                10.0
+            };
+            let wobble = 1.0 + 0.001 * (s.runs() % 3) as f64;
+            match s
+                .record(Timed {
+                    seconds_per_token: spt * wobble,
+                    contention: Some(12.5 * wobble),
+                })
+                .unwrap()
+            {
+                Next::Run => {}
+                Next::Discarded(_) => discarded += 1,
+                Next::Decided(d) => break d,
+            }
+        };
+        assert_eq!(discarded, 0);
+        assert_eq!(d.kind, VerdictKind::Win);
+    }
+
+    #[test]
+    fn a_machine_busier_than_its_floor_throughout_ends_inconclusive_and_says_why() {
+        let (d, slots, discarded) = drive(0.8, |_| Some(8.0), 0);
         assert_eq!(d.kind, VerdictKind::Inconclusive);
         let noisy = d.too_noisy.expect("the machine decided it");
         assert_eq!(noisy.interfered, 3);
         assert_eq!(discarded, 2);
-        assert!((noisy.worst_pressure - 0.97).abs() < 1e-12);
+        assert!((noisy.worst_rise - 1.0).abs() < 1e-12);
         assert_eq!(slots.len(), 12, "bounded: three blocks, then stop");
         // Nothing was judged, but the verdict still says what was seen.
         assert_eq!(d.pairs, 6, "every pair run, for the record");
@@ -347,9 +396,23 @@ mod tests {
     }
 
     #[test]
-    fn without_pressure_readings_nothing_is_discarded_for_pressure() {
+    fn without_contention_readings_nothing_is_discarded_for_contention() {
         let (d, _, discarded) = drive(1.0, |_| None, 1);
         assert_eq!(discarded, 0);
+        assert_eq!(d.kind, VerdictKind::WithinNoise);
+        // Nor against a floor that has no reading.
+        let mut s = AbSchedule::new(policy().against_floor(None), floor(), 0);
+        let d = loop {
+            let t = Timed {
+                seconds_per_token: 10.0 + 0.01 * (s.runs() % 3) as f64,
+                contention: Some(50.0),
+            };
+            match s.record(t).unwrap() {
+                Next::Run => {}
+                Next::Discarded(ds) => panic!("discarded without a reference: {ds:?}"),
+                Next::Decided(d) => break d,
+            }
+        };
         assert_eq!(d.kind, VerdictKind::WithinNoise);
     }
 
@@ -383,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_schedule_measures_the_configured_pairs_and_reruns_pressure() {
+    fn the_floor_schedule_measures_the_configured_pairs_and_reruns_a_burst() {
         let mut p = policy();
         p.floor_pairs = 12;
         let mut s = FloorSchedule::new(p, 1);
@@ -392,13 +455,14 @@ mod tests {
         let mut discarded = 0;
         let end = loop {
             let wobble = 1.0 + 0.01 * ((runs * 7919) % 7) as f64 / 7.0;
-            // The second block runs under pressure.
-            let pressure = if (6..10).contains(&runs) { 0.8 } else { 0.0 };
+            // A steady load of 12 tasks a core, and a burst (20) during the
+            // second block: judged against the runs before it.
+            let contention = if (6..10).contains(&runs) { 20.0 } else { 12.0 };
             runs += 1;
             match s
                 .record(Timed {
                     seconds_per_token: 10.0 * wobble,
-                    pressure: Some(pressure),
+                    contention: Some(contention),
                 })
                 .unwrap()
             {
@@ -410,9 +474,14 @@ mod tests {
         assert_eq!(discarded, 1);
         assert_eq!(runs, 2 + 2 * 12 + 4);
         match end {
-            FloorEnd::Measured { floor, pairs } => {
+            FloorEnd::Measured {
+                floor,
+                pairs,
+                contention,
+            } => {
                 assert_eq!(pairs.len(), 12);
                 assert_eq!(floor.n, 12);
+                assert_eq!(contention, Some(12.0), "the burst's runs are not in it");
             }
             other => panic!("{other:?}"),
         }

@@ -9,17 +9,21 @@
 //! `loss`.
 
 use super::JudgeError;
+use super::interference::interfered;
 use super::interval::{Blocks, Estimate, block_statistic, discordant};
 use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
 /// Stable name of the interval method, stored in the ledger with each
-/// verdict. v3: each arm's runs averaged (no per-arm outlier rule), a block
-/// whose arms disagree within themselves or that ran under pressure is
+/// verdict. v4: each arm's runs averaged (no per-arm outlier rule), a block
+/// whose arms disagree within themselves or that a burst of competing work
+/// hit (a run contended beyond its floor's, [`super::interference`]) is
 /// re-run, and the interval's width is the experiment's own Student
-/// interval, widened to the floor's. v2 verdicts kept an arm's faster run
-/// and pooled the floor into the variance; v1 ran ABBA blocks only.
-pub const METHOD: &str = "pocock-rci-own-spread-v3";
+/// interval, widened to the floor's. v3 was the same but re-ran blocks
+/// with a run above an absolute PSI share (`max_pressure`). v2 verdicts
+/// kept an arm's faster run and pooled the floor into the variance; v1 ran
+/// ABBA blocks only.
+pub const METHOD: &str = "pocock-rci-own-spread-v4";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,12 +45,13 @@ pub struct Decision {
 /// Why blocks were discarded, counted over one A/B.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Discards {
-    /// Blocks with a run above the policy's pressure limit.
+    /// Blocks with a run contended beyond the policy's rise over its floor's.
     pub interfered: usize,
     /// Blocks whose arms disagreed within themselves beyond the floor.
     pub discordant: usize,
-    /// The highest pressure share seen on a discarded run.
-    pub worst_pressure: f64,
+    /// The largest contention rise over the floor's seen on a discarded run
+    /// (a fraction: 0.5 is half as many tasks again per core).
+    pub worst_rise: f64,
 }
 
 impl Discards {
@@ -55,21 +60,21 @@ impl Discards {
     }
 }
 
-/// One run as the judge sees it: its time and the machine's pressure
-/// during it (the larger of the CPU and memory stall shares, 0 to 1;
-/// `None` where the kernel does not report it).
+/// One run as the judge sees it: its time and the machine's contention
+/// during it (the mean runnable tasks per core, at least 1; `None` where
+/// it could not be read).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timed {
     pub seconds_per_token: f64,
-    pub pressure: Option<f64>,
+    pub contention: Option<f64>,
 }
 
 impl Timed {
-    /// A run with no pressure reading.
+    /// A run with no contention reading.
     pub fn plain(seconds_per_token: f64) -> Timed {
         Timed {
             seconds_per_token,
-            pressure: None,
+            contention: None,
         }
     }
 }
@@ -195,7 +200,7 @@ impl SequentialTest {
         self.push_timed(Timed::plain(baseline_spt), Timed::plain(candidate_spt))
     }
 
-    /// Adds one pair with the machine's pressure during each run.
+    /// Adds one pair with the machine's contention during each run.
     pub fn push_timed(&mut self, baseline: Timed, candidate: Timed) -> Result<Step, JudgeError> {
         if let Some(d) = self.decided {
             return Err(JudgeError::AlreadyDecided {
@@ -215,9 +220,10 @@ impl SequentialTest {
         let p = self.policy;
         let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
         self.all.push(block_statistic(spt(first), spt(second)));
-        if let Some(share) = interfered(&[first.0, first.1, second.0, second.1], &p) {
+        let runs = [first.0, first.1, second.0, second.1];
+        if let Some(rise) = interfered(&runs, p.floor_contention, p.max_contention_rise) {
             self.discards.interfered += 1;
-            self.discards.worst_pressure = self.discards.worst_pressure.max(share);
+            self.discards.worst_rise = self.discards.worst_rise.max(rise);
             return self.discarded();
         }
         let (first, second) = (spt(first), spt(second));
@@ -278,17 +284,6 @@ impl SequentialTest {
             discards,
         })
     }
-}
-
-/// The highest pressure share of a block's runs, when one is above the
-/// policy's limit.
-fn interfered(runs: &[Timed], policy: &Policy) -> Option<f64> {
-    let limit = policy.max_pressure?;
-    let worst = runs
-        .iter()
-        .filter_map(|r| r.pressure)
-        .fold(f64::NEG_INFINITY, f64::max);
-    (worst > limit).then_some(worst)
 }
 
 /// Combines a first A/B with its independent replication.

@@ -141,16 +141,15 @@ async fn with_parts(
     let op = "read a composition";
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let parts =
-            on_db!(c.re(), |c| {
-                sqlx::query_scalar(
+        let parts = on_db!(c.re(), |c| {
+            sqlx::query_scalar(
             "SELECT stage_id FROM composition_parts WHERE composition_id = $1 ORDER BY position",
         )
         .bind(row.id)
         .fetch_all(c)
         .await
         .map_err(cx.err(op))
-            })?;
+        })?;
         out.push(Composition {
             id: row.id,
             experiment_id: row.experiment_id,

@@ -34,6 +34,9 @@ pub struct NewNoiseFloor {
     pub load1: Option<f64>,
     /// The median CPU stall share (0..1) over its runs.
     pub cpu_pressure: Option<f64>,
+    /// The median contention (runnable tasks per core, at least 1) over its
+    /// runs: what an A/B judged against it calls a burst is a rise over this.
+    pub contention: Option<f64>,
 }
 
 /// A stored noise floor: its id and the floor as recorded.
@@ -54,7 +57,8 @@ async fn insert(c: Conn<'_>, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId
     on_db!(c, |c| {
         sqlx::query_scalar(
             "INSERT INTO noise_floors (stack, profile_digest, value, n, method, measured_at, \
-             experiment_id, load1, cpu_pressure) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+             experiment_id, load1, cpu_pressure, contention) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
         )
         .bind(&f.stack)
         .bind(&f.profile_digest)
@@ -65,6 +69,7 @@ async fn insert(c: Conn<'_>, cx: &Ctx, f: &NewNoiseFloor) -> Result<NoiseFloorId
         .bind(f.experiment_id)
         .bind(f.load1)
         .bind(f.cpu_pressure)
+        .bind(f.contention)
         .fetch_one(c)
         .await
         .map_err(cx.err("record a noise floor"))

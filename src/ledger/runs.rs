@@ -74,7 +74,8 @@ impl TokenParts {
 }
 
 /// What else the machine was doing during a run (`measure::pressure`): each
-/// resource's stall share of the run's wall time (0..1) and the 1-minute
+/// resource's stall share of the run's wall time (0..1), the mean runnable
+/// tasks per core (at least 1, what the judge weighs) and the 1-minute
 /// load average; `None` where the kernel does not report it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, FromRow)]
 pub struct RunPressure {
@@ -82,6 +83,7 @@ pub struct RunPressure {
     pub cpu_pressure: Option<f64>,
     pub memory_pressure: Option<f64>,
     pub io_pressure: Option<f64>,
+    pub contention: Option<f64>,
 }
 
 /// One run about to be recorded.
@@ -161,9 +163,10 @@ async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewRun) -> Result<RunId> {
             "INSERT INTO runs (experiment_id, arm, order_index, pair_index, started_at, \
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
          stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
-         far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure) \
+         far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure, \
+         contention) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-         $19, $20, $21, $22) \
+         $19, $20, $21, $22, $23) \
          RETURNING id",
         )
         .bind(r.experiment_id)
@@ -188,6 +191,7 @@ async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewRun) -> Result<RunId> {
         .bind(r.pressure.cpu_pressure)
         .bind(r.pressure.memory_pressure)
         .bind(r.pressure.io_pressure)
+        .bind(r.pressure.contention)
         .fetch_one(c)
         .await
         .map_err(cx.err("record a run"))
@@ -247,6 +251,23 @@ impl Ledger {
         .fetch_all(c)
         .await
         .map_err(self.ctx.err(op))
+        })
+    }
+
+    /// The contention (runnable tasks per core) of the last `limit` runs
+    /// that recorded one, newest first: how busy the machine is now, on the
+    /// scale the judge compares with a floor's.
+    pub async fn recent_contention(&self, limit: u32) -> Result<Vec<f64>> {
+        let op = "read the recent runs' contention";
+        let mut c = self.conn(op).await?;
+        on_db!(c.conn(), |c| {
+            sqlx::query_scalar(
+                "SELECT contention FROM runs WHERE contention IS NOT NULL ORDER BY id DESC LIMIT $1",
+            )
+            .bind(i64::from(limit))
+            .fetch_all(c)
+            .await
+            .map_err(self.ctx.err(op))
         })
     }
 

@@ -134,9 +134,9 @@ pub fn too_noisy_reason(n: &Discards) -> String {
     let mut seen = Vec::new();
     if n.interfered > 0 {
         seen.push(format!(
-            "{} block(s) ran under pressure (up to {:.0}% of a run's time stalled on CPU or memory)",
+            "{} block(s) ran under interference (a run shared each core among up to {:.0}% more tasks than the noise floor's runs did)",
             n.interfered,
-            100.0 * n.worst_pressure
+            100.0 * n.worst_rise
         ));
     }
     if n.discordant > 0 {
@@ -146,7 +146,7 @@ pub fn too_noisy_reason(n: &Discards) -> String {
         ));
     }
     format!(
-        "machine too noisy to decide: {}; nothing is staged from it. Stop the competing work, or raise [measure] max_pressure / max_discarded_blocks",
+        "machine too noisy to decide: {}; nothing is staged from it. Stop the competing work (or let it settle, and the floor is measured under it), or raise [measure] max_contention_rise / max_discarded_blocks",
         seen.join(", ")
     )
 }
@@ -215,6 +215,7 @@ impl NoiseReport {
             experiment_id,
             load1: median_of(|p| p.load1),
             cpu_pressure: median_of(|p| p.cpu_pressure),
+            contention: median_of(|p| p.contention),
         })
     }
 }
@@ -406,7 +407,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 FloorNext::Done(end) => end,
             };
             let outcome = match end {
-                FloorEnd::Measured { floor, pairs } => NoiseOutcome::Measured { floor, pairs },
+                FloorEnd::Measured { floor, pairs, .. } => NoiseOutcome::Measured { floor, pairs },
                 FloorEnd::TooNoisy { discards, pairs } => {
                     self.discard_last_block(&mut runs).await?;
                     NoiseOutcome::TooNoisy {
@@ -545,7 +546,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 self.record(row, Some(outcome.extras), runs).await?;
                 Ok(Ran::Valid(Timed {
                     seconds_per_token: outcome.seconds_per_token,
-                    pressure: judged_pressure(&machine),
+                    contention: machine.contention,
                 }))
             }
             Ok(GateCheck::Mismatch { expected, got }) => {
@@ -621,16 +622,6 @@ fn run_pressure(p: &Pressure) -> RunPressure {
         cpu_pressure: p.cpu,
         memory_pressure: p.memory,
         io_pressure: p.io,
-    }
-}
-
-/// The pressure the judge weighs: CPU or memory stalls, the competition a
-/// run suffers from other work. I/O stalls are left out: a stack that reads
-/// its experts from disk stalls on I/O by itself (a quarter of tinyk3's
-/// bench runs with a cold cache), so they say nothing about interference.
-fn judged_pressure(p: &Pressure) -> Option<f64> {
-    match (p.cpu, p.memory) {
-        (None, None) => None,
-        (c, m) => Some(c.unwrap_or(0.0).max(m.unwrap_or(0.0))),
+        contention: p.contention,
     }
 }

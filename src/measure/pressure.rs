@@ -14,26 +14,49 @@
 //! Kernels without PSI (before 4.20, or built without it, or with
 //! `psi=0`) have no `/proc/pressure`: every share is then `None`, and the
 //! caller says so once and goes on.
+//!
+//! The share saturates: once a steady load keeps a task waiting all the
+//! time (a load of 4 on 2 cores is enough) every run reads 1.0, and a burst
+//! on top of it reads 1.0 too. What the judge weighs instead is the run's
+//! *contention* ([`Pressure::contention`]): the mean number of runnable
+//! tasks during the run (sampled from `/proc/loadavg`, [`contention`]) per
+//! core, at least 1: how many tasks each core was shared among, the
+//! slowdown a CPU-bound thread suffers. It grows with every extra task, so
+//! a burst on a loaded machine shows as a rise over the floor's runs
+//! (`benches/traces/README.md` has the measurements that chose it).
 
 use std::path::Path;
 use std::time::Instant;
 
+pub mod contention;
+
 /// The stall counters at one instant.
 #[derive(Debug, Clone, Copy)]
-pub struct Sample {
+struct Counters {
     at: Instant,
     cpu_us: Option<u64>,
     memory_us: Option<u64>,
     io_us: Option<u64>,
 }
 
+/// A run being watched: the stall counters at its start, and the runnable
+/// tasks sampled until [`Sample::until_now`].
+#[derive(Debug)]
+pub struct Sample {
+    start: Counters,
+    runnable: contention::Sampler,
+}
+
 /// Pressure over one run: each resource's `some` stall time as a share of
-/// the run's wall time (0 to 1), and the 1-minute load average at its end.
+/// the run's wall time (0 to 1), the mean runnable tasks per core during it
+/// (at least 1; see the module's doc), and the 1-minute load average at
+/// its end.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Pressure {
     pub cpu: Option<f64>,
     pub memory: Option<f64>,
     pub io: Option<f64>,
+    pub contention: Option<f64>,
     pub load1: Option<f64>,
 }
 
@@ -57,18 +80,32 @@ const PROC_PRESSURE: &str = "/proc/pressure";
 const PROC_LOADAVG: &str = "/proc/loadavg";
 
 impl Sample {
-    /// Reads the counters now.
+    /// Reads the counters now and starts sampling the runnable tasks.
     pub fn now() -> Sample {
-        Sample::read_from(Path::new(PROC_PRESSURE))
+        Sample {
+            start: Counters::read_from(Path::new(PROC_PRESSURE)),
+            runnable: contention::Sampler::start(Path::new(PROC_LOADAVG)),
+        }
     }
 
-    fn read_from(dir: &Path) -> Sample {
+    /// The pressure between the run's start and now.
+    pub fn until_now(self) -> Pressure {
+        let end = Counters::read_from(Path::new(PROC_PRESSURE));
+        let mut p = self.start.between(&end);
+        p.contention = self.runnable.finish().map(contention::per_core);
+        p.load1 = load1(Path::new(PROC_LOADAVG));
+        p
+    }
+}
+
+impl Counters {
+    fn read_from(dir: &Path) -> Counters {
         let read = |name: &str| {
             std::fs::read_to_string(dir.join(name))
                 .ok()
                 .and_then(|s| some_total_us(&s))
         };
-        Sample {
+        Counters {
             at: Instant::now(),
             cpu_us: read("cpu"),
             memory_us: read("memory"),
@@ -76,15 +113,7 @@ impl Sample {
         }
     }
 
-    /// The pressure between `self` (the run's start) and now.
-    pub fn until_now(&self) -> Pressure {
-        let end = Sample::now();
-        let mut p = self.between(&end);
-        p.load1 = load1(Path::new(PROC_LOADAVG));
-        p
-    }
-
-    fn between(&self, end: &Sample) -> Pressure {
+    fn between(&self, end: &Counters) -> Pressure {
         let wall_us = end.at.duration_since(self.at).as_secs_f64() * 1e6;
         let share = |a: Option<u64>, b: Option<u64>| -> Option<f64> {
             let (a, b) = (a?, b?);
@@ -99,6 +128,7 @@ impl Sample {
             cpu: share(self.cpu_us, end.cpu_us),
             memory: share(self.memory_us, end.memory_us),
             io: share(self.io_us, end.io_us),
+            contention: None,
             load1: None,
         }
     }
@@ -153,6 +183,7 @@ pub fn current() -> Pressure {
         cpu: avg10("cpu"),
         memory: avg10("memory"),
         io: avg10("io"),
+        contention: contention::runnable_now(Path::new(PROC_LOADAVG)).map(contention::per_core),
         load1: load1(Path::new(PROC_LOADAVG)),
     }
 }
@@ -174,13 +205,13 @@ mod tests {
     #[test]
     fn shares_are_growth_over_wall_time_clamped_to_one() {
         let t0 = Instant::now();
-        let start = Sample {
+        let start = Counters {
             at: t0,
             cpu_us: Some(1_000),
             memory_us: Some(0),
             io_us: None,
         };
-        let end = Sample {
+        let end = Counters {
             at: t0 + Duration::from_secs(2),
             cpu_us: Some(1_001_000),
             memory_us: Some(9_000_000),
@@ -198,8 +229,8 @@ mod tests {
     #[test]
     fn a_missing_pressure_directory_reads_as_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Sample::read_from(&dir.path().join("nope"));
-        let p = s.between(&Sample::read_from(&dir.path().join("nope")));
+        let s = Counters::read_from(&dir.path().join("nope"));
+        let p = s.between(&Counters::read_from(&dir.path().join("nope")));
         assert!(!p.available());
         assert_eq!(p.worst(), None);
     }

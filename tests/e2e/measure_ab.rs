@@ -448,9 +448,20 @@ async fn the_noise_floor_comes_from_a_a_pairs_of_the_live_profile() {
         assert!(row.cpu_pressure.is_some(), "{row:?}");
     }
     assert!(row.load1.is_some(), "{row:?}");
+    // And its runs' typical contention, the reference of the judge's
+    // interference rule: runnable tasks per core, at least 1.
+    let per_run: Vec<f64> = report
+        .runs
+        .iter()
+        .filter_map(|r| r.run.pressure.contention)
+        .collect();
+    assert_eq!(per_run.len(), report.runs.len(), "every run is read");
+    assert!(per_run.iter().all(|c| *c >= 1.0), "{per_run:?}");
+    assert!(row.contention.is_some_and(|c| c >= 1.0), "{row:?}");
     ledger.insert_noise_floor(&row).await.unwrap();
     let latest = ledger.latest_noise_floor(STACK).await.unwrap().unwrap();
     assert_eq!(latest.n as usize, floor.n);
+    assert_eq!(latest.contention, row.contention);
 }
 
 /// A real bench scorer that records the deadline the runner gives each run

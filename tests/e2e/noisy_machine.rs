@@ -4,11 +4,18 @@
 //! hogs run beside it. Nothing may be staged; the verdicts are
 //! `within_noise`, or `inconclusive` with the noisy-machine reason.
 //!
+//! Two loads: hogs running steadily through the floor and the A/Bs (a busy
+//! machine, which the floor holds: candidates are judged), and more hogs
+//! that start only after the floor was measured (a burst beside the A/B,
+//! which the floor does not hold: its blocks are discarded as interfered).
+//!
 //! Departures from the shipped config: the demo's quick protocol (a tiny
 //! checkpoint, 8 tokens, `max_pairs` 8), `floor_pairs = 10` (the least, to
-//! keep the test short), and in the second part `max_pressure = 0.3` so the
-//! hogs are certain to count as interference on any machine, with
-//! `max_discarded_blocks = 1` so a too-noisy A/B gives up after two blocks.
+//! keep the test short), and in the burst part `max_discarded_blocks = 1`
+//! so a too-noisy A/B gives up after two blocks, `floor_pressure_shift =
+//! 1.0` so the floor measured before the burst is the one judged against,
+//! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
+//! shared machine still leads to the A/B.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,12 +29,11 @@ use crate::faults::{TINY_EXPERT_BYTES, TINY_INIT, edit_config, use_model_double}
 /// trunk/cache split holds all of both: a candidate of the same speed.
 const ROOMY_START: &str = "[memory]\nbudget_gb = 0.2\ntrunk_gb = 0.1\ncache_gb = 0.1\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
 
-/// Busy loops, one per core and one more, killed on drop.
+/// Busy loops, killed on drop.
 struct Hogs(Vec<Child>);
 
 impl Hogs {
-    fn start() -> Hogs {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
+    fn of(n: usize) -> Hogs {
         Hogs(
             (0..n)
                 .map(|_| {
@@ -48,6 +54,10 @@ impl Drop for Hogs {
             let _ = c.wait();
         }
     }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// A model double that proposes a different no-op split every time.
@@ -82,7 +92,12 @@ fn hogged_demo(replacements: &[(&str, &str)]) -> (FaultyHttpServer, Demo) {
 /// `orchestrator run --cycles N` with CPU hogs running from `settle`
 /// before it to its end; its stderr, after checking it exited 0.
 fn run_under_hogs(demo: &Demo, cycles: u32, settle: Duration) -> String {
-    let hogs = Hogs::start();
+    run_under_hogs_of(demo, cores() + 1, cycles, settle)
+}
+
+/// [`run_under_hogs`] with `n` hogs.
+fn run_under_hogs_of(demo: &Demo, n: usize, cycles: u32, settle: Duration) -> String {
+    let hogs = Hogs::of(n);
     std::thread::sleep(settle);
     let out = demo
         .cmd()
@@ -156,46 +171,112 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
             assert!(reason.contains("machine too noisy"), "{reason}");
         }
     }
+    // The hogs ran through the floor too, so the floor holds their load:
+    // candidates are judged on a busy machine. (The absolute rule this
+    // replaced, `max_pressure` 0.97, discarded every block here: the hogs
+    // keep the CPU stall share at 1.0.)
+    let measured = judged
+        .iter()
+        .filter(|(_, k, r)| k != "inconclusive" || !r.contains("machine too noisy"))
+        .count();
+    assert!(
+        measured >= 1,
+        "every A/B was called too noisy: {v:?}\n{log}"
+    );
     assert_eq!(staged(&demo), 0, "{v:?}");
     demo.assert_children_gone();
 }
 
+/// One number from the demo's ledger, through the sqlite3 shell; `None`
+/// where it is not installed.
+fn ledger_number(demo: &Demo, sql: &str) -> Option<f64> {
+    let out = Command::new("sqlite3")
+        .arg(demo.path("ledger/orchestrator.db"))
+        .arg(sql)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
 #[test]
-fn a_machine_above_the_pressure_limit_is_called_too_noisy_and_nothing_is_staged() {
+fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
     let _heavy = crate::common::heavy();
-    if !orchestrator::measure::pressure::current().available() {
+    let (_model, demo) = hogged_demo(&[
+        ("max_discarded_blocks = 8", "max_discarded_blocks = 1"),
+        ("floor_pressure_shift = 0.25", "floor_pressure_shift = 1.0"),
+        // This test is about the burst, not the floor's width: a tiny
+        // checkpoint's floor on a shared machine can be wide.
+        ("max_noise_floor = 0.50", "max_noise_floor = 0.95"),
+    ]);
+    // A steady load of our own (one hog per core and one more), which
+    // drowns out the other work on a shared machine, and the floor under it.
+    // A floor the machine spoilt anyway is measured again, twice at most.
+    let steady = Hogs::of(cores() + 1);
+    std::thread::sleep(Duration::from_secs(2));
+    for _ in 0..3 {
+        let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{log}");
+        let floors = ledger_number(
+            &demo,
+            "SELECT COUNT(*) FROM noise_floors WHERE value < 0.66",
+        );
+        if floors.is_none_or(|n| n > 0.0) {
+            break;
+        }
+    }
+    // The tiny checkpoint's runs last milliseconds, and under the hogs a
+    // run either gets a core or waits out a time slice: on a shared 2-core
+    // machine its floor came out 117-188% wide in one run of this test in
+    // two (2026-12-01). The burst cannot be judged without a floor, so that
+    // case is said loudly and not counted as a pass of the burst rule.
+    let usable = "SELECT COUNT(*) FROM noise_floors WHERE value < 0.66";
+    if ledger_number(&demo, usable) == Some(0.0) {
         eprintln!(
-            "skipped: this kernel has no /proc/pressure, so no run can be seen as interfered"
+            "NOT JUDGED: no noise floor under max_noise_floor could be measured on this machine in three tries (the burst rule is covered by judge::interference and judge::schedule's unit tests)"
         );
         return;
     }
-    let (_model, demo) = hogged_demo(&[
-        ("max_pressure = 0.97", "max_pressure = 0.3"),
-        ("max_discarded_blocks = 8", "max_discarded_blocks = 1"),
-    ]);
-    let log = run_under_hogs(&demo, 3, Duration::from_secs(3));
-    let v = verdicts(&demo);
-    assert_eq!(v.len(), 3, "{v:?}");
-    for (menu, kind, reason) in &v {
-        assert_eq!(kind, "inconclusive", "{menu}: {reason}\n{log}");
+    let floor = ledger_number(
+        &demo,
+        "SELECT contention FROM noise_floors ORDER BY id DESC LIMIT 1",
+    );
+    if let Some(f) = floor {
         assert!(
-            reason.contains("machine too noisy") && reason.contains("under pressure"),
-            "{reason}"
+            f >= 1.0,
+            "the floor's contention is per core, at least 1: {f}"
         );
     }
+    // Then the burst on top of it: enough busy loops to triple the floor's
+    // runnable tasks, whatever the other work on the machine does meanwhile
+    // (it can ease off by at most what it was).
+    let per_core = floor.unwrap_or(4.0);
+    let n = (2.0 * per_core * cores() as f64).ceil() as usize + cores();
+    let log = run_under_hogs_of(&demo, n, 1, Duration::from_secs(1));
+    drop(steady);
+    let v = verdicts(&demo);
+    let ab: Vec<&(String, String, String)> =
+        v.iter().filter(|(m, _, _)| m != "remeasure").collect();
+    assert_eq!(ab.len(), 1, "{v:?}\n{log}");
+    let (menu, kind, reason) = ab[0];
+    assert_eq!(kind, "inconclusive", "{menu}: {reason}\n{log}");
+    assert!(
+        reason.contains("machine too noisy") && reason.contains("under interference"),
+        "{reason}"
+    );
     assert_eq!(staged(&demo), 0, "{v:?}");
-    // Every run of the discarded blocks is kept as evidence, marked so.
-    let db = demo.path("ledger/orchestrator.db");
-    let conn = std::process::Command::new("sqlite3")
-        .arg(&db)
-        .arg("SELECT COUNT(*), SUM(discarded), MAX(cpu_pressure) FROM runs WHERE arm <> 'warmup'")
-        .output();
-    if let Ok(o) = conn
-        && o.status.success()
-    {
-        let text = String::from_utf8_lossy(&o.stdout);
-        let f: Vec<&str> = text.trim().split('|').collect();
-        assert_eq!(f[0], f[1], "every judged run was discarded: {text}");
+    // Every run of the discarded blocks is kept as evidence, marked so, and
+    // each says how contended it was: beyond the floor's by the rule.
+    let judged =
+        "FROM runs WHERE arm <> 'warmup' AND experiment_id = (SELECT MAX(id) FROM experiments)";
+    if let (Some(all), Some(discarded), Some(max), Some(f)) = (
+        ledger_number(&demo, &format!("SELECT COUNT(*) {judged}")),
+        ledger_number(&demo, &format!("SELECT SUM(discarded) {judged}")),
+        ledger_number(&demo, &format!("SELECT MAX(contention) {judged}")),
+        floor,
+    ) {
+        assert_eq!(all, discarded, "every judged run was discarded");
+        assert!(max > 1.25 * f, "contention {max} against the floor's {f}");
     }
     demo.assert_children_gone();
 }

@@ -132,7 +132,7 @@ fn right_after_a_first_run_the_default_report_shows_it() {
     let config = demo.path("config.toml");
     let text = std::fs::read_to_string(&config)
         .unwrap()
-        .replace("max_pressure = 0.97", "max_pressure = 0.999")
+        .replace("max_contention_rise = 0.25", "max_contention_rise = 10")
         .replace("max_discarded_blocks = 8", "max_discarded_blocks = 1000")
         .replace("max_noise_floor = 0.50", "max_noise_floor = 0.95");
     std::fs::write(&config, text).unwrap();

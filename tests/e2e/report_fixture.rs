@@ -693,6 +693,7 @@ pub async fn floors(ledger: &Ledger, key: &str, rows: &[(DateTime<Utc>, f64)]) {
                 experiment_id: None,
                 load1: Some(0.5),
                 cpu_pressure: Some(0.02),
+                contention: Some(1.0),
             })
             .await
             .unwrap();
@@ -745,6 +746,7 @@ async fn floor(f: &mut Fill<'_>, at: DateTime<Utc>, value: f64) {
         experiment_id: None,
         load1: Some(0.4),
         cpu_pressure: Some(0.03),
+        contention: Some(1.0),
     })
     .await
     .unwrap();

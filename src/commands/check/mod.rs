@@ -240,7 +240,7 @@ fn check_command(
     }
 }
 
-/// The machine's pressure and load now, against the limits the judge uses.
+/// The machine's pressure and load now, and how the judge will weigh them.
 fn describe_machine(p: &Pressure, config: &Config) -> String {
     let share = |v: Option<f64>| match v {
         Some(v) => format!("{:.0}%", 100.0 * v),
@@ -250,21 +250,22 @@ fn describe_machine(p: &Pressure, config: &Config) -> String {
         .load1
         .map(|l| format!("load average {l:.2}"))
         .unwrap_or_else(|| "load average unknown".into());
-    if !p.available() {
+    let Some(contention) = p.contention else {
         return format!(
-            "{load}; /proc/pressure is missing (kernel without PSI): runs are not checked for interference"
+            "{load}; /proc/loadavg's runnable count is unreadable: runs are not checked for interference"
         );
-    }
-    let limit = config.policy.max_pressure.unwrap_or(1.0);
-    let worst = p.cpu.unwrap_or(0.0).max(p.memory.unwrap_or(0.0));
-    let verdict = if worst > limit {
-        format!(
-            "ABOVE max_pressure {:.0}%: blocks measured now would be re-run; stop the competing work",
-            100.0 * limit
-        )
-    } else {
-        format!("under max_pressure {:.0}%", 100.0 * limit)
     };
+    let rule = match config.policy.max_contention_rise {
+        Some(rise) => format!(
+            "a steady load is measured into the noise floor; a run more than {:.0}% more contended than the floor's runs has its block re-run",
+            100.0 * rise
+        ),
+        None => "runs are not checked for interference".into(),
+    };
+    let verdict = format!("{contention:.1} runnable tasks per core now; {rule}");
+    if !p.available() {
+        return format!("{load}; {verdict}; /proc/pressure is missing (kernel without PSI)");
+    }
     format!(
         "{load}; stalled in the last 10 s: cpu {}, memory {}, io {} ({verdict})",
         share(p.cpu),
@@ -373,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn the_machine_line_names_pressure_against_the_limit() {
+    fn the_machine_line_names_contention_and_the_floor_relative_rule() {
         let config = Config::load(Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/config.toml"
@@ -383,6 +384,7 @@ mod tests {
             cpu: Some(0.99),
             memory: Some(0.0),
             io: Some(0.1),
+            contention: Some(7.5),
             load1: Some(15.2),
         };
         let line = describe_machine(&busy, &config);
@@ -390,17 +392,23 @@ mod tests {
             line.contains("load average 15.20") && line.contains("cpu 99%"),
             "{line}"
         );
-        assert!(line.contains("ABOVE max_pressure"), "{line}");
-        let quiet = Pressure {
-            cpu: Some(0.01),
+        assert!(
+            line.contains("7.5 runnable tasks per core now")
+                && line.contains("more than 25% more contended than the floor's runs"),
+            "{line}"
+        );
+        let no_psi = Pressure {
+            cpu: None,
+            memory: None,
+            io: None,
             ..busy
         };
-        assert!(describe_machine(&quiet, &config).contains("under max_pressure"));
+        assert!(describe_machine(&no_psi, &config).contains("/proc/pressure is missing"));
         let none = Pressure {
             load1: Some(0.5),
             ..Pressure::default()
         };
-        assert!(describe_machine(&none, &config).contains("/proc/pressure is missing"));
+        assert!(describe_machine(&none, &config).contains("runs are not checked for interference"));
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub(super) fn run(experiment_id: ExperimentId, arm: Arm, order: u32, pair: Optio
             cpu_pressure: Some(0.02),
             memory_pressure: Some(0.0),
             io_pressure: None,
+            contention: Some(1.4),
         },
     }
 }

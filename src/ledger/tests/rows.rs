@@ -268,6 +268,17 @@ async fn run_round_trip_and_run_rules() {
             );
         }
         assert!(got[2].parts.any(), "a valid run keeps its measured parts");
+        // Every run recorded its contention (newest first), and the schema
+        // keeps it on its scale: tasks per core, at least 1.
+        assert_eq!(ledger.recent_contention(2).await.unwrap(), vec![1.4, 1.4]);
+        let below_one = NewRun {
+            pressure: crate::ledger::RunPressure {
+                contention: Some(0.5),
+                ..good.pressure
+            },
+            ..run(exp, Arm::Candidate, 8, Some(4))
+        };
+        assert_constraint(ledger.insert_run(&below_one).await, "contention below 1");
 
         // Measured parts belong to valid runs only, and stay in range.
         let parts_without_metric = NewRun {
@@ -360,6 +371,7 @@ async fn noise_floor_latest_per_stack() {
             experiment_id: None,
             load1: Some(0.7),
             cpu_pressure: Some(0.05),
+            contention: Some(3.5),
         };
         let newer = NewNoiseFloor {
             value: 0.024,
