@@ -184,9 +184,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             None => None,
         };
 
-        // 1. A floor the menu's experiments need is missing or stale.
+        // 1. A floor the menu's experiments need is missing or stale, and
+        //    there is no bound to judge against without one. With a bound
+        //    (`max_noise_floor`), the A/B is judged against it first and
+        //    measures a floor only when the bound cannot decide
+        //    (`experiment::ab`).
         let methods = self.candidate_methods();
-        for &method in &methods {
+        for &method in methods.iter().filter(|_| self.policy.max_floor.is_none()) {
             let current = self.floor(method, &live, not_before).await?;
             if current.stale {
                 let scorer = self

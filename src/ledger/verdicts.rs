@@ -25,6 +25,9 @@ pub struct NewVerdict {
     pub interval: Option<Interval>,
     /// The noise floor the decision used (after the configured clamp).
     pub noise_floor: Option<f64>,
+    /// `noise_floor` is the bound `max_noise_floor`, not a measured floor:
+    /// the verdict held against every smaller one, so none was measured.
+    pub floor_is_bound: bool,
     pub pairs: u32,
     /// The statistical method, cited (e.g. the confidence sequence used).
     pub method: Option<String>,
@@ -42,6 +45,7 @@ impl NewVerdict {
             effect: None,
             interval: None,
             noise_floor: None,
+            floor_is_bound: false,
             pairs: 0,
             method: None,
             reason: Some(reason.to_string()),
@@ -60,6 +64,7 @@ impl FromRow<'_, SqliteRow> for NewVerdict {
             effect: row.try_get("effect")?,
             interval: low.zip(high).map(|(low, high)| Interval { low, high }),
             noise_floor: row.try_get("noise_floor")?,
+            floor_is_bound: row.try_get("floor_is_bound")?,
             pairs: row.try_get("pairs")?,
             method: row.try_get("method")?,
             reason: row.try_get("reason")?,
@@ -94,8 +99,8 @@ async fn insert_for_experiment(
     let op = "record a verdict";
     let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
         "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
-         interval_high, noise_floor, pairs, method, reason) \
-         SELECT cycle_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM experiments WHERE id = ?1 \
+         interval_high, noise_floor, pairs, method, reason, floor_is_bound) \
+         SELECT cycle_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM experiments WHERE id = ?1 \
          RETURNING id",
     )
     .bind(experiment_id)
@@ -108,6 +113,7 @@ async fn insert_for_experiment(
     .bind(v.pairs)
     .bind(v.method.as_deref())
     .bind(v.reason.as_deref())
+    .bind(v.floor_is_bound)
     .fetch_optional(&mut *c)
     .await;
     match inserted {
@@ -135,8 +141,8 @@ async fn insert_for_cycle(
 ) -> Result<VerdictId> {
     sqlx::query_scalar(
         "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
-         noise_floor, pairs, method, reason) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+         noise_floor, pairs, method, reason, floor_is_bound) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
     )
     .bind(cycle_id)
     .bind(v.kind)
@@ -148,6 +154,7 @@ async fn insert_for_cycle(
     .bind(v.pairs)
     .bind(v.method.as_deref())
     .bind(v.reason.as_deref())
+    .bind(v.floor_is_bound)
     .fetch_one(c)
     .await
     .map_err(cx.err("record a cycle's verdict"))

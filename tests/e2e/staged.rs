@@ -89,6 +89,7 @@ fn record_win(db: &Path, base: &Profile, candidate: &Profile, confirmed: bool) -
                         high: -0.15,
                     }),
                     noise_floor: Some(0.02),
+                    floor_is_bound: false,
                     pairs: 2,
                     method: Some("staged by the test".into()),
                     reason: None,

@@ -29,6 +29,7 @@ async fn exactly_one_verdict_per_experiment() {
                     high: 0.015
                 }),
                 noise_floor: Some(0.02),
+                floor_is_bound: false,
                 pairs: 6,
                 method: Some("test confidence sequence".into()),
                 reason: None,
