@@ -23,7 +23,10 @@ pub fn effect(estimate: f64, low: f64, high: f64) -> String {
 /// and what the bound was (never shown as if it were a floor).
 pub fn verdict_floor(log_ratio: f64, is_bound: bool) -> String {
     if is_bound {
-        format!("none measured (judged against the bound {})", floor(log_ratio))
+        format!(
+            "none measured (judged against the bound {})",
+            floor(log_ratio)
+        )
     } else {
         floor(log_ratio)
     }

@@ -176,7 +176,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             (None, Some(floor)) => {
                 r.floor = Some(floor.get());
                 runner
-                    .run_ab(experiment_id, live, candidate, &mut gate, self.policy, floor)
+                    .run_ab(
+                        experiment_id,
+                        live,
+                        candidate,
+                        &mut gate,
+                        self.policy,
+                        floor,
+                    )
                     .await
                     .map_err(ab_stop)?
             }
@@ -190,7 +197,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 })?;
                 r.floor = Some(floor.get());
                 runner
-                    .run_ab(experiment_id, live, candidate, &mut gate, self.policy, floor)
+                    .run_ab(
+                        experiment_id,
+                        live,
+                        candidate,
+                        &mut gate,
+                        self.policy,
+                        floor,
+                    )
                     .await
                     .map_err(ab_stop)?
             }

@@ -6,12 +6,12 @@ use serde_json::json;
 
 use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, ab_stop};
-use crate::judge::Floor;
-use crate::measure::ab::RecordedRun;
 use crate::brain::Proposer;
 use crate::clock::Clock;
+use crate::judge::Floor;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{CycleId, ExperimentId, Interval, NewVerdict, ProposalId};
+use crate::measure::ab::RecordedRun;
 use crate::measure::ab::{AbVerdict, NoiseOutcome};
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::scorer::Scorer;

@@ -638,11 +638,7 @@ mod tests {
     /// Drives an A/B against the bound whose block `b` has the candidate
     /// `exp(effect(b))` times a 10 s/token baseline, both pairs alike;
     /// when it asks for its floor, resumes with `floor`.
-    fn drive_bound(
-        s: AbSchedule,
-        effect: impl Fn(usize) -> f64,
-        floor: Floor,
-    ) -> BoundRun {
+    fn drive_bound(s: AbSchedule, effect: impl Fn(usize) -> f64, floor: Floor) -> BoundRun {
         let mut s = s;
         let mut asked = None;
         let mut after = Vec::new();
@@ -656,7 +652,7 @@ mod tests {
                 (Arm::Candidate, Some(k)) => 10.0 * effect(k / 2).exp(),
                 _ => 10.0,
             };
-            pairs += usize::from(slot.pair.is_some() && slot.profile == pair_order(slot.pair.unwrap())[1]);
+            pairs += usize::from(slot.pair.is_some_and(|k| slot.profile == pair_order(k)[1]));
             match s.record(Timed::plain(spt)).unwrap() {
                 Next::Run | Next::Discarded(_) => {}
                 Next::Decided(decision) => {
@@ -704,7 +700,10 @@ mod tests {
         // And a mirrored big loss stands the same way.
         let s = AbSchedule::against_bound(bounded(), 1).unwrap();
         let r = drive_bound(s, |_| 3.0f64.ln(), floor());
-        assert_eq!((r.decision.kind, r.floor_asked_at), (VerdictKind::Loss, None));
+        assert_eq!(
+            (r.decision.kind, r.floor_asked_at),
+            (VerdictKind::Loss, None)
+        );
         // Without a bound there is nothing to judge against.
         assert!(AbSchedule::against_bound(policy(), 1).is_none());
     }
@@ -753,7 +752,9 @@ mod tests {
         let p = bounded();
         let bound = p.max_floor.unwrap();
         // Against the bound alone, the fifth look is a win.
-        let pairs: Vec<(f64, f64)> = (0..12).map(|k| (10.0, 10.0 * turning(k / 2).exp())).collect();
+        let pairs: Vec<(f64, f64)> = (0..12)
+            .map(|k| (10.0, 10.0 * turning(k / 2).exp()))
+            .collect();
         let alone = match crate::judge::decide(&pairs, bound, &p).unwrap() {
             Step::Decided(d) => d,
             other => panic!("{other:?}"),
@@ -820,9 +821,12 @@ mod tests {
             next = s.record(Timed::plain(spt)).unwrap();
         }
         assert_eq!(next, Next::NeedsFloor);
-        assert_eq!(s.runs(), 4 * (BOUND_LOOKS + 1), "two looks of 2 and 3 blocks");
+        assert_eq!(
+            s.runs(),
+            4 * (BOUND_LOOKS + 1),
+            "two looks of 2 and 3 blocks"
+        );
         let r = s.resume(floor()).unwrap();
         assert_eq!(r.discarded_pairs, vec![2, 3], "{r:?}");
     }
 }
-

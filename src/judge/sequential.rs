@@ -216,7 +216,11 @@ impl SequentialTest {
     /// `f − max(A, c·f) − |mean|` grows with `f` (`c < 1` where it can hold
     /// at all): it is easiest at the largest floor, `self.floor`. So testing
     /// the two ends tests every floor between.
-    pub fn earlier_look_against(&self, kind: VerdictKind, least: Floor) -> Option<(usize, VerdictKind)> {
+    pub fn earlier_look_against(
+        &self,
+        kind: VerdictKind,
+        least: Floor,
+    ) -> Option<(usize, VerdictKind)> {
         let z = self.policy.boundary();
         let earlier = self.looks.len().saturating_sub(1);
         for blocks in &self.looks[..earlier] {

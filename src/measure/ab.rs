@@ -377,7 +377,10 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
     /// Goes on with an A/B paused for its floor, now measured: its pairs
     /// are judged again against `floor` from the first look, the blocks the
     /// floor discards are marked so, and it runs on until it decides.
-    #[expect(clippy::too_many_arguments, reason = "the A/B's own arguments, and its floor")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the A/B's own arguments, and its floor"
+    )]
     pub async fn resume_ab(
         &self,
         experiment_id: ExperimentId,
@@ -565,12 +568,17 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
 
     /// Marks the runs of these pairs discarded, here and in the ledger
     /// (those not marked yet).
-    async fn discard_pairs(&self, runs: &mut [RecordedRun], pairs: &[usize]) -> Result<(), AbError> {
+    async fn discard_pairs(
+        &self,
+        runs: &mut [RecordedRun],
+        pairs: &[usize],
+    ) -> Result<(), AbError> {
         let hit = |r: &RecordedRun| {
             !r.discarded
                 && r.run
                     .pair_index
-                    .is_some_and(|p| pairs.contains(&(p as usize)))
+                    .and_then(|p| usize::try_from(p).ok())
+                    .is_some_and(|p| pairs.contains(&p))
         };
         let ids: Vec<RunId> = runs.iter().filter(|r| hit(r)).map(|r| r.id).collect();
         if ids.is_empty() {
