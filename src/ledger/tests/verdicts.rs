@@ -56,6 +56,23 @@ async fn exactly_one_verdict_per_experiment() {
 }
 
 #[tokio::test]
+async fn a_verdict_judged_against_the_bound_says_so() {
+    let ledger = Ledger::open_in_memory().await.unwrap();
+    let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+    let exp = ledger
+        .insert_experiment(&experiment(cycle, 1, 2))
+        .await
+        .unwrap();
+    let mut new = measured(VerdictKind::Win, -1.2, -1.3, -1.1);
+    new.noise_floor = Some(1.5f64.ln());
+    new.floor_is_bound = true;
+    ledger.insert_verdict(exp, &new).await.unwrap();
+    let got = ledger.verdict(exp).await.unwrap().unwrap();
+    assert!(got.floor_is_bound, "{got:?}");
+    assert_eq!(got.noise_floor, new.noise_floor);
+}
+
+#[tokio::test]
 async fn verdict_rules_are_enforced() {
     let ledger = Ledger::open_in_memory().await.unwrap();
     let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
