@@ -179,7 +179,7 @@ pub enum BoundedAb {
     Done(AbReport),
     /// The bound could not decide: measure the floor, then
     /// [`AbRunner::resume_ab`] (or [`PausedAb::without_floor`]).
-    NeedsFloor(PausedAb),
+    NeedsFloor(Box<PausedAb>),
 }
 
 /// An A/B waiting for its noise floor: its schedule and its runs so far.
@@ -388,13 +388,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         candidate: &ProfileFile,
         gate: &mut HashGate,
         policy: Policy,
-        paused: PausedAb,
+        paused: Box<PausedAb>,
         floor: Floor,
     ) -> Result<AbReport, AbError> {
         let PausedAb {
             mut schedule,
             mut runs,
-        } = paused;
+        } = *paused;
         let resumed = schedule.resume(floor)?;
         self.discard_pairs(&mut runs, &resumed.discarded_pairs)
             .await?;
@@ -462,7 +462,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 Next::Run => {}
                 Next::Discarded(_) => self.discard_last_block(&mut runs).await?,
                 Next::NeedsFloor => {
-                    return Ok(BoundedAb::NeedsFloor(PausedAb { schedule, runs }));
+                    return Ok(BoundedAb::NeedsFloor(Box::new(PausedAb { schedule, runs })));
                 }
                 Next::Decided(d) => {
                     if d.too_noisy.is_some() {
