@@ -225,6 +225,7 @@ fn verdict_row(kind: VerdictKind, effect: f64, at: DateTime<Utc>) -> NewVerdict 
             high: effect + 0.01,
         }),
         noise_floor: measured.then_some(0.01),
+        floor_is_bound: false,
         pairs: if measured { PAIRS } else { 0 },
         method: measured.then(|| "bench fixture".to_string()),
         reason: (!measured).then(|| "candidate output hash differs".to_string()),

@@ -18,6 +18,20 @@ pub fn effect(estimate: f64, low: f64, high: f64) -> String {
     )
 }
 
+/// A verdict's floor as shown: the measured floor, or, for a verdict
+/// judged against the bound `max_noise_floor`, that no floor was measured
+/// and what the bound was (never shown as if it were a floor).
+pub fn verdict_floor(log_ratio: f64, is_bound: bool) -> String {
+    if is_bound {
+        format!(
+            "none measured (judged against the bound {})",
+            floor(log_ratio)
+        )
+    } else {
+        floor(log_ratio)
+    }
+}
+
 /// A noise floor (relative, as a log ratio) as `±2.0%`, with more decimals
 /// for smaller floors (`±0.34%`, `±0.034%`): a quiet machine's floors of a
 /// few hundredths of a percent all read `±0.0%` with one.

@@ -4,14 +4,16 @@
 //! `benches/traces/`; `cargo bench --bench judge_replay -- --trace FILE...`
 //! replays yours (record one with `orchestrator trace --runs 600 --out
 //! FILE`). Each decision is the daemon's whole judging path run over a
-//! circular block bootstrap of the trace ([`replay`]): the floor measured as
-//! the daemon measures it, warmups, the alternating block order, blocks
-//! discarded and re-run, the sequential test, and a win confirmed after a
-//! fresh floor, with a true effect injected into the candidate's runs.
+//! circular block bootstrap of the trace ([`replay`]): the A/B judged
+//! against the bound first and the floor measured as the daemon measures it
+//! when the bound cannot decide, warmups, the alternating block order,
+//! blocks discarded and re-run, the sequential test, and a win confirmed by
+//! an A/B that may not use the first one's floor, with a true effect
+//! injected into the candidate's runs.
 //!
 //! It prints, per trace, the verdict rates with Wilson 95% intervals, single
 //! A/B and confirmed, for A/A candidates (one floor per A/B, and one floor
-//! shared by five A/Bs), for candidates ×0.8, ×0.9, ×1.1, ×1.25 and ±2
+//! shared by five A/Bs), for candidates ×0.3, ×0.8, ×0.9, ×1.1, ×1.25 and ±2
 //! floors, and the runs per decision, floor runs included; then the
 //! cheapest fixed-sample protocol that meets the same targets on the same
 //! traces. It exits 1 when the shipped policy misses a target on any trace,
@@ -42,6 +44,9 @@ const WARMUPS: usize = 1;
 fn effects(f: f64) -> Vec<(String, f64)> {
     vec![
         ("A/A".into(), 0.0),
+        // A big win, as the shoot-out's fast profiles are against its slow
+        // start: decided against the bound with no floor (issue #16).
+        ("×0.3".into(), 0.3f64.ln()),
         ("×0.8".into(), 0.8f64.ln()),
         ("×0.9".into(), 0.9f64.ln()),
         ("×1.1".into(), 1.1f64.ln()),

@@ -141,6 +141,12 @@ pub struct Outcome {
 
 /// The replay of `decisions` consecutive A/Bs of a candidate `theta` on one
 /// stream, floors as `floors` says.
+///
+/// Our judge with a bound (`max_floor`) runs as the daemon does: an A/B
+/// with no valid floor (the first, one whose floor aged out, every
+/// confirmation) is judged against the bound first and measures its floor
+/// only when the bound cannot decide ([`AbSchedule::against_bound`]).
+/// Without a bound, and for the fixed protocols, the floor comes first.
 pub fn replay(
     stream: &mut Stream,
     judge: Judge,
@@ -153,6 +159,23 @@ pub fn replay(
         FloorUse::Each => 1,
         FloorUse::Shared(k) => k,
     };
+    match judge {
+        Judge::Ours(p) if p.max_floor.is_some() => {
+            replay_bound_first(stream, p, warmups, theta, decisions)
+        }
+        _ => replay_floor_first(stream, judge, policy, warmups, theta, decisions),
+    }
+}
+
+/// [`replay`] with the floor measured before the A/Bs that need one.
+fn replay_floor_first(
+    stream: &mut Stream,
+    judge: Judge,
+    policy: Policy,
+    warmups: usize,
+    theta: f64,
+    decisions: usize,
+) -> Vec<Outcome> {
     let start = stream.taken;
     let mut floor = measure_floor(stream, policy, warmups);
     let mut out = Vec::with_capacity(decisions);
@@ -195,11 +218,123 @@ pub fn replay(
             ab_runs: ab_runs as f64,
         });
     }
-    let per = (stream.taken - start) as f64 / out.len() as f64;
-    for o in &mut out {
+    share_runs(&mut out, stream.taken - start);
+    out
+}
+
+/// [`replay`] as the daemon runs our judge with a bound: the floor is
+/// measured inside an A/B, and only when the bound cannot decide it. A
+/// floor measured serves the next `decisions` A/Bs in all (the shared
+/// floor's age), never a confirmation, which must not share the noise of
+/// the floor before its win.
+fn replay_bound_first(
+    stream: &mut Stream,
+    policy: Policy,
+    warmups: usize,
+    theta: f64,
+    decisions: usize,
+) -> Vec<Outcome> {
+    let start = stream.taken;
+    let mut floor: Option<Floor> = None;
+    let mut out = Vec::with_capacity(decisions);
+    for _ in 0..decisions {
+        let first = bounded_ab(stream, policy, warmups, floor, theta);
+        if let Some(measured) = first.measured {
+            floor = measured;
+        }
+        let mut ab_runs = first.ab_runs;
+        let confirmed = if first.kind == VerdictKind::Win {
+            let second = bounded_ab(stream, policy, warmups, None, theta);
+            if let Some(measured) = second.measured {
+                floor = measured;
+            }
+            ab_runs += second.ab_runs;
+            confirm(first.kind, second.kind)
+        } else {
+            first.kind
+        };
+        out.push(Outcome {
+            single: first.kind,
+            confirmed,
+            noisy: first.noisy,
+            runs: 0.0,
+            ab_runs: ab_runs as f64,
+        });
+    }
+    share_runs(&mut out, stream.taken - start);
+    out
+}
+
+/// Every decision's share of the runs taken, floors included.
+fn share_runs(out: &mut [Outcome], taken: usize) {
+    let per = taken as f64 / out.len() as f64;
+    for o in out {
         o.runs = per;
     }
-    out
+}
+
+/// One A/B of ours as the daemon runs it.
+struct Bounded {
+    kind: VerdictKind,
+    noisy: bool,
+    /// A floor measured inside it: `Some(None)` when one was measured but
+    /// came out unusable.
+    measured: Option<Option<Floor>>,
+    /// Its runs, the floor's left out.
+    ab_runs: usize,
+}
+
+/// An A/B judged against `floor` when there is a valid one, else against
+/// the bound first, measuring the floor only when the bound cannot decide.
+fn bounded_ab(
+    stream: &mut Stream,
+    policy: Policy,
+    warmups: usize,
+    floor: Option<Floor>,
+    theta: f64,
+) -> Bounded {
+    let before = stream.taken;
+    let mut s = match floor {
+        Some(f) => AbSchedule::new(policy, f, warmups),
+        None => AbSchedule::against_bound(policy, warmups).expect("a policy with a bound"),
+    };
+    let mut floor_runs = 0;
+    let mut measured = None;
+    loop {
+        let slot = s.slot();
+        let t = stream.timed(slot.profile, theta);
+        let next = match s.record(t).expect("trace times are valid") {
+            Next::NeedsFloor => {
+                let at = stream.taken;
+                let f = measure_floor(stream, policy, warmups);
+                floor_runs += stream.taken - at;
+                measured = Some(f.map(|(floor, _)| floor));
+                match f {
+                    Some((f, contention)) => {
+                        s.resume(f, contention).expect("waiting for its floor").next
+                    }
+                    // No usable floor: inconclusive, nothing staged.
+                    None => {
+                        return Bounded {
+                            kind: VerdictKind::Inconclusive,
+                            noisy: true,
+                            measured,
+                            ab_runs: stream.taken - before - floor_runs,
+                        };
+                    }
+                }
+            }
+            next => next,
+        };
+        if let Next::Decided(d) = next {
+            return Bounded {
+                kind: d.kind,
+                noisy: d.too_noisy.is_some(),
+                measured,
+                ab_runs: stream.taken - before - floor_runs,
+            };
+        }
+    }
 }
 
 /// A floor as the daemon measures one, and its runs' typical contention;

@@ -603,6 +603,7 @@ mod tests {
                         high: 0.012,
                     }),
                     noise_floor: Some(0.015),
+                    floor_is_bound: false,
                     pairs: 6,
                     method: Some("test".into()),
                     reason: None,

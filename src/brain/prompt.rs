@@ -81,6 +81,10 @@ pub enum NoiseFloorState {
         /// Older than `noise_floor_max_age_s`, or measured on another profile.
         stale: bool,
     },
+    /// No valid floor, and none is due first: an A/B is judged against the
+    /// bound `max_noise_floor` (log ratio) and measures a floor itself only
+    /// when the bound cannot decide it.
+    Bound { bound: f64 },
 }
 
 impl NoiseFloorState {
@@ -89,6 +93,7 @@ impl NoiseFloorState {
         match self {
             NoiseFloorState::Missing => true,
             NoiseFloorState::Current { stale, .. } => *stale,
+            NoiseFloorState::Bound { .. } => false,
         }
     }
 }
@@ -266,6 +271,15 @@ fn floor(t: &mut String, f: &NoiseFloorState) {
             "Noise floor: not measured yet; no difference can be judged until \
              remeasure has measured it.\n",
         ),
+        NoiseFloorState::Bound { bound } => {
+            let _ = writeln!(
+                t,
+                "Noise floor: none valid now, and none is needed first: an A/B is judged \
+                 against the largest floor accepted ({}) and measures a floor itself only \
+                 when that cannot decide.",
+                pct_abs(*bound)
+            );
+        }
         NoiseFloorState::Current {
             value,
             pairs,

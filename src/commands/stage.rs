@@ -71,7 +71,11 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
             crate::ledger::stage_label(s.menu_id, &s.parts),
             parameters(&s.parameters, &s.parts),
             display::effect(s.effect, s.interval.low, s.interval.high),
-            display::floor(s.noise_floor),
+            if s.floor_is_bound {
+                "bound".to_string()
+            } else {
+                display::floor(s.noise_floor)
+            },
             display::age(s.age(now)),
             s.base_digest.short(),
         );
@@ -98,7 +102,13 @@ fn labelled_json(s: &crate::ledger::StageSummary) -> serde_json::Value {
             "interval_percent".into(),
             json!([pct(s.interval.low), pct(s.interval.high)]),
         );
-        o.insert("noise_floor_percent".into(), json!(pct(s.noise_floor)));
+        // The bound judged against is no measured floor.
+        let floor = (!s.floor_is_bound).then(|| pct(s.noise_floor));
+        o.insert("noise_floor_percent".into(), json!(floor));
+        if s.floor_is_bound {
+            o.insert("bound_percent".into(), json!(pct(s.noise_floor)));
+            o.remove("noise_floor");
+        }
     }
     v
 }
@@ -196,7 +206,7 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
     println!(
         "effect   {} (confirmation), floor {}",
         display::effect(s.effect, s.interval.low, s.interval.high),
-        display::floor(s.noise_floor)
+        display::verdict_floor(s.noise_floor, d.confirmation_verdict.floor_is_bound)
     );
     println!("base     {}", s.base_digest);
     println!("staged   {}", s.candidate_digest);
@@ -244,7 +254,7 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
             v.kind,
             v.pairs,
             v.noise_floor
-                .map(display::floor)
+                .map(|f| display::verdict_floor(f, v.floor_is_bound))
                 .unwrap_or_else(|| "-".into()),
             v.method.as_deref().unwrap_or("-")
         );

@@ -235,7 +235,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             })
             .await?;
         r.experiment_id = Some(experiment_id);
-        self.ab(experiment_id, live, &candidate, &scorer, r).await?;
+        self.ab(experiment_id, live, &candidate, &scorer, None, r)
+            .await?;
         if r.verdict == Some(VerdictKind::Win)
             && let Some((_, interval)) = r.effect
         {

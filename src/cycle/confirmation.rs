@@ -115,7 +115,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         if let Err(e) = self.menu.entry(original.menu_id) {
             return Err(Stop::Failed(unconfirmable(first, &e)));
         }
-        self.ab(experiment_id, live, &candidate, &scorer, r).await?;
+        // The confirmation must not be judged by a floor measured before its win.
+        let not_before = self.ledger.verdict(first).await?.map(|v| v.decided_at);
+        self.ab(experiment_id, live, &candidate, &scorer, not_before, r)
+            .await?;
         let stageable = match (
             r.verdict,
             r.effect,

@@ -4,11 +4,13 @@
 
 use serde_json::{Value, json};
 
-use super::{CycleReport, CycleRunner, Stop, ab_stop};
+use chrono::{DateTime, Utc};
+
+use super::{CycleReport, CycleRunner, Stop, ab_stop, no_scorer};
 use crate::brain::{self, Proposer};
 use crate::clock::Clock;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
-use crate::measure::ab::AbRunner;
+use crate::measure::ab::{AbRunner, AbVerdict, BoundedAb};
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::gate::HashGate;
 use crate::measure::scorer::Scorer;
@@ -97,22 +99,27 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }
     }
 
-    /// Runs the A/B and records its verdict.
+    /// Runs the A/B and records its verdict. `not_before`: a confirmation's
+    /// win, which a floor measured before it may not judge.
+    ///
+    /// With no valid floor the A/B is judged against the bound first
+    /// ([`crate::judge::AbSchedule::against_bound`]); when the bound cannot
+    /// decide, the floor is measured then, in an A/A of this cycle (a
+    /// `remeasure` experiment with its own verdict, stored as any floor),
+    /// and the A/B goes on against it.
     pub(super) async fn ab(
         &mut self,
         experiment_id: ExperimentId,
         live: &ProfileFile,
         candidate: &ProfileFile,
         scorer: &StackScorer,
+        not_before: Option<DateTime<Utc>>,
         r: &mut CycleReport,
     ) -> Result<(), Stop> {
-        let current = self.floor(scorer.method(), live, None).await?;
-        let floor = current.floor(self.policy.min_floor).ok_or_else(|| {
-            Stop::Failed(format!(
-                "no noise floor has been measured for the {} protocol; the next cycle measures it",
-                scorer.method()
-            ))
-        })?;
+        let current = self.floor(scorer.method(), live, not_before).await?;
+        let valid = current
+            .floor(self.policy.min_floor)
+            .filter(|_| !current.stale);
         let (mut gate, runner) = self.measuring(scorer).await?;
         let measuring = match (r.scheduled, r.menu_id) {
             (Some("confirmation"), Some(m)) => format!("confirmation A/B of {}", m.as_str()),
@@ -122,25 +129,126 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         };
         self.progress.phase(phase::MEASURE, &measuring);
         tracing::debug!(experiment = %experiment_id, "phase measure");
-        let result = runner
-            .run_ab(
-                experiment_id,
-                live,
-                candidate,
-                &mut gate,
-                // A run is interfered with when contended beyond this
-                // floor's runs, not when the machine is merely busy.
-                self.policy.against_floor(current.contention()),
-                floor,
-            )
-            .await;
+        let bounded = match valid {
+            Some(_) => None,
+            None => {
+                runner
+                    // No floor, so no floor's contention to compare runs
+                    // with: only a verdict beyond every acceptable floor
+                    // stands here, and the own spread (which a burst
+                    // widens) carries the interval's coverage.
+                    .run_ab_against_bound(
+                        experiment_id,
+                        live,
+                        candidate,
+                        &mut gate,
+                        self.policy.against_floor(None),
+                    )
+                    .await
+            }
+        };
+        // A reason of the cycle's own, over the verdict's.
+        let mut reason = None;
+        let report = match (bounded, valid) {
+            (Some(ran), _) => match ran.map_err(ab_stop)? {
+                BoundedAb::Done(report) => report,
+                BoundedAb::NeedsFloor(paused) => {
+                    let live_scorer = self
+                        .scorers
+                        .for_live(scorer.method())
+                        .ok_or_else(|| Stop::Failed(no_scorer(scorer.method())))?;
+                    if let Some(why) = &current.why {
+                        tracing::info!(
+                            experiment = %experiment_id,
+                            "the bound did not decide; measuring the noise floor: {why}"
+                        );
+                    }
+                    let refreshed = self
+                        .refresh_floor(r.cycle_id, None, live, &live_scorer, |_| {})
+                        .await?;
+                    self.progress.phase(phase::MEASURE, &measuring);
+                    match refreshed.usable() {
+                        Some(floor) => {
+                            r.floor = Some(floor.get());
+                            runner
+                                .resume_ab(
+                                    experiment_id,
+                                    live,
+                                    candidate,
+                                    &mut gate,
+                                    // A run is interfered with when contended
+                                    // beyond this floor's runs, not when the
+                                    // machine is merely busy.
+                                    self.policy.against_floor(refreshed.contention),
+                                    paused,
+                                    floor,
+                                )
+                                .await
+                                .map_err(ab_stop)?
+                        }
+                        None => {
+                            let why = format!(
+                                "the bound did not decide and no noise floor could be measured (experiment #{}: {}); nothing is staged from it",
+                                refreshed.experiment_id,
+                                refreshed.unusable.as_deref().unwrap_or("no floor")
+                            );
+                            let report = paused.without_floor(&why);
+                            if let AbVerdict::Decided(_) = report.verdict {
+                                reason = Some(why);
+                            }
+                            report
+                        }
+                    }
+                }
+            },
+            (None, Some(floor)) => {
+                r.floor = Some(floor.get());
+                runner
+                    .run_ab(
+                        experiment_id,
+                        live,
+                        candidate,
+                        &mut gate,
+                        self.policy.against_floor(current.contention()),
+                        floor,
+                    )
+                    .await
+                    .map_err(ab_stop)?
+            }
+            (None, None) => {
+                // No bound to judge against: only a floor measured first.
+                let floor = current.floor(self.policy.min_floor).ok_or_else(|| {
+                    Stop::Failed(format!(
+                        "no noise floor has been measured for the {} protocol; the next cycle measures it",
+                        scorer.method()
+                    ))
+                })?;
+                r.floor = Some(floor.get());
+                runner
+                    .run_ab(
+                        experiment_id,
+                        live,
+                        candidate,
+                        &mut gate,
+                        self.policy.against_floor(current.contention()),
+                        floor,
+                    )
+                    .await
+                    .map_err(ab_stop)?
+            }
+        };
         tracing::debug!(experiment = %experiment_id, "phase judge");
-        let report = result.map_err(ab_stop)?;
         r.note_runs(&report.runs);
-        let verdict = report.verdict.to_new_verdict(self.clock.now());
+        let mut verdict = report.verdict.to_new_verdict(self.clock.now());
+        if let Some(why) = reason {
+            verdict.reason = Some(why);
+        }
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
         r.verdict = Some(verdict.kind);
-        r.floor = Some(floor.get());
+        if verdict.floor_is_bound {
+            // The bound is no measured floor; the reason says what it is.
+            r.floor = None;
+        }
         if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
             r.effect = Some((e, i));
         }

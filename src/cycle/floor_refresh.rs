@@ -8,8 +8,10 @@ use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, ab_stop};
 use crate::brain::Proposer;
 use crate::clock::Clock;
+use crate::judge::Floor;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{CycleId, ExperimentId, Interval, NewVerdict, ProposalId};
+use crate::measure::ab::RecordedRun;
 use crate::measure::ab::{AbVerdict, NoiseOutcome};
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::scorer::Scorer;
@@ -17,6 +19,28 @@ use crate::menu::MenuId;
 use crate::profile::ProfileFile;
 use crate::progress::phase;
 use crate::vocab::VerdictKind;
+
+/// A floor measured by a cycle: its A/A experiment, that A/A's recorded
+/// verdict, and the floor to judge with, if it may be used.
+pub(super) struct Refreshed {
+    pub experiment_id: ExperimentId,
+    pub verdict: NewVerdict,
+    pub runs: Vec<RecordedRun>,
+    /// The measured floor (clamped below by `min_noise_floor`), stored.
+    pub measured: Option<Floor>,
+    /// Why no floor may be judged with (failed, too noisy, too wide).
+    pub unusable: Option<String>,
+    /// The typical contention of the floor's runs: the reference of the
+    /// interference rule for an A/B judged against this floor.
+    pub contention: Option<f64>,
+}
+
+impl Refreshed {
+    /// The floor to judge with.
+    pub fn usable(&self) -> Option<Floor> {
+        self.measured.filter(|_| self.unusable.is_none())
+    }
+}
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// An A/A of the live profile: a new noise floor, and a verdict on it.
@@ -30,6 +54,42 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     ) -> Result<(), Stop> {
         r.menu_id = Some(MenuId::Remeasure);
         r.params = Some(json!({}));
+        let f = match self
+            .refresh_floor(id, proposal_id, live, scorer, |e| r.experiment_id = Some(e))
+            .await
+        {
+            Ok(f) => f,
+            Err(stop) => {
+                // The A/A's `failed` verdict is recorded already.
+                if let Stop::Aborted(why) | Stop::Failed(why) = &stop {
+                    r.verdict = Some(VerdictKind::Failed);
+                    r.reason = Some(why.clone());
+                }
+                return Err(stop);
+            }
+        };
+        r.note_runs(&f.runs);
+        r.floor = f.measured.map(Floor::get);
+        r.verdict = Some(f.verdict.kind);
+        r.reason = f.verdict.reason.clone();
+        if let (Some(e), Some(i)) = (f.verdict.effect, f.verdict.interval) {
+            r.effect = Some((e, i));
+        }
+        Ok(())
+    }
+
+    /// Measures and stores a noise floor in an A/A experiment of cycle `id`
+    /// (a `remeasure`), and records that A/A's own verdict. `created` is
+    /// told the experiment as soon as it exists. A measurement cut short
+    /// records the A/A `failed` before the stop goes on.
+    pub(super) async fn refresh_floor(
+        &self,
+        id: CycleId,
+        proposal_id: Option<ProposalId>,
+        live: &ProfileFile,
+        scorer: &StackScorer,
+        created: impl FnOnce(ExperimentId),
+    ) -> Result<Refreshed, Stop> {
         let digest = live.profile.digest();
         let experiment_id = self
             .ledger
@@ -41,7 +101,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 &live.profile,
             ))
             .await?;
-        r.experiment_id = Some(experiment_id);
+        created(experiment_id);
         let (mut gate, runner) = self.measuring(scorer).await?;
         self.progress.phase(phase::MEASURE_FLOOR, scorer.label());
         tracing::debug!(experiment = %experiment_id, "phase measure");
@@ -49,8 +109,21 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .measure_noise_floor(experiment_id, live, &mut gate, self.policy)
             .await;
         tracing::debug!(experiment = %experiment_id, "phase judge");
-        let report = result.map_err(ab_stop)?;
-        r.note_runs(&report.runs);
+        let report = match result.map_err(ab_stop) {
+            Ok(report) => report,
+            Err(stop) => {
+                let why = match &stop {
+                    Stop::Ledger(_) => None,
+                    Stop::Aborted(why) => Some(format!("aborted: {why}")),
+                    Stop::Failed(why) => Some(why.clone()),
+                };
+                if let Some(why) = why {
+                    let v = NewVerdict::refusal(VerdictKind::Failed, &why, self.clock.now());
+                    self.ledger.insert_verdict(experiment_id, &v).await?;
+                }
+                return Err(stop);
+            }
+        };
         let now = self.clock.now();
         let row = report.to_new_noise_floor(
             &super::floor::key(&self.config.stack.name, scorer.method()),
@@ -58,14 +131,20 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             now,
             Some(experiment_id),
         );
+        let runs = report.runs;
         let (floor, pairs) = match report.outcome {
             NoiseOutcome::Measured { floor, pairs } => (floor, pairs),
             NoiseOutcome::Failed { reason } => {
                 let v = NewVerdict::refusal(VerdictKind::Failed, &reason, now);
                 self.ledger.insert_verdict(experiment_id, &v).await?;
-                r.verdict = Some(VerdictKind::Failed);
-                r.reason = Some(reason);
-                return Ok(());
+                return Ok(Refreshed {
+                    experiment_id,
+                    verdict: v,
+                    runs,
+                    measured: None,
+                    unusable: Some(reason),
+                    contention: None,
+                });
             }
             NoiseOutcome::TooNoisy { reason, pairs } => {
                 // No floor to judge with; the verdict still says what the
@@ -79,13 +158,20 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     Ok(f) => aa_verdict(&pairs, f, &self.policy, now, Some(&reason)),
                     Err(_) => NewVerdict::refusal(VerdictKind::Failed, &reason, now),
                 };
-                return self.record_aa(experiment_id, v, r).await;
+                self.ledger.insert_verdict(experiment_id, &v).await?;
+                return Ok(Refreshed {
+                    experiment_id,
+                    verdict: v,
+                    runs,
+                    measured: None,
+                    unusable: Some(reason),
+                    contention: None,
+                });
             }
         };
         if let Some(row) = &row {
             self.ledger.insert_noise_floor(row).await?;
         }
-        r.floor = Some(floor.value.get());
         // Kept in the ledger (the report shows it), but too wide to judge
         // anything with: `CurrentFloor` calls it stale, so the next cycle
         // measures again.
@@ -102,22 +188,15 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // The A/A's own verdict: what the sequential test says of identical
         // profiles under the new floor (normally within_noise).
         let v = aa_verdict(&pairs, floor.value, &self.policy, now, too_wide.as_deref());
-        self.record_aa(experiment_id, v, r).await
-    }
-
-    async fn record_aa(
-        &self,
-        experiment_id: ExperimentId,
-        verdict: NewVerdict,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
-        self.ledger.insert_verdict(experiment_id, &verdict).await?;
-        r.verdict = Some(verdict.kind);
-        r.reason = verdict.reason.clone();
-        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
-            r.effect = Some((e, i));
-        }
-        Ok(())
+        self.ledger.insert_verdict(experiment_id, &v).await?;
+        Ok(Refreshed {
+            experiment_id,
+            verdict: v,
+            runs,
+            measured: Some(floor.value),
+            unusable: too_wide,
+            contention: row.as_ref().and_then(|r| r.contention),
+        })
     }
 }
 
@@ -145,6 +224,7 @@ fn aa_verdict(
                 high: e.interval.1,
             }),
             noise_floor: Some(floor.get()),
+            floor_is_bound: false,
             pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
             method: Some(judge::sequential::METHOD.to_string()),
             reason: None,

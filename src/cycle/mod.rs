@@ -1,10 +1,12 @@
 //! One cycle of the loop: observe → propose → validate → plan → measure →
-//! judge → record → stage. Exactly one experiment and one verdict per cycle.
+//! judge → record → stage. Exactly one experiment and one verdict per cycle,
+//! plus the A/A of the floor its A/B measured when the bound
+//! (`max_noise_floor`) could not decide it without one ([`experiment`]).
 //! This file observes and dispatches; the kind of cycle is, in order:
 //!
-//! 1. when the noise floor of a protocol the menu needs is missing or stale,
-//!    the cycle is a scheduled A/A of the live profile (a `remeasure`,
-//!    [`floor_refresh`]);
+//! 1. when the noise floor of a protocol the menu needs is missing or stale
+//!    and the policy has no bound, the cycle is a scheduled A/A of the live
+//!    profile (a `remeasure`, [`floor_refresh`]);
 //! 2. else, when the last experiment was an unconfirmed win on the live
 //!    profile, the cycle is its independent confirmation (and stages it when
 //!    it wins again, [`confirmation`]);
@@ -188,9 +190,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             None => None,
         };
 
-        // 1. A floor the menu's experiments need is missing or stale.
+        // 1. A floor the menu's experiments need is missing or stale, and
+        //    there is no bound to judge against without one. With a bound
+        //    (`max_noise_floor`), the A/B is judged against it first and
+        //    measures a floor only when the bound cannot decide
+        //    (`experiment::ab`).
         let methods = self.candidate_methods();
-        for &method in &methods {
+        for &method in methods.iter().filter(|_| self.policy.max_floor.is_none()) {
             let current = self.floor(method, &live, not_before).await?;
             if current.stale {
                 let scorer = self

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::experiment::Origin;
 use super::screen;
 use super::{CurrentFloor, CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
-use crate::brain::{self, LedgerDuplicates, Proposer, Situation};
+use crate::brain::{self, LedgerDuplicates, NoiseFloorState, Proposer, Situation};
 use crate::clock::Clock;
 use crate::ledger::{CycleId, LedgerError, NewVerdict, ProposalId};
 use crate::measure::scorer::Scorer;
@@ -44,7 +44,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .ledger
             .recent_experiments(cfg.cycle.history.max(64))
             .await?;
-        let floor_state = bench_floor.state(self.policy.min_floor, now);
+        // With a bound, a missing or stale floor is not due first: the A/B
+        // judges against the bound and measures one only when it must.
+        let floor_state = match self.policy.max_floor {
+            Some(bound) if bench_floor.stale => NoiseFloorState::Bound { bound: bound.get() },
+            _ => bench_floor.state(self.policy.min_floor, now),
+        };
         let duplicates = LedgerDuplicates {
             ledger: self.ledger,
             base_digest: &live_digest,
@@ -210,7 +215,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             ))
             .await?;
         r.experiment_id = Some(experiment_id);
-        self.ab(experiment_id, live, &candidate, &scorer, r).await
+        self.ab(experiment_id, live, &candidate, &scorer, None, r)
+            .await
     }
 }
 

@@ -27,7 +27,7 @@ pub use interval::Estimate;
 pub use noise::{NoiseError, NoiseFloor};
 pub use policy::{Confidence, Floor, ParamError, Policy};
 pub use protocol::{Slot, pair_order, slot};
-pub use schedule::{AbSchedule, FloorEnd, FloorNext, FloorSchedule, Next};
+pub use schedule::{AbSchedule, BOUND_LOOKS, FloorEnd, FloorNext, FloorSchedule, Next, Resumed};
 pub use sequential::{
     Decision, Discards, SequentialTest, Step, Timed, classify, confirm, decide, log_ratio,
 };
@@ -44,4 +44,14 @@ pub enum JudgeError {
          (an independent replication) to measure again"
     )]
     AlreadyDecided { kind: VerdictKind, pairs: usize },
+    #[error(
+        "this A/B waits for its noise floor (the bound could not decide it); measure the floor \
+         and resume the A/B with it before running more pairs; this is a bug in orchestrator"
+    )]
+    WaitsForFloor,
+    #[error(
+        "this A/B is not waiting for a noise floor; only an A/B judged against the bound that \
+         asked for one resumes with it; this is a bug in orchestrator"
+    )]
+    NotWaitingForFloor,
 }

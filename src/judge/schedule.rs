@@ -5,7 +5,12 @@
 //! (`benches/judge_replay`) drive the same machines, so the replay judges a
 //! trace exactly as the daemon would have judged those runs: warmups, the
 //! alternating ABBA/BAAB order ([`super::protocol`]), blocks discarded for
-//! interference ([`super::interference`]) or discordance and re-run, the sequential test, and the floor.
+//! interference ([`super::interference`]) or discordance and re-run, the
+//! sequential test, and the floor.
+//!
+//! An A/B with no valid floor ([`AbSchedule::against_bound`]) does not wait
+//! for one: it is judged first against the largest floor the judge accepts,
+//! and measures a floor only when that cannot decide (see there).
 
 use super::JudgeError;
 use super::interference;
@@ -13,7 +18,7 @@ use super::noise::{self, NoiseError, NoiseFloor};
 use super::policy::{Floor, Policy};
 use super::protocol::{Slot, pair_order};
 use super::sequential::{Decision, Discards, SequentialTest, Step, Timed};
-use crate::vocab::Arm;
+use crate::vocab::{Arm, VerdictKind};
 
 /// What the schedule wants after a run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +30,9 @@ pub enum Next {
     Discarded(Discards),
     /// The A/B is over.
     Decided(Decision),
+    /// Judged against the bound, the A/B could not decide: measure the
+    /// noise floor now, then [`AbSchedule::resume`] with it.
+    NeedsFloor,
 }
 
 /// The order both schedules share: warmups, then pairs in the alternating
@@ -34,6 +42,9 @@ struct Pairing {
     warmups_per_arm: usize,
     /// Runs recorded so far, warmups included.
     runs: usize,
+    /// The run the current warmups start at: 0, or where the A/B went on
+    /// after measuring its floor, which left the candidate cold.
+    warm_from: usize,
     /// Pairs run so far, discarded ones included: the run order alternates
     /// in time, whatever happened to the blocks.
     pairs_run: usize,
@@ -45,6 +56,7 @@ impl Pairing {
         Pairing {
             warmups_per_arm,
             runs: 0,
+            warm_from: 0,
             pairs_run: 0,
             half: None,
         }
@@ -52,16 +64,21 @@ impl Pairing {
 
     /// The run to do next.
     fn slot(&self) -> Slot {
-        let warm = 2 * self.warmups_per_arm;
-        if self.runs < warm {
-            return super::slot(self.warmups_per_arm, self.runs);
+        let warm = self.runs - self.warm_from;
+        if warm < 2 * self.warmups_per_arm {
+            return super::slot(self.warmups_per_arm, warm);
         }
-        let within = (self.runs - warm) % 2;
+        let within = usize::from(self.half.is_some());
         Slot {
             profile: pair_order(self.pairs_run)[within],
             warmup: false,
             pair: Some(self.pairs_run),
         }
+    }
+
+    /// Warmups again before the next pair.
+    fn rewarm(&mut self) {
+        self.warm_from = self.runs;
     }
 
     /// Records the run [`Self::slot`] asked for; the pair it completed, if
@@ -85,19 +102,115 @@ impl Pairing {
     }
 }
 
+/// How many looks an A/B with no valid floor is judged against the bound
+/// before it measures one. A large effect decides at the first look; one
+/// whose interval still straddles the bound after the second is left to
+/// the measured floor, which may have decided it sooner (the pairs run
+/// beyond that look are the price of asking the bound).
+pub const BOUND_LOOKS: usize = 2;
+
 /// A paired A/B of a candidate against the live profile.
 #[derive(Debug, Clone)]
 pub struct AbSchedule {
+    policy: Policy,
     pairing: Pairing,
     test: SequentialTest,
+    /// Every pair run so far, discarded blocks' included: what a floor
+    /// measured later judges again from the first look.
+    pairs: Vec<(Timed, Timed)>,
+    phase: Phase,
+    /// Looks judged against the bound before the floor is measured.
+    bound_looks: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Judged against a measured floor.
+    Floor,
+    /// Judged against the bound (`max_noise_floor`), no floor yet.
+    Bound,
+    /// The bound could not decide; the floor is being measured.
+    WaitingForFloor,
+}
+
+/// What [`AbSchedule::resume`] found when it judged the pairs so far again
+/// against the measured floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// [`Next::Decided`] when a look the bound had passed decides under the
+    /// floor, else [`Next::Run`] (warmups first: the candidate is cold).
+    pub next: Next,
+    /// Pairs (indices in run order) of the blocks the floor discards:
+    /// those the bound discarded, and those too discordant for the floor.
+    pub discarded_pairs: Vec<usize>,
 }
 
 impl AbSchedule {
+    /// An A/B judged against the measured `floor`.
     pub fn new(policy: Policy, floor: Floor, warmups_per_arm: usize) -> AbSchedule {
         AbSchedule {
+            policy,
             pairing: Pairing::new(warmups_per_arm),
             test: SequentialTest::new(policy, floor),
+            pairs: Vec::new(),
+            phase: Phase::Floor,
+            bound_looks: BOUND_LOOKS,
         }
+    }
+
+    /// An A/B of a live profile with no valid floor (none yet, aged out,
+    /// measured under other pressure, or one a confirmation may not use),
+    /// judged first against the largest floor the judge accepts,
+    /// `policy.max_floor`; `None` when the policy has no such limit.
+    ///
+    /// Why the bound may decide: the interval's half-width is
+    /// `max(own, z·floor/√2)/√m` and a win needs it wholly below `−floor`;
+    /// both grow with the floor, so a `win` or `loss` at a look against the
+    /// bound is one against every smaller floor at that look, and a floor
+    /// above the bound would have ended the cycle as too noisy anyway. So a
+    /// win or loss against the bound stands, marked
+    /// [`Decision::against_bound`], and no floor is measured, unless:
+    ///
+    /// - an **earlier look** would have decided otherwise under some
+    ///   smaller floor (the floor-first test stops at its first decisive
+    ///   look, so a `loss` or `within_noise` there, hidden by the bound's
+    ///   width, would have been the verdict). Each verdict is monotone in
+    ///   the floor, so checking the smallest floor (`min_floor`, for the
+    ///   opposite direction) and the bound (for `within_noise`) checks them
+    ///   all ([`SequentialTest::earlier_look_against`]). Then the floor is
+    ///   measured and decides.
+    /// - the bound says `within_noise`: that is not decided for a smaller
+    ///   floor (the same interval may lie wholly beyond it), so the floor is
+    ///   measured. Likewise the bound's `inconclusive` at `max_pairs`.
+    ///
+    /// Otherwise, after [`BOUND_LOOKS`] undecided looks, [`Next::NeedsFloor`]:
+    /// the caller measures the floor and calls [`Self::resume`], which
+    /// judges the pairs already run again from the first look, exactly as
+    /// if the floor had been measured first (the run order goes on in time
+    /// whatever happens to the blocks, so the pairs are the same either
+    /// way), and goes on as a measured-floor A/B.
+    ///
+    /// Two things are judged against the bound that a measured floor would
+    /// judge otherwise. A block is discordant beyond 4 bounds rather than 4
+    /// floors: kept blocks a small floor would have re-run. That gap is
+    /// between an arm's own runs and cannot favour either arm; such a block
+    /// widens the own spread, which carries the interval's coverage
+    /// whatever the floor. And a machine too noisy for the bound (blocks
+    /// under pressure, or discordant beyond 4 bounds) ends the A/B
+    /// `inconclusive` without a floor, since a smaller floor discards every
+    /// block the bound does: nothing is staged from it.
+    pub fn against_bound(policy: Policy, warmups_per_arm: usize) -> Option<AbSchedule> {
+        let bound = policy.max_floor?;
+        let mut s = AbSchedule::new(policy, bound, warmups_per_arm);
+        s.phase = Phase::Bound;
+        Some(s)
+    }
+
+    /// Judges `looks` looks against the bound (at least one) instead of
+    /// [`BOUND_LOOKS`].
+    pub fn with_bound_looks(mut self, looks: usize) -> AbSchedule {
+        self.bound_looks = looks.max(1);
+        self
     }
 
     /// The run to do next.
@@ -112,13 +225,107 @@ impl AbSchedule {
 
     /// Records the run [`Self::slot`] asked for.
     pub fn record(&mut self, run: Timed) -> Result<Next, JudgeError> {
+        if self.phase == Phase::WaitingForFloor {
+            return Err(JudgeError::WaitsForFloor);
+        }
         let Some((baseline, candidate)) = self.pairing.record(run)? else {
             return Ok(Next::Run);
         };
-        Ok(match self.test.push_timed(baseline, candidate)? {
+        self.pairs.push((baseline, candidate));
+        let looks = self.test.looks();
+        let step = self.test.push_timed(baseline, candidate)?;
+        if self.phase == Phase::Bound {
+            return Ok(self.against_the_bound(step, looks));
+        }
+        Ok(match step {
             Step::Continue { .. } => Next::Run,
             Step::Discarded { discards, .. } => Next::Discarded(discards),
             Step::Decided(d) => Next::Decided(d),
+        })
+    }
+
+    /// What a step judged against the bound means (see [`Self::against_bound`]).
+    fn against_the_bound(&mut self, step: Step, looks_before: usize) -> Next {
+        let needs_floor = match step {
+            Step::Discarded { discards, .. } => return Next::Discarded(discards),
+            Step::Continue { .. } => {
+                let looked = self.test.looks() > looks_before;
+                looked && self.test.looks() >= self.bound_looks
+            }
+            Step::Decided(mut d) => {
+                let stands = d.too_noisy.is_some()
+                    || (matches!(d.kind, VerdictKind::Win | VerdictKind::Loss)
+                        && self
+                            .test
+                            .earlier_look_against(d.kind, self.policy.min_floor)
+                            .is_none());
+                if stands {
+                    d.against_bound = true;
+                    return Next::Decided(d);
+                }
+                true
+            }
+        };
+        if needs_floor {
+            self.phase = Phase::WaitingForFloor;
+            return Next::NeedsFloor;
+        }
+        Next::Run
+    }
+
+    /// The verdict when the floor this A/B waits for could not be measured:
+    /// `inconclusive`, with where the pairs stood against the bound; `None`
+    /// before a whole block was accepted.
+    pub fn without_floor(&self) -> Option<Decision> {
+        let estimate = self.test.estimate()?;
+        Some(Decision {
+            kind: VerdictKind::Inconclusive,
+            estimate,
+            pairs: self.test.pairs(),
+            floor: self.policy.max_floor?,
+            method: super::sequential::METHOD,
+            too_noisy: None,
+            against_bound: true,
+        })
+    }
+
+    /// Goes on against the measured `floor`: the pairs run so far are judged
+    /// again with the sequential test from its first look (as
+    /// [`super::decide`] does, with their pressure readings), and the A/B
+    /// goes on from where that leaves it.
+    pub fn resume(
+        &mut self,
+        floor: Floor,
+        floor_contention: Option<f64>,
+    ) -> Result<Resumed, JudgeError> {
+        if self.phase != Phase::WaitingForFloor {
+            return Err(JudgeError::NotWaitingForFloor);
+        }
+        self.phase = Phase::Floor;
+        // From here a run is interfered with when contended beyond the
+        // floor's own runs (the bound had no floor to compare with).
+        self.policy = self.policy.against_floor(floor_contention);
+        self.test = SequentialTest::new(self.policy, floor);
+        let mut discarded_pairs = Vec::new();
+        for (i, &(b, c)) in self.pairs.iter().enumerate() {
+            match self.test.push_timed(b, c)? {
+                Step::Continue { .. } => {}
+                Step::Discarded { .. } => discarded_pairs.extend([i - 1, i]),
+                Step::Decided(d) => {
+                    if d.too_noisy.is_some() {
+                        discarded_pairs.extend([i - 1, i]);
+                    }
+                    return Ok(Resumed {
+                        next: Next::Decided(d),
+                        discarded_pairs,
+                    });
+                }
+            }
+        }
+        self.pairing.rewarm();
+        Ok(Resumed {
+            next: Next::Run,
+            discarded_pairs,
         })
     }
 }
@@ -265,7 +472,6 @@ impl FloorSchedule {
 mod tests {
     use super::*;
     use crate::judge::policy::Confidence;
-    use crate::vocab::VerdictKind;
 
     fn policy() -> Policy {
         let mut p = Policy::new(
@@ -315,6 +521,7 @@ mod tests {
                 Next::Run => {}
                 Next::Discarded(_) => discarded += 1,
                 Next::Decided(d) => return (d, slots, discarded),
+                Next::NeedsFloor => panic!("a measured floor never asks for one"),
             }
         }
     }
@@ -375,6 +582,7 @@ mod tests {
                 Next::Run => {}
                 Next::Discarded(_) => discarded += 1,
                 Next::Decided(d) => break d,
+                Next::NeedsFloor => panic!("an A/B against a measured floor never asks for one"),
             }
         };
         assert_eq!(discarded, 0);
@@ -411,6 +619,7 @@ mod tests {
                 Next::Run => {}
                 Next::Discarded(ds) => panic!("discarded without a reference: {ds:?}"),
                 Next::Decided(d) => break d,
+                Next::NeedsFloor => panic!("an A/B against a measured floor never asks for one"),
             }
         };
         assert_eq!(d.kind, VerdictKind::WithinNoise);
@@ -435,6 +644,7 @@ mod tests {
                         first_block = false;
                     }
                     Next::Decided(d) => break d,
+                    Next::NeedsFloor => panic!("a measured floor never asks for one"),
                 }
                 if s.runs() >= 4 {
                     first_block = false;
@@ -485,5 +695,217 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `max_noise_floor = 0.50` as the policy holds it: ln 1.5.
+    fn bounded() -> Policy {
+        let mut p = policy();
+        p.max_floor = Some(Floor::try_from(1.5f64.ln()).unwrap());
+        p
+    }
+
+    /// What happened to an A/B judged against the bound.
+    #[derive(Debug)]
+    struct BoundRun {
+        decision: Decision,
+        /// Judged pairs run when the floor was asked for, if it was.
+        floor_asked_at: Option<usize>,
+        /// Runs after the floor was asked for: the warmups first.
+        after: Vec<Slot>,
+    }
+
+    /// Drives an A/B against the bound whose block `b` has the candidate
+    /// `exp(effect(b))` times a 10 s/token baseline, both pairs alike;
+    /// when it asks for its floor, resumes with `floor`.
+    fn drive_bound(s: AbSchedule, effect: impl Fn(usize) -> f64, floor: Floor) -> BoundRun {
+        let mut s = s;
+        let mut asked = None;
+        let mut after = Vec::new();
+        let mut pairs = 0;
+        loop {
+            let slot = s.slot();
+            if asked.is_some() {
+                after.push(slot);
+            }
+            let spt = match (slot.profile, slot.pair) {
+                (Arm::Candidate, Some(k)) => 10.0 * effect(k / 2).exp(),
+                _ => 10.0,
+            };
+            pairs += usize::from(slot.pair.is_some_and(|k| slot.profile == pair_order(k)[1]));
+            match s.record(Timed::plain(spt)).unwrap() {
+                Next::Run | Next::Discarded(_) => {}
+                Next::Decided(decision) => {
+                    return BoundRun {
+                        decision,
+                        floor_asked_at: asked,
+                        after,
+                    };
+                }
+                Next::NeedsFloor => {
+                    assert!(asked.is_none(), "the floor is asked for once");
+                    asked = Some(pairs);
+                    // Waiting for the floor, it runs nothing more.
+                    assert_eq!(
+                        s.clone().record(Timed::plain(10.0)),
+                        Err(JudgeError::WaitsForFloor)
+                    );
+                    let resumed = s.resume(floor, None).unwrap();
+                    assert!(resumed.discarded_pairs.is_empty());
+                    if let Next::Decided(decision) = resumed.next {
+                        return BoundRun {
+                            decision,
+                            floor_asked_at: asked,
+                            after,
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_clear_win_is_decided_against_the_bound_at_the_first_look_with_no_floor() {
+        let s = AbSchedule::against_bound(bounded(), 1).unwrap();
+        // A candidate 70% faster, as a big speculative win is.
+        let r = drive_bound(s, |_| 0.3f64.ln(), floor());
+        assert_eq!(r.floor_asked_at, None, "no floor was measured");
+        let d = r.decision;
+        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 4));
+        assert!(d.against_bound, "marked as judged against the bound");
+        assert_eq!(d.floor, bounded().max_floor.unwrap());
+        // Its interval is wholly below minus the bound, so below minus
+        // every smaller floor.
+        assert!(d.estimate.interval.1 < -d.floor.get());
+        // And a mirrored big loss stands the same way.
+        let s = AbSchedule::against_bound(bounded(), 1).unwrap();
+        let r = drive_bound(s, |_| 3.0f64.ln(), floor());
+        assert_eq!(
+            (r.decision.kind, r.floor_asked_at),
+            (VerdictKind::Loss, None)
+        );
+        // Without a bound there is nothing to judge against.
+        assert!(AbSchedule::against_bound(policy(), 1).is_none());
+    }
+
+    #[test]
+    fn a_small_effect_measures_the_floor_then_goes_on_from_the_pairs_run() {
+        // Blocks alternate around a 3% win by ±4%: within the bound at
+        // once (which a smaller floor need not be), undecided against a 1%
+        // floor at first, a win after more blocks.
+        let effect = |b: usize| -0.03 + if b % 2 == 0 { 0.04 } else { -0.04 };
+        let small = Floor::try_from(0.01).unwrap();
+        let s = AbSchedule::against_bound(bounded(), 1).unwrap();
+        let r = drive_bound(s, effect, small);
+        assert_eq!(r.floor_asked_at, Some(4), "asked at the first look");
+        let d = r.decision;
+        assert_eq!(d.kind, VerdictKind::Win);
+        assert!(!d.against_bound);
+        assert_eq!(d.floor, small);
+        assert!(d.pairs > 4, "went on after the floor: {d:?}");
+        // The candidate sat idle during the floor's A/A: warmups again.
+        assert!(r.after[0].warmup && r.after[1].warmup, "{:?}", r.after);
+        assert!(!r.after[2].warmup);
+        // The same verdict, at the same pairs, as a floor measured first.
+        let pairs: Vec<(f64, f64)> = (0..d.pairs)
+            .map(|k| (10.0, 10.0 * effect(k / 2).exp()))
+            .collect();
+        match crate::judge::decide(&pairs, small, &bounded()).unwrap() {
+            Step::Decided(first) => {
+                assert_eq!((first.kind, first.pairs), (d.kind, d.pairs));
+                assert_eq!(first.estimate, d.estimate);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The corner case: two blocks 49% slower, then blocks 78% faster. The
+    /// bound (50%) is undecided at the first look and says `win` at a later
+    /// one; but a 1% floor says `loss` at the first look, where a test
+    /// with that floor measured first would have stopped.
+    fn turning(b: usize) -> f64 {
+        if b < 2 { 0.4 } else { -1.5 }
+    }
+
+    #[test]
+    fn a_win_the_bound_sees_late_waits_for_the_floor_when_a_smaller_floor_said_loss_earlier() {
+        let p = bounded();
+        let bound = p.max_floor.unwrap();
+        // Against the bound alone, the fifth look is a win.
+        let pairs: Vec<(f64, f64)> = (0..12)
+            .map(|k| (10.0, 10.0 * turning(k / 2).exp()))
+            .collect();
+        let alone = match crate::judge::decide(&pairs, bound, &p).unwrap() {
+            Step::Decided(d) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(alone.kind, VerdictKind::Win);
+        assert!(alone.pairs > 6, "a late look: {alone:?}");
+        // A 0.5% floor (the smallest the policy accepts) says loss at 4.
+        match crate::judge::decide(&pairs, p.min_floor, &p).unwrap() {
+            Step::Decided(d) => assert_eq!((d.kind, d.pairs), (VerdictKind::Loss, 4)),
+            other => panic!("{other:?}"),
+        }
+        // So the bound's win does not stand: the floor is measured, and
+        // decides from the first look, as if it had been measured first.
+        let small = Floor::try_from(0.01).unwrap();
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let r = drive_bound(s, turning, small);
+        assert_eq!(
+            r.floor_asked_at,
+            Some(alone.pairs),
+            "the bound's win was held back"
+        );
+        assert_eq!((r.decision.kind, r.decision.pairs), (VerdictKind::Loss, 4));
+        assert!(!r.decision.against_bound);
+        // A floor large enough not to see the early loss keeps the win,
+        // at the look where that floor first decides it (before the
+        // bound's): the verdict a test with that floor measured first gives.
+        let wide = Floor::try_from(0.35).unwrap();
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let r = drive_bound(s, turning, wide);
+        let first = match crate::judge::decide(&pairs, wide, &p).unwrap() {
+            Step::Decided(d) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(first.kind, VerdictKind::Win);
+        assert!(first.pairs < alone.pairs);
+        assert_eq!(r.decision, first);
+        // Without the early blocks the same late win stands on the bound.
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let r = drive_bound(s, |_| -1.5, small);
+        assert_eq!(r.floor_asked_at, None);
+        assert!(r.decision.against_bound && r.decision.kind == VerdictKind::Win);
+    }
+
+    #[test]
+    fn the_bound_ends_undecided_after_its_looks_and_the_floor_rejudges_discards() {
+        // Straddling the bound: neither a decision nor within it.
+        let p = bounded();
+        let mut s = AbSchedule::against_bound(p, 0).unwrap();
+        let mut next = Next::Run;
+        let mut k = 0;
+        while next == Next::Run {
+            let slot = s.slot();
+            // Blocks at +40%/+60% alternately; one baseline run of the
+            // second block 20% off its partner: discordant for a 3% floor,
+            // not for the bound.
+            let b = slot.pair.unwrap() / 2;
+            let x: f64 = if b % 2 == 0 { 0.34 } else { 0.47 };
+            let spt = match slot.profile {
+                Arm::Candidate => 10.0 * x.exp(),
+                _ if k == 5 => 12.0,
+                _ => 10.0,
+            };
+            k += 1;
+            next = s.record(Timed::plain(spt)).unwrap();
+        }
+        assert_eq!(next, Next::NeedsFloor);
+        assert_eq!(
+            s.runs(),
+            4 * (BOUND_LOOKS + 1),
+            "two looks of 2 and 3 blocks"
+        );
+        let r = s.resume(floor(), None).unwrap();
+        assert_eq!(r.discarded_pairs, vec![2, 3], "{r:?}");
     }
 }

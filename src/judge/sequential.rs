@@ -40,6 +40,10 @@ pub struct Decision {
     /// Set when the A/B ended `inconclusive` because too many of its blocks
     /// had to be discarded: the machine, not the profiles, decided it.
     pub too_noisy: Option<Discards>,
+    /// `floor` is the largest floor the judge accepts (`max_noise_floor`),
+    /// not a measured one: the verdict held against every smaller floor, so
+    /// none was measured ([`super::schedule`]).
+    pub against_bound: bool,
 }
 
 /// Why blocks were discarded, counted over one A/B.
@@ -156,6 +160,9 @@ pub struct SequentialTest {
     /// Every completed block, discarded ones included: what a too-noisy
     /// verdict reports, so it still says what was seen.
     all: Blocks,
+    /// The accepted blocks at each look so far (from `min_pairs` on): what
+    /// [`Self::earlier_look_against`] asks of the earlier looks.
+    looks: Vec<Blocks>,
     /// The first pair of the block in progress.
     pending: Option<(Timed, Timed)>,
     /// Pairs of accepted blocks.
@@ -173,6 +180,7 @@ impl SequentialTest {
             floor,
             blocks: Blocks::default(),
             all: Blocks::default(),
+            looks: Vec::new(),
             pending: None,
             pairs: 0,
             discards: Discards::default(),
@@ -193,6 +201,45 @@ impl SequentialTest {
     /// Blocks discarded so far.
     pub fn discards(&self) -> Discards {
         self.discards
+    }
+
+    /// Looks taken so far (accepted blocks from `min_pairs` on).
+    pub(crate) fn looks(&self) -> usize {
+        self.looks.len()
+    }
+
+    /// A verdict other than `kind` that some floor in `[least, self.floor]`
+    /// would have reached at a look before the last, on the same blocks:
+    /// that look and verdict, or `None` when no such floor exists.
+    ///
+    /// Exact for the blocks as accepted, because each verdict is monotone
+    /// in the floor `f`. The half-width is `max(A, c·f)` (`A` the own
+    /// spread's, `c = z/√(2m)`), so `lo − f` and `−hi − f` fall as `f`
+    /// grows: a `win` or `loss` at a look holds for every floor below one
+    /// where it holds, and is easiest at the smallest floor, `least`.
+    /// `within_noise` needs `|mean| + max(A, c·f) < f`, whose slack
+    /// `f − max(A, c·f) − |mean|` grows with `f` (`c < 1` where it can hold
+    /// at all): it is easiest at the largest floor, `self.floor`. So testing
+    /// the two ends tests every floor between.
+    pub fn earlier_look_against(
+        &self,
+        kind: VerdictKind,
+        least: Floor,
+    ) -> Option<(usize, VerdictKind)> {
+        let z = self.policy.boundary();
+        let earlier = self.looks.len().saturating_sub(1);
+        for blocks in &self.looks[..earlier] {
+            for f in [least, self.floor] {
+                let other = blocks
+                    .estimate(f, z)
+                    .and_then(|e| classify(e.interval, f))
+                    .filter(|k| *k != kind);
+                if let Some(k) = other {
+                    return Some((2 * blocks.n, k));
+                }
+            }
+        }
+        None
     }
 
     /// Adds one pair's seconds per token and says whether to go on.
@@ -234,6 +281,9 @@ impl SequentialTest {
         self.blocks.push(block_statistic(first, second));
         self.pairs += 2;
         let pairs = self.pairs;
+        if pairs >= p.min_pairs {
+            self.looks.push(self.blocks);
+        }
         let estimate = self.blocks.estimate(self.floor, p.boundary());
         // Decide only on whole ABBA blocks, where drift cancels.
         if let (true, Some(est)) = (pairs >= p.min_pairs, estimate) {
@@ -259,6 +309,7 @@ impl SequentialTest {
             floor: self.floor,
             method: METHOD,
             too_noisy: noisy,
+            against_bound: false,
         };
         self.decided = Some(d);
         d

@@ -33,6 +33,8 @@ pub struct ReportVerdict {
     pub effect: Option<f64>,
     pub interval: Option<Interval>,
     pub noise_floor: Option<f64>,
+    /// `noise_floor` is the bound `max_noise_floor`, not a measured floor.
+    pub floor_is_bound: bool,
     pub pairs: u32,
     pub reason: Option<String>,
     pub menu_id: Option<MenuId>,
@@ -53,6 +55,7 @@ from_row!(ReportVerdict, |row| {
         effect: row.try_get("effect")?,
         interval: low.zip(high).map(|(low, high)| Interval { low, high }),
         noise_floor: row.try_get("noise_floor")?,
+        floor_is_bound: row.try_get("floor_is_bound")?,
         pairs: int_col(row, "pairs")?,
         reason: row.try_get("reason")?,
         menu_id: row.try_get("menu_id")?,
@@ -114,6 +117,8 @@ pub struct ReportStage {
     pub effect: f64,
     pub interval: Interval,
     pub noise_floor: f64,
+    /// The confirmation was judged against the bound, not a measured floor.
+    pub floor_is_bound: bool,
     pub created_at: DateTime<Utc>,
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
@@ -136,6 +141,7 @@ from_row!(ReportStage, |row| {
             high: row.try_get("interval_high")?,
         },
         noise_floor: row.try_get("noise_floor")?,
+        floor_is_bound: row.try_get("floor_is_bound")?,
         created_at: row.try_get("created_at")?,
         decided_at: row.try_get("decided_at")?,
         decided_by: row.try_get("decided_by")?,
@@ -148,7 +154,7 @@ pub(crate) const SQL_REPORT_CYCLES: &str = "SELECT id, started_at, ended_at, sta
      WHERE started_at >= $1 AND started_at < $2 ORDER BY started_at";
 
 pub(crate) const SQL_REPORT_VERDICTS: &str = "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
-            v.interval_low, v.interval_high, v.noise_floor, v.pairs, v.reason, \
+            v.interval_low, v.interval_high, v.noise_floor, v.floor_is_bound, v.pairs, v.reason, \
             e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer \
      FROM cycles c \
      JOIN verdicts v ON v.cycle_id = c.id \
@@ -175,7 +181,9 @@ pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
 
 pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
             s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
-            s.decided_by, s.note \
+            s.decided_by, s.note, \
+            coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
+            AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
      WHERE s.created_at < $2 AND (s.decided_at IS NULL OR s.decided_at >= $1) \
      ORDER BY s.created_at";

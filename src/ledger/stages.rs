@@ -92,6 +92,9 @@ pub struct StageSummary {
     pub effect: f64,
     pub interval: Interval,
     pub noise_floor: f64,
+    /// The confirmation was judged against the bound `max_noise_floor`,
+    /// which `noise_floor` then holds: no floor was measured.
+    pub floor_is_bound: bool,
     pub created_at: DateTime<Utc>,
     pub base_digest: Digest,
     pub decided_at: Option<DateTime<Utc>>,
@@ -119,6 +122,7 @@ from_row!(StageSummary, |row| {
             high: row.try_get("interval_high")?,
         },
         noise_floor: row.try_get("noise_floor")?,
+        floor_is_bound: row.try_get("floor_is_bound")?,
         created_at: row.try_get("created_at")?,
         base_digest: row.try_get("base_digest")?,
         decided_at: row.try_get("decided_at")?,
@@ -144,13 +148,17 @@ pub struct StageDetail {
 
 pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by \
+     s.decided_at, s.decided_by, \
+     coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
+     AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
      WHERE s.state = $1 ORDER BY s.created_at DESC, s.id DESC";
 
 pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by \
+     s.decided_at, s.decided_by, \
+     coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
+     AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
      ORDER BY s.created_at DESC, s.id DESC";
 

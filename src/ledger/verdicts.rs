@@ -25,6 +25,9 @@ pub struct NewVerdict {
     pub interval: Option<Interval>,
     /// The noise floor the decision used (after the configured clamp).
     pub noise_floor: Option<f64>,
+    /// `noise_floor` is the bound `max_noise_floor`, not a measured floor:
+    /// the verdict held against every smaller one, so none was measured.
+    pub floor_is_bound: bool,
     pub pairs: u32,
     /// The statistical method, cited (e.g. the confidence sequence used).
     pub method: Option<String>,
@@ -42,6 +45,7 @@ impl NewVerdict {
             effect: None,
             interval: None,
             noise_floor: None,
+            floor_is_bound: false,
             pairs: 0,
             method: None,
             reason: Some(reason.to_string()),
@@ -59,6 +63,7 @@ from_row!(NewVerdict, |row| {
         effect: row.try_get("effect")?,
         interval: low.zip(high).map(|(low, high)| Interval { low, high }),
         noise_floor: row.try_get("noise_floor")?,
+        floor_is_bound: row.try_get("floor_is_bound")?,
         pairs: int_col(row, "pairs")?,
         method: row.try_get("method")?,
         reason: row.try_get("reason")?,
@@ -103,8 +108,8 @@ async fn insert_for_experiment(
         }
         let inserted: Result<Option<VerdictId>, sqlx::Error> = sqlx::query_scalar(
             "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, effect, interval_low, \
-             interval_high, noise_floor, pairs, method, reason) \
-             SELECT cycle_id, id, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM experiments WHERE id = $1 \
+             interval_high, noise_floor, pairs, method, reason, floor_is_bound) \
+             SELECT cycle_id, id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM experiments WHERE id = $1 \
              RETURNING id",
         )
         .bind(experiment_id)
@@ -117,6 +122,7 @@ async fn insert_for_experiment(
         .bind(i64::from(v.pairs))
         .bind(v.method.as_deref())
         .bind(v.reason.as_deref())
+        .bind(v.floor_is_bound)
         .fetch_optional(&mut *c)
         .await;
         match inserted {
@@ -146,8 +152,8 @@ async fn insert_for_cycle(
     on_db!(c, |c| {
         sqlx::query_scalar(
             "INSERT INTO verdicts (cycle_id, kind, decided_at, effect, interval_low, interval_high, \
-             noise_floor, pairs, method, reason) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+             noise_floor, pairs, method, reason, floor_is_bound) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
         )
         .bind(cycle_id)
         .bind(v.kind)
@@ -159,6 +165,7 @@ async fn insert_for_cycle(
         .bind(i64::from(v.pairs))
         .bind(v.method.as_deref())
         .bind(v.reason.as_deref())
+        .bind(v.floor_is_bound)
         .fetch_one(c)
         .await
         .map_err(cx.err("record a cycle's verdict"))

@@ -79,6 +79,7 @@ impl AbVerdict {
             effect: None,
             interval: None,
             noise_floor: None,
+            floor_is_bound: false,
             pairs: 0,
             method: None,
             reason: Some(reason),
@@ -96,9 +97,14 @@ impl AbVerdict {
                         high: d.estimate.interval.1,
                     }),
                     noise_floor: Some(d.floor.get()),
+                    floor_is_bound: d.against_bound,
                     pairs: u32::try_from(d.pairs).unwrap_or(u32::MAX),
                     method: Some(d.method.to_string()),
-                    reason: d.too_noisy.map(|n| too_noisy_reason(&n)),
+                    reason: match d.too_noisy {
+                        Some(n) => Some(too_noisy_reason(&n)),
+                        None if d.against_bound => Some(against_bound_reason(d.floor)),
+                        None => None,
+                    },
                 }
             }
             AbVerdict::HashMismatch {
@@ -151,11 +157,56 @@ pub fn too_noisy_reason(n: &Discards) -> String {
     )
 }
 
+/// What a verdict judged against the bound says of its floor: no floor
+/// was measured, and the bound is not one.
+pub fn against_bound_reason(bound: Floor) -> String {
+    format!(
+        "judged against the bound [measure] max_noise_floor ({bound}), no noise floor measured: the verdict holds against every smaller floor"
+    )
+}
+
 /// An A/B's verdict and its runs, in run order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbReport {
     pub verdict: AbVerdict,
     pub runs: Vec<RecordedRun>,
+}
+
+/// How an A/B judged against the bound stopped.
+#[derive(Debug)]
+pub enum BoundedAb {
+    /// Decided (against the bound, or ended by a failed run).
+    Done(AbReport),
+    /// The bound could not decide: measure the floor, then
+    /// [`AbRunner::resume_ab`] (or [`PausedAb::without_floor`]).
+    NeedsFloor(Box<PausedAb>),
+}
+
+/// An A/B waiting for its noise floor: its schedule and its runs so far.
+#[derive(Debug)]
+pub struct PausedAb {
+    schedule: AbSchedule,
+    runs: Vec<RecordedRun>,
+}
+
+impl PausedAb {
+    /// The A/B's end when its floor could not be measured: `inconclusive`,
+    /// `why` the reason, with where the pairs stood against the bound.
+    pub fn without_floor(self, why: &str) -> AbReport {
+        let verdict = match self.schedule.without_floor() {
+            Some(d) => AbVerdict::Decided(d),
+            None => AbVerdict::Failed {
+                arm: Arm::Baseline,
+                warmup: false,
+                order_index: u32::try_from(self.runs.len()).unwrap_or(u32::MAX),
+                reason: why.to_string(),
+            },
+        };
+        AbReport {
+            verdict,
+            runs: self.runs,
+        }
+    }
 }
 
 /// The result of an A/A noise-floor measurement.
@@ -256,6 +307,14 @@ pub struct AbRunner<'a, S, C> {
     pub progress: Progress,
 }
 
+/// What an A/B measures: its experiment, its two profiles, its policy.
+struct Arms<'p> {
+    experiment_id: ExperimentId,
+    baseline: &'p ProfileFile,
+    candidate: &'p ProfileFile,
+    policy: Policy,
+}
+
 /// What one run contributed.
 enum Ran {
     Valid(Timed),
@@ -275,39 +334,118 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         policy: Policy,
         floor: Floor,
     ) -> Result<AbReport, AbError> {
-        let report = self
-            .ab_runs(experiment_id, baseline, candidate, gate, policy, floor)
-            .await;
+        let schedule = AbSchedule::new(policy, floor, self.warmups_per_arm);
+        let arms = Arms {
+            experiment_id,
+            baseline,
+            candidate,
+            policy,
+        };
+        let report = self.ab_runs(&arms, gate, schedule, Vec::new()).await;
         self.scorer.finish().await;
-        report
+        match report? {
+            BoundedAb::Done(report) => Ok(report),
+            // A schedule with a measured floor never asks for one.
+            BoundedAb::NeedsFloor(p) => Err(AbError::Undecided {
+                pairs: p.runs.len() / 2,
+            }),
+        }
     }
 
-    async fn ab_runs(
+    /// The A/B of a live profile with no valid floor, judged against the
+    /// bound `policy.max_floor` first ([`AbSchedule::against_bound`]);
+    /// `None` when the policy has no bound.
+    pub async fn run_ab_against_bound(
         &self,
         experiment_id: ExperimentId,
         baseline: &ProfileFile,
         candidate: &ProfileFile,
         gate: &mut HashGate,
         policy: Policy,
+    ) -> Option<Result<BoundedAb, AbError>> {
+        let schedule = AbSchedule::against_bound(policy, self.warmups_per_arm)?;
+        let arms = Arms {
+            experiment_id,
+            baseline,
+            candidate,
+            policy,
+        };
+        let report = self.ab_runs(&arms, gate, schedule, Vec::new()).await;
+        self.scorer.finish().await;
+        Some(report)
+    }
+
+    /// Goes on with an A/B paused for its floor, now measured: its pairs
+    /// are judged again against `floor` from the first look, the blocks the
+    /// floor discards are marked so, and it runs on until it decides.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the A/B's own arguments, and its floor"
+    )]
+    pub async fn resume_ab(
+        &self,
+        experiment_id: ExperimentId,
+        baseline: &ProfileFile,
+        candidate: &ProfileFile,
+        gate: &mut HashGate,
+        policy: Policy,
+        paused: Box<PausedAb>,
         floor: Floor,
     ) -> Result<AbReport, AbError> {
-        let mut schedule = AbSchedule::new(policy, floor, self.warmups_per_arm);
-        let mut runs = Vec::new();
-        let base_digest = baseline.profile.digest();
+        let PausedAb {
+            mut schedule,
+            mut runs,
+        } = *paused;
+        let resumed = schedule.resume(floor, policy.floor_contention)?;
+        self.discard_pairs(&mut runs, &resumed.discarded_pairs)
+            .await?;
+        if let Next::Decided(d) = resumed.next {
+            return Ok(AbReport {
+                verdict: AbVerdict::Decided(d),
+                runs,
+            });
+        }
+        let arms = Arms {
+            experiment_id,
+            baseline,
+            candidate,
+            policy,
+        };
+        let report = self.ab_runs(&arms, gate, schedule, runs).await;
+        self.scorer.finish().await;
+        match report? {
+            BoundedAb::Done(report) => Ok(report),
+            BoundedAb::NeedsFloor(p) => Err(AbError::Undecided {
+                pairs: p.runs.len() / 2,
+            }),
+        }
+    }
+
+    async fn ab_runs(
+        &self,
+        arms: &Arms<'_>,
+        gate: &mut HashGate,
+        mut schedule: AbSchedule,
+        mut runs: Vec<RecordedRun>,
+    ) -> Result<BoundedAb, AbError> {
+        let policy = arms.policy;
+        let base_digest = arms.baseline.profile.digest();
         // Bounded by the policy; the guard only turns a bug into an error.
-        let most =
-            2 * self.warmups_per_arm + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
-        let bound = 2 * self.warmups_per_arm + 2 * policy.max_pairs;
+        let start = runs.len();
+        let most = start
+            + 2 * self.warmups_per_arm
+            + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
+        let bound = start + 2 * self.warmups_per_arm + 2 * policy.max_pairs;
         while runs.len() < most {
             self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
             let profile = match slot.profile {
-                Arm::Baseline => baseline,
-                _ => candidate,
+                Arm::Baseline => arms.baseline,
+                _ => arms.candidate,
             };
             let ran = self
                 .one(
-                    experiment_id,
+                    arms.experiment_id,
                     runs.len(),
                     slot,
                     profile,
@@ -319,19 +457,22 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 .await?;
             let timed = match ran {
                 Ran::Valid(t) => t,
-                Ran::Ended(verdict) => return Ok(AbReport { verdict, runs }),
+                Ran::Ended(verdict) => return Ok(BoundedAb::Done(AbReport { verdict, runs })),
             };
             match schedule.record(timed)? {
                 Next::Run => {}
                 Next::Discarded(_) => self.discard_last_block(&mut runs).await?,
+                Next::NeedsFloor => {
+                    return Ok(BoundedAb::NeedsFloor(Box::new(PausedAb { schedule, runs })));
+                }
                 Next::Decided(d) => {
                     if d.too_noisy.is_some() {
                         self.discard_last_block(&mut runs).await?;
                     }
-                    return Ok(AbReport {
+                    return Ok(BoundedAb::Done(AbReport {
                         verdict: AbVerdict::Decided(d),
                         runs,
-                    });
+                    }));
                 }
             }
         }
@@ -424,6 +565,31 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         Err(AbError::Undecided {
             pairs: runs.len() / 2,
         })
+    }
+
+    /// Marks the runs of these pairs discarded, here and in the ledger
+    /// (those not marked yet).
+    async fn discard_pairs(
+        &self,
+        runs: &mut [RecordedRun],
+        pairs: &[usize],
+    ) -> Result<(), AbError> {
+        let hit = |r: &RecordedRun| {
+            !r.discarded
+                && r.run
+                    .pair_index
+                    .and_then(|p| usize::try_from(p).ok())
+                    .is_some_and(|p| pairs.contains(&p))
+        };
+        let ids: Vec<RunId> = runs.iter().filter(|r| hit(r)).map(|r| r.id).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.ledger.mark_discarded(&ids).await?;
+        for r in runs.iter_mut().filter(|r| hit(r)) {
+            r.discarded = true;
+        }
+        Ok(())
     }
 
     /// Marks the last block's four runs as discarded, here and in the ledger.

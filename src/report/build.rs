@@ -523,7 +523,8 @@ fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Ref
         experiment: v.experiment_id,
         menu: v.menu_id,
         effect: v.effect,
-        floor: v.noise_floor,
+        // A bound judged against is no measured floor: shown as none.
+        floor: v.noise_floor.filter(|_| !v.floor_is_bound),
         reason: v.reason.as_deref().map(|t| r.apply(t)),
     };
     let mut within: Vec<&ReportVerdict> = verdicts

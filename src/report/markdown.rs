@@ -116,7 +116,7 @@ fn objective(w: &mut String, r: &Report) {
                 b.stage.id,
                 crate::ledger::stage_label(b.stage.menu_id, &b.stage.parts),
                 display::effect(b.stage.effect, b.stage.interval.low, b.stage.interval.high),
-                display::floor(b.stage.noise_floor)
+                display::verdict_floor(b.stage.noise_floor, b.stage.floor_is_bound)
             );
         }
         None => {

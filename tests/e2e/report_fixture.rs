@@ -253,6 +253,7 @@ impl Fill<'_> {
                         high: x + 0.01,
                     }),
                     noise_floor: stats.then_some(e.floor),
+                    floor_is_bound: false,
                     pairs: if stats { pairs } else { 0 },
                     method: stats.then(|| METHOD.to_string()),
                     reason: e.reason.map(str::to_string),

@@ -119,6 +119,7 @@ fn record_win(
                         high: win.effect.2,
                     }),
                     noise_floor: Some(0.02),
+                    floor_is_bound: false,
                     pairs: 2,
                     method: Some("staged by the test".into()),
                     reason: None,

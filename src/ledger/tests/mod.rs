@@ -119,6 +119,7 @@ pub(super) fn measured(kind: VerdictKind, effect: f64, low: f64, high: f64) -> N
         effect: Some(effect),
         interval: Some(Interval { low, high }),
         noise_floor: Some(0.02),
+        floor_is_bound: false,
         pairs: 6,
         method: Some("test confidence sequence".to_string()),
         reason: None,

@@ -535,6 +535,7 @@ async fn stored_rows_serialise_flat_with_the_id_first() {
                 "effect",
                 "interval",
                 "noise_floor",
+                "floor_is_bound",
                 "pairs",
                 "method",
                 "reason",

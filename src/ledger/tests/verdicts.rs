@@ -29,6 +29,7 @@ async fn exactly_one_verdict_per_experiment() {
                         high: 0.015
                     }),
                     noise_floor: Some(0.02),
+                    floor_is_bound: false,
                     pairs: 6,
                     method: Some("test confidence sequence".into()),
                     reason: None,
@@ -52,6 +53,24 @@ async fn exactly_one_verdict_per_experiment() {
         );
         assert!(second.to_string().contains("within_noise"), "{second}");
         assert_eq!(ledger.verdict(exp).await.unwrap().unwrap().id, id);
+    }
+}
+
+#[tokio::test]
+async fn a_verdict_judged_against_the_bound_says_so() {
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let exp = ledger
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        let mut new = measured(VerdictKind::Win, -1.2, -1.3, -1.1);
+        new.noise_floor = Some(1.5f64.ln());
+        new.floor_is_bound = true;
+        ledger.insert_verdict(exp, &new).await.unwrap();
+        let got = ledger.verdict(exp).await.unwrap().unwrap();
+        assert!(got.floor_is_bound, "{got:?}");
+        assert_eq!(got.noise_floor, new.noise_floor);
     }
 }
 
