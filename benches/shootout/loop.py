@@ -199,10 +199,10 @@ def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, lo
                 prof = read_profile(d / "profiles/live.toml")
                 at = clock_total(log) + surface_seconds(db)
                 trajectory.append((at, prof, claimed, (lo, hi)))
-                approvals.append({"stage": st["id"], "experiment": st.get("experiment"),
+                approvals.append({"stage": st["id"], "experiment": st.get("menu_id", st.get("experiment")),
                                   "parameters": st.get("parameters"),
                                   "effect": st["effect_log_ratio"], "engine_s": at})
-                log_fn(f"    approved stage {st['id']} ({st.get('experiment')} "
+                log_fn(f"    approved stage {st['id']} ({st.get('menu_id')} "
                        f"{json.dumps(st.get('parameters'))}): effect {100 * math.expm1(st['effect_log_ratio']):+.1f}% "
                        f"at {at:.0f} s engine; live now {prof.short()}")
                 serve.stop()

@@ -25,11 +25,8 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
         text.contains("rebalance_trunk_cache\"]"),
         "the menu is narrowed"
     );
-    // The absolute pressure gate discards nearly every block on this shared
-    // 2-core machine under a build (issue #16's second cause, its own fix);
-    // this test is about the floor, so the gate is opened.
-    assert!(text.contains("max_pressure = 0.97"));
-    let text = text.replacen("max_pressure = 0.97", "max_pressure = 0.9999", 1);
+    // The shipped interference gate (contention relative to the floor's)
+    // is kept: a steady load, however high, discards nothing.
     std::fs::write(&config, text).unwrap();
 
     // Each `run --once` is one cycle; keep what each printed.

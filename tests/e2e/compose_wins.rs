@@ -41,20 +41,8 @@ fn stage_list(demo: &Demo) -> Vec<Value> {
 fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_it_expires_them() {
     let _heavy = crate::common::heavy();
     let demo = Demo::new("bandit", START, INIT, 3 * 128 * 256 * 4, 12);
-    // This test is about composing, not the pressure gate: on a shared,
-    // saturated machine the default gate discards nearly every run and no
-    // floor finishes (issue #16); only a run stalled all along is discarded.
-    let config = demo.path("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        text.contains("max_pressure = 0.97"),
-        "config.toml has max_pressure"
-    );
-    std::fs::write(
-        &config,
-        text.replace("max_pressure = 0.97", "max_pressure = 0.999"),
-    )
-    .unwrap();
+    // The shipped interference gate (contention relative to the floor's)
+    // is kept: a steady load, however high, discards nothing.
     let live_path = demo.path("ledger/profiles/live.toml");
     std::fs::create_dir_all(live_path.parent().unwrap()).unwrap();
     std::fs::copy(demo.path("start.toml"), &live_path).unwrap();
