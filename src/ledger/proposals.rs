@@ -122,6 +122,17 @@ pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
        AND o.live_profile_digest = $2 \
      ORDER BY p.id DESC LIMIT 1";
 
+/// [`SQL_PLANNER_REFUSED`] for PostgreSQL, which has neither `INDEXED BY`
+/// nor a `CROSS JOIN … ON`; its planner picks the partial index itself.
+pub(crate) const SQL_PLANNER_REFUSED_PG: &str = "SELECT p.cycle_id \
+     FROM proposals p \
+     JOIN verdicts v ON v.cycle_id = p.cycle_id \
+     JOIN observations o ON o.cycle_id = p.cycle_id \
+     WHERE p.parsed = $1 AND p.rejection IS NULL \
+       AND v.experiment_id IS NULL AND v.kind = 'rejected' \
+       AND o.live_profile_digest = $2 \
+     ORDER BY p.id DESC LIMIT 1";
+
 /// Every valid proposal the planner refused while the live profile was
 /// `$1`: refused in the proposer's own loop (`not_measured`), or, before
 /// that loop asked the planner, accepted and then refused (a `rejected`
@@ -158,14 +169,14 @@ impl Ledger {
         live_digest: &crate::vocab::Digest,
     ) -> Result<Option<CycleId>> {
         let mut c = self.conn("look for an identical refused proposal").await?;
-        on_db!(c.conn(), |c| sqlx::query_scalar(SQL_PLANNER_REFUSED)
-            .bind(canonical_json(parsed))
-            .bind(live_digest)
-            .fetch_optional(c)
-            .await
-            .map_err(
-                self.ctx.err("look for an identical refused proposal")
-            ))
+        on_db!(c.conn(), |c, db| sqlx::query_scalar(
+            db.pick(SQL_PLANNER_REFUSED, SQL_PLANNER_REFUSED_PG)
+        )
+        .bind(canonical_json(parsed))
+        .bind(live_digest)
+        .fetch_optional(c)
+        .await
+        .map_err(self.ctx.err("look for an identical refused proposal")))
     }
 
     /// Every proposal the planner refused on `live_digest`, newest first:

@@ -84,11 +84,24 @@ pub fn tiny_model(seed: u64) -> (tempfile::TempDir, PathBuf) {
 /// A free loopback port (bound, then released): nothing answers on it
 /// until a test starts something there.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    // A port is free only until someone binds it: the kernel may hand the
+    // same one to two calls in a row (seen: a test's metrics port equal to
+    // its far tier's), so no port goes out twice in this process.
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 pub fn config_with_bench(

@@ -122,7 +122,17 @@ fn a_second_daemon_of_the_stack_is_refused_and_a_killed_ones_lock_is_released() 
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_to_string(&started).map_or(true, |s| s.trim().is_empty()) {
-        assert!(Instant::now() < deadline, "the first daemon never measured");
+        assert!(
+            Instant::now() < deadline,
+            "the first daemon never measured: {}",
+            std::fs::read_to_string(&first_log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.contains("sqlx"))
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         if first.try_wait().unwrap().is_some() {
             let err = std::fs::read_to_string(&first_log).unwrap();
             panic!("the first daemon exited: {err}");

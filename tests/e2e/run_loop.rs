@@ -221,14 +221,27 @@ fn a_run_stopped_by_sigint_mid_cycle_calls_that_cycle_aborted_everywhere() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("cycle")).collect();
-    assert_eq!(lines.len(), 1, "{stdout}\n{stderr}");
+    // The cycle the bench ran in is the last; before it, the proposer's
+    // choices the planner refused close at once (no floor is measured
+    // first: an A/B is judged against the bound until it needs one).
+    let last = lines
+        .last()
+        .unwrap_or_else(|| panic!("no cycle line: {stdout}\n{stderr}"));
     assert!(
-        lines[0].contains("  aborted ") && !lines[0].contains("  failed "),
-        "{}",
-        lines[0]
+        last.contains("  aborted ") && lines.iter().all(|l| !l.contains("  failed ")),
+        "{stdout}"
     );
     assert!(
-        stderr.contains("stopped after 1 cycle(s) (0 failed, 1 aborted)"),
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l.contains("  rejected ")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "stopped after {} cycle(s) (0 failed, 1 aborted)",
+            lines.len()
+        )),
         "{stderr}"
     );
     assert_eq!(

@@ -543,3 +543,56 @@ async fn stored_rows_serialise_flat_with_the_id_first() {
         );
     }
 }
+
+/// The duplicate check's "refused by the planner" query, on both backends
+/// (its SQLite text pins an index PostgreSQL's grammar does not have).
+#[tokio::test]
+async fn a_proposal_the_planner_refused_on_a_profile_is_found_again() {
+    for ledger in backends().await {
+        let cycle = ledger.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        ledger
+            .insert_observation(&NewObservation {
+                cycle_id: cycle,
+                observed_at: t(1),
+                metrics: json!({}),
+                heat: None,
+                live_profile_digest: digest(1),
+            })
+            .await
+            .unwrap();
+        let parsed =
+            json!({"experiment": "rebalance_trunk_cache", "params": {"trunk_fraction": 0.8}});
+        ledger
+            .insert_proposal(&NewProposal {
+                cycle_id: cycle,
+                proposer: ProposerKind::Bandit,
+                attempt: 1,
+                created_at: t(1),
+                prompt: None,
+                raw_answer: None,
+                parsed: Some(parsed.clone()),
+                rejection: None,
+                note: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.planner_refused(&parsed, &digest(1)).await.unwrap(),
+            None,
+            "not refused yet"
+        );
+        ledger
+            .insert_cycle_verdict(cycle, &refusal(VerdictKind::Rejected, "does not fit"))
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.planner_refused(&parsed, &digest(1)).await.unwrap(),
+            Some(cycle)
+        );
+        assert_eq!(
+            ledger.planner_refused(&parsed, &digest(2)).await.unwrap(),
+            None,
+            "on another live profile it is not"
+        );
+    }
+}
