@@ -201,28 +201,18 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     }
                 }
             },
-            (None, Some(floor)) => {
-                r.floor = Some(floor.get());
-                runner
-                    .run_ab(
-                        experiment_id,
-                        live,
-                        candidate,
-                        &mut gate,
-                        self.policy.against_floor(current.contention()),
-                        floor,
-                    )
-                    .await
-                    .map_err(ab_stop)?
-            }
-            (None, None) => {
-                // No bound to judge against: only a floor measured first.
-                let floor = current.floor(self.policy.min_floor).ok_or_else(|| {
-                    Stop::Failed(format!(
-                        "no noise floor has been measured for the {} protocol; the next cycle measures it",
-                        scorer.method()
-                    ))
-                })?;
+            (None, valid) => {
+                // A valid floor, or, with no bound to judge against, only
+                // a floor measured first.
+                let floor = match valid {
+                    Some(floor) => floor,
+                    None => current.floor(self.policy.min_floor).ok_or_else(|| {
+                        Stop::Failed(format!(
+                            "no noise floor has been measured for the {} protocol; the next cycle measures it",
+                            scorer.method()
+                        ))
+                    })?,
+                };
                 r.floor = Some(floor.get());
                 runner
                     .run_ab(

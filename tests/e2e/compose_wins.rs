@@ -20,21 +20,7 @@ const INIT: &str = r#""--seed", "2", "--layers", "8", "--experts", "32", "--top-
 const START: &str = "[memory]\nbudget_gb = 0.05\ntrunk_gb = 0.03\ncache_gb = 0.004\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
 
 fn stage_list(demo: &Demo) -> Vec<Value> {
-    let out = demo
-        .cmd()
-        .args(["stage", "list", "--all", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    demo.json_list(&["stage", "list", "--all", "--json"])
 }
 
 #[test]

@@ -101,11 +101,12 @@ impl Demo {
     }
 
     pub fn ledger(&self) -> Vec<Value> {
-        let out = self
-            .cmd()
-            .args(["ledger", "--limit", "100", "--json"])
-            .output()
-            .unwrap();
+        self.json_list(&["ledger", "--limit", "100", "--json"])
+    }
+
+    /// Runs a command that prints a JSON array and returns its elements.
+    pub fn json_list(&self, args: &[&str]) -> Vec<Value> {
+        let out = self.cmd().args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
