@@ -79,6 +79,7 @@ fn default_menu_dir() -> PathBuf {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStack {
     pub name: String,
+    pub class: Option<String>,
     pub live_profile: PathBuf,
     #[serde(default = "default_work_dir")]
     pub work_dir: PathBuf,

@@ -21,8 +21,11 @@ const MAX_CACHE_SPARE_SLOTS: u32 = 64;
 /// The serving stack being tuned.
 #[derive(Debug, Clone)]
 pub struct Stack {
-    /// Names the stack in the ledger (noise floors, reference hashes).
+    /// Names the stack in the ledger (cycles, floors, reference hashes,
+    /// stages): unique in a fleet sharing one database.
     pub name: String,
+    /// `[stack] class`: identical hosts (one hardware model) share it.
+    pub class: Option<String>,
     pub live_profile: PathBuf,
     /// Scratch space for bench outputs and candidate profiles.
     pub work_dir: PathBuf,
@@ -120,6 +123,12 @@ impl TryFrom<(RawStack, &Path)> for Stack {
         if rs.name.trim().is_empty() {
             return Err("[stack] name must not be empty".into());
         }
+        if rs.class.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(
+                "[stack] class must not be empty: name the hardware model its hosts share, or leave it out"
+                    .into(),
+            );
+        }
         let bench = rs
             .bench
             .map(|b| Bench::try_from((b, base_dir)))
@@ -139,6 +148,7 @@ impl TryFrom<(RawStack, &Path)> for Stack {
         }
         Ok(Stack {
             name: rs.name,
+            class: rs.class,
             live_profile: base_dir.join(&rs.live_profile),
             work_dir: base_dir.join(&rs.work_dir),
             expert_bytes: rs.expert_bytes,
@@ -149,6 +159,16 @@ impl TryFrom<(RawStack, &Path)> for Stack {
             shadow,
             unsupported,
         })
+    }
+}
+
+impl Stack {
+    /// The ledger scope a daemon of this stack writes in.
+    pub fn scope(&self) -> crate::ledger::StackScope {
+        crate::ledger::StackScope {
+            name: self.name.clone(),
+            class: self.class.clone(),
+        }
     }
 }
 

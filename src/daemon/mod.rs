@@ -128,6 +128,18 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         Some(_) => Some(ledger.lock_stack(&config.stack.name).await?),
         None => None,
     };
+    // From here on the daemon writes, recovers and expires for its own stack
+    // only: other daemons share a PostgreSQL ledger.
+    let ledger = ledger.scoped(config.stack.scope());
+    let adopted = ledger.adopt_unowned().await?;
+    if adopted.cycles + adopted.stages > 0 {
+        tracing::info!(
+            cycles = adopted.cycles,
+            stages = adopted.stages,
+            stack = %config.stack.name,
+            "rows written before stacks were recorded now belong to this stack"
+        );
+    }
     let aborted = ledger
         .abort_running_cycles(
             "found `running` at start: the previous orchestrator process ended mid-cycle",
@@ -233,7 +245,7 @@ async fn close_open_cycle(config: &Config) {
         Some(pg) => pg.open(crate::ledger::DEFAULT_BUSY_TIMEOUT).await,
         None => Ledger::open(&config.ledger_path).await,
     };
-    let closed = match opened {
+    let closed = match opened.map(|l| l.scoped(config.stack.scope())) {
         Ok(ledger) => {
             let r = ledger.abort_running_cycles(why, Utc::now()).await;
             ledger.close().await;

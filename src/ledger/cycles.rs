@@ -26,6 +26,11 @@ pub struct CycleRecord {
     pub error: Option<String>,
     /// The proposer configured for this cycle.
     pub proposer: ProposerKind,
+    /// The stack that ran it (`[stack] name`); `None` for a row written
+    /// before stacks were recorded, or by an unscoped handle.
+    pub stack: Option<String>,
+    /// Its `[stack] class`, when named.
+    pub class: Option<String>,
 }
 
 /// How a cycle ended. Failures and aborts always carry their cause.
@@ -121,13 +126,15 @@ impl CycleVerdict {
     }
 }
 
+/// A scoped handle's recovery touches only its own stack's cycles (`$3`);
+/// an unscoped one (NULL) every stack's.
 pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = max($1, started_at), error = $2 \
-     WHERE status = 'running'";
+     WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
 const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = GREATEST($1, started_at), error = $2 \
-     WHERE status = 'running'";
+     WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
-pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
+pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles \
      ORDER BY started_at DESC, id DESC LIMIT $1";
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
@@ -149,10 +156,13 @@ async fn open_cycle(
 ) -> Result<CycleId> {
     on_db!(c, |c| {
         sqlx::query_scalar(
-            "INSERT INTO cycles (started_at, status, proposer) VALUES ($1, 'running', $2) RETURNING id",
+            "INSERT INTO cycles (started_at, status, proposer, stack, class) \
+             VALUES ($1, 'running', $2, $3, $4) RETURNING id",
         )
         .bind(ts(&started_at))
         .bind(proposer)
+        .bind(cx.stack())
+        .bind(cx.class())
         .fetch_one(c)
         .await
         .map_err(cx.err("open a cycle"))
@@ -162,7 +172,7 @@ async fn open_cycle(
 async fn get_cycle(c: Conn<'_>, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
     on_db!(c, |c| {
         sqlx::query_as(
-            "SELECT id, started_at, ended_at, status, error, proposer FROM cycles WHERE id = $1",
+            "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(c)
@@ -206,25 +216,25 @@ async fn close_cycle(
 const SQL_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
      SELECT e.cycle_id, e.id, 'failed', max($1, e.created_at), $2 FROM experiments e \
      JOIN cycles c ON c.id = e.cycle_id \
-     WHERE c.status = 'running' \
+     WHERE c.status = 'running' AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)";
 
 /// ... and one for a running cycle that got no verdict at all (it died
 /// before any experiment existed), so every cycle ends in one.
 const SQL_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
      SELECT c.id, NULL, 'failed', max($1, c.started_at), $2 FROM cycles c \
-     WHERE c.status = 'running' \
+     WHERE c.status = 'running' AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)";
 
 const PG_FAIL_OPEN_EXPERIMENTS: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
      SELECT e.cycle_id, e.id, 'failed', GREATEST($1, e.created_at), $2 FROM experiments e \
      JOIN cycles c ON c.id = e.cycle_id \
-     WHERE c.status = 'running' \
+     WHERE c.status = 'running' AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)";
 
 const PG_FAIL_OPEN_CYCLES: &str = "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) \
      SELECT c.id, NULL, 'failed', GREATEST($1, c.started_at), $2 FROM cycles c \
-     WHERE c.status = 'running' \
+     WHERE c.status = 'running' AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
        AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)";
 
 /// Closes every running cycle as aborted, first giving each experiment and
@@ -241,6 +251,7 @@ async fn abort_running(c: Conn<'_>, cx: &Ctx, reason: &str, at: DateTime<Utc>) -
             sqlx::query(sql)
                 .bind(ts(&at))
                 .bind(format!("aborted: {reason}"))
+                .bind(cx.stack())
                 .execute(&mut *c)
                 .await
                 .map_err(cx.err("record failed verdicts for the running cycles"))?;
@@ -248,6 +259,7 @@ async fn abort_running(c: Conn<'_>, cx: &Ctx, reason: &str, at: DateTime<Utc>) -
         let done = sqlx::query(d.pick(SQL_ABORT_RUNNING, PG_ABORT_RUNNING))
             .bind(ts(&at))
             .bind(reason)
+            .bind(cx.stack())
             .execute(c)
             .await
             .map_err(cx.err("abort the running cycles"))?;

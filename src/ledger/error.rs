@@ -217,6 +217,8 @@ pub(crate) struct Ctx {
     pub(crate) path: std::sync::Arc<Path>,
     pub(crate) busy_timeout: Duration,
     pub(crate) backend: Backend,
+    /// The stack this handle writes for (`scope`); `None` sees every stack.
+    pub(crate) scope: Option<std::sync::Arc<super::scope::StackScope>>,
 }
 
 /// The class of a PostgreSQL SQLSTATE we give its own message.

@@ -129,6 +129,7 @@ mod proposals;
 mod references;
 mod report;
 mod runs;
+mod scope;
 mod stack_lock;
 mod stages;
 mod target;
@@ -172,6 +173,7 @@ pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
+pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
@@ -268,6 +270,7 @@ impl Ledger {
             path: Arc::from(path),
             busy_timeout,
             backend: Backend::Sqlite,
+            scope: None,
         };
         if let Some(dir) = path
             .parent()
@@ -360,6 +363,7 @@ impl Ledger {
             path: Arc::from(Path::new(url)),
             busy_timeout,
             backend: Backend::Postgres,
+            scope: None,
         };
         let open_err = |source| LedgerError::OpenPostgres {
             url: url.to_string(),
@@ -415,6 +419,7 @@ impl Ledger {
             path: Arc::from(Path::new(":memory:")),
             busy_timeout: Duration::from_secs(5),
             backend: Backend::Sqlite,
+            scope: None,
         };
         let options = SqliteConnectOptions::from_str("sqlite::memory:")
             .map_err(|source| LedgerError::Open {

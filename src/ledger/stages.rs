@@ -58,6 +58,9 @@ pub struct Stage {
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
     pub note: Option<String>,
+    /// The stack whose cycle staged it; `None` for a row from before stacks
+    /// were recorded.
+    pub stack: Option<String>,
 }
 
 from_row!(Stage, |row| {
@@ -79,6 +82,7 @@ from_row!(Stage, |row| {
         decided_at: row.try_get("decided_at")?,
         decided_by: row.try_get("decided_by")?,
         note: row.try_get("note")?,
+        stack: row.try_get("stack")?,
     })
 });
 
@@ -101,6 +105,8 @@ pub struct StageSummary {
     pub decided_by: Option<String>,
     /// For a composite: the staged wins it applies, best first; else empty.
     pub parts: Vec<StagePart>,
+    /// The stack whose cycle staged it.
+    pub stack: Option<String>,
 }
 
 impl StageSummary {
@@ -128,6 +134,7 @@ from_row!(StageSummary, |row| {
         decided_at: row.try_get("decided_at")?,
         decided_by: row.try_get("decided_by")?,
         parts: Vec::new(),
+        stack: row.try_get("stack")?,
     })
 });
 
@@ -148,18 +155,20 @@ pub struct StageDetail {
 
 pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, \
+     s.decided_at, s.decided_by, s.stack, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
-     WHERE s.state = $1 ORDER BY s.created_at DESC, s.id DESC";
+     WHERE s.state = $1 AND (CAST($2 AS TEXT) IS NULL OR s.stack = $2) \
+     ORDER BY s.created_at DESC, s.id DESC";
 
 pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, \
+     s.decided_at, s.decided_by, s.stack, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
+     WHERE CAST($1 AS TEXT) IS NULL OR s.stack = $1 \
      ORDER BY s.created_at DESC, s.id DESC";
 
 /// Stages a confirmed win, copying the profiles from the experiment and the
@@ -205,8 +214,10 @@ async fn insert(
         };
         sqlx::query_scalar(
             "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
-             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at) \
-             VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at, stack) \
+             VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10, \
+             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $1)) \
+             RETURNING id",
         )
         .bind(experiment_id)
         .bind(confirmation_id)
@@ -251,8 +262,10 @@ from_row!(SummaryRow, |row| {
 async fn list(mut c: Conn<'_>, cx: &Ctx, state: Option<StageState>) -> Result<Vec<StageSummary>> {
     let rows: Vec<SummaryRow> = on_db!(c.re(), |c| {
         let query = match state {
-            Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE).bind(state),
-            None => sqlx::query_as(SQL_ALL_STAGES),
+            Some(state) => sqlx::query_as(SQL_STAGES_BY_STATE)
+                .bind(state)
+                .bind(cx.stack()),
+            None => sqlx::query_as(SQL_ALL_STAGES).bind(cx.stack()),
         };
         query.fetch_all(c).await.map_err(cx.err("list the stages"))
     })?;
@@ -342,14 +355,18 @@ async fn expire_stale(
         sqlx::query_scalar(d.pick(
             "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
          decided_at = max($3, created_at) \
-         WHERE state = 'staged' AND base_digest <> $1 RETURNING id",
+         WHERE state = 'staged' AND base_digest <> $1 \
+         AND (CAST($4 AS TEXT) IS NULL OR stack = $4) RETURNING id",
             "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
          decided_at = GREATEST($3, created_at) \
-         WHERE state = 'staged' AND base_digest <> $1 RETURNING id",
+         WHERE state = 'staged' AND base_digest <> $1 \
+         AND (CAST($4 AS TEXT) IS NULL OR stack = $4) RETURNING id",
         ))
         .bind(live)
         .bind(reason)
         .bind(ts(&at))
+        // Another stack's live profile says nothing about this one's stages.
+        .bind(cx.stack())
         .fetch_all(c)
         .await
         .map_err(cx.err("expire stale stages"))

@@ -16,6 +16,7 @@ mod compositions;
 mod costs;
 mod open;
 mod rows;
+mod scope;
 mod stages;
 mod verdicts;
 

@@ -17,6 +17,8 @@ async fn cycle_round_trip_and_close_once() {
                 status: CycleStatus::Running,
                 error: None,
                 proposer: ProposerKind::Model,
+                stack: None,
+                class: None,
             }
         );
         let outcome = CycleOutcome::Failed("model unreachable at http://127.0.0.1:9".into());

@@ -75,6 +75,7 @@ async fn stage_round_trip_list_and_show() {
                 decided_at: None,
                 decided_by: None,
                 note: None,
+                stack: None,
             }
         );
 
