@@ -105,6 +105,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                         | crate::ledger::LedgerError::StackLocked { .. }
                 )
             )
+            // Another daemon already runs this ledger: as for the
+            // PostgreSQL stack lock, the fix is in the config, not a retry.
+            || matches!(
+                e.downcast_ref::<crate::daemon::lock::LockError>(),
+                Some(crate::daemon::lock::LockError::Held { .. })
+            )
             || matches!(
                 e.downcast_ref::<ProfileError>(),
                 Some(ProfileError::Parse { .. } | ProfileError::Invalid { .. })
@@ -123,6 +129,21 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_another_daemon_holds_is_a_config_problem() {
+        let held = anyhow::Error::new(crate::daemon::lock::LockError::Held {
+            ledger: "/srv/ledger.db".into(),
+            pid: "4242".into(),
+        })
+        .context("starting the daemon");
+        assert_eq!(exit_code(&held), 2);
+        let io = anyhow::Error::new(crate::daemon::lock::LockError::Io {
+            path: "/srv/ledger.db.lock".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(exit_code(&io), 1);
+    }
 
     #[test]
     fn a_cause_the_message_already_quotes_is_not_repeated() {
