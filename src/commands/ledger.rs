@@ -119,8 +119,23 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
                 Some(_) => ledger.stack_lock_holder(&config.stack.name).await?,
                 None => file_holder,
             };
+            // On a shared PostgreSQL ledger each stack's daemon holds its own
+            // lock: ask the server for every stack with a running cycle.
+            let daemon_stacks = match config.ledger_postgres {
+                Some(_) => {
+                    let mut live = Vec::new();
+                    for stack in ledger.running_stacks().await? {
+                        if ledger.stack_lock_holder(&stack).await?.is_some() {
+                            live.push(stack);
+                        }
+                    }
+                    Some(live)
+                }
+                None => None,
+            };
             let ctx = CheckContext {
                 daemon_running: holder.is_some(),
+                daemon_stacks,
                 live_digest,
             };
             let found = ledger.check(&ctx).await;

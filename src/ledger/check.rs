@@ -78,6 +78,10 @@ pub struct CheckContext {
     /// A daemon holds the ledger now (its lock is taken), so its newest
     /// cycle may legally be `running`.
     pub daemon_running: bool,
+    /// On a ledger several stacks share: the stacks whose daemon holds its
+    /// lock now (each may have one running cycle, its newest). `None`:
+    /// `daemon_running` speaks for every stack (one daemon per ledger).
+    pub daemon_stacks: Option<Vec<String>>,
     /// The digest of the live profile, when it could be read.
     pub live_digest: Option<Digest>,
 }
@@ -143,7 +147,7 @@ async fn integrity(mut c: Conn<'_>, cx: &Ctx, out: &mut Vec<Violation>) {
 const SQL_RUN_ORPHANS: &str = "SELECT r.id, r.experiment_id FROM runs r \
      LEFT JOIN experiments e ON e.id = r.experiment_id WHERE e.id IS NULL ORDER BY r.id";
 
-const SQL_RUNNING: &str = "SELECT id FROM cycles WHERE status = 'running' ORDER BY id";
+const SQL_RUNNING: &str = "SELECT id, stack FROM cycles WHERE status = 'running' ORDER BY id";
 
 const SQL_BAD_STATUS: &str = "SELECT id, status FROM cycles \
      WHERE status NOT IN ('running', 'completed', 'failed', 'aborted') ORDER BY id";
@@ -194,23 +198,39 @@ async fn cycles(
     ctx: &CheckContext,
     out: &mut Vec<Violation>,
 ) -> Result<()> {
-    let running: Vec<i64> = strings(c.re(), cx, SQL_RUNNING)
+    let running: Vec<(i64, Option<String>)> = strings(c.re(), cx, SQL_RUNNING)
         .await?
         .iter()
-        .filter_map(|r| num(&r[0]))
+        .filter_map(|r| Some((num(&r[0])?, r[1].clone())))
         .collect();
-    // A daemon runs one cycle at a time: its newest running cycle is the
-    // current one, any older running cycle was left by a dead process.
-    let newest = running.last().copied();
-    for id in running {
-        if !ctx.daemon_running {
+    // Whether the daemon of a running cycle's stack holds its lock now.
+    let held = |stack: &Option<String>| match (&ctx.daemon_stacks, stack) {
+        (Some(live), Some(s)) => live.contains(s),
+        (Some(_), None) | (None, _) => ctx.daemon_running,
+    };
+    for (id, stack) in &running {
+        let id = *id;
+        // A daemon runs one cycle at a time: its stack's newest running
+        // cycle is the current one, any older one was left by a dead process.
+        let newest = running
+            .iter()
+            .filter(|(_, s)| s == stack)
+            .map(|(i, _)| *i)
+            .max();
+        if !held(stack) {
             out.push(v(
                 Rule::UnclosedCycle,
                 Some(id),
-                format!(
-                    "cycle {id} is `running` but no daemon holds the ledger: a process died mid-cycle; \
-                     the next `orchestrator run` closes it as aborted"
-                ),
+                match stack {
+                    Some(s) if ctx.daemon_stacks.is_some() => format!(
+                        "cycle {id} of stack {s:?} is `running` but no daemon of that stack holds its lock: \
+                         a process died mid-cycle; the stack's next `orchestrator run` closes it as aborted"
+                    ),
+                    _ => format!(
+                        "cycle {id} is `running` but no daemon holds the ledger: a process died mid-cycle; \
+                         the next `orchestrator run` closes it as aborted"
+                    ),
+                },
             ));
         } else if Some(id) != newest {
             out.push(v(

@@ -424,6 +424,22 @@ impl Ledger {
         get_cycle(c.conn(), &self.ctx, id).await
     }
 
+    /// The stacks that have a `running` cycle (for `ledger --check` on a
+    /// shared ledger, which asks whether each one's daemon is alive).
+    pub async fn running_stacks(&self) -> Result<Vec<String>> {
+        let mut c = self.conn("list the stacks with a running cycle").await?;
+        let cx = &self.ctx;
+        on_db!(c.conn(), |c| {
+            sqlx::query_scalar(
+                "SELECT DISTINCT stack FROM cycles WHERE status = 'running' AND stack IS NOT NULL \
+                 ORDER BY stack",
+            )
+            .fetch_all(c)
+            .await
+            .map_err(cx.err("list the stacks with a running cycle"))
+        })
+    }
+
     /// The observation of a cycle, if it got that far.
     pub async fn observation(&self, cycle_id: CycleId) -> Result<Option<Observation>> {
         let mut c = self.conn("read an observation").await?;

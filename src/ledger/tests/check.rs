@@ -65,6 +65,7 @@ async fn a_consistent_ledger_passes() {
             .unwrap();
         let ctx = CheckContext {
             daemon_running: false,
+            daemon_stacks: None,
             live_digest: Some(digest(1)),
         };
         let found = ledger.check(&ctx).await.unwrap();
@@ -85,6 +86,7 @@ async fn a_running_cycle_is_legal_only_while_a_daemon_holds_the_ledger() {
         assert!(found[0].message.contains("no daemon"), "{}", found[0]);
         let daemon = CheckContext {
             daemon_running: true,
+            daemon_stacks: None,
             live_digest: None,
         };
         assert!(ledger.check(&daemon).await.unwrap().is_empty());
@@ -288,6 +290,7 @@ async fn a_staged_stage_already_live_is_an_interrupted_approval() {
         // The fixture's candidate digest is digest(200).
         let ctx = CheckContext {
             daemon_running: false,
+            daemon_stacks: None,
             live_digest: Some(digest(200)),
         };
         let found = ledger.check(&ctx).await.unwrap();
@@ -313,6 +316,7 @@ async fn a_second_win_for_a_profile_already_approved_is_no_interrupted_approval(
             .unwrap();
         let ctx = CheckContext {
             daemon_running: false,
+            daemon_stacks: None,
             live_digest: Some(digest(200)),
         };
         let found = ledger.check(&ctx).await.unwrap();
@@ -366,4 +370,45 @@ async fn a_damaged_file_fails_the_integrity_check() {
         "{found:#?}"
     );
     assert!(found[0].message.contains("cycles_by_start"), "{found:#?}");
+}
+
+#[tokio::test]
+async fn on_a_shared_ledger_each_stack_may_have_one_running_cycle_while_its_daemon_lives() {
+    for ledger in backends().await {
+        let scoped = |name: &str| {
+            ledger.clone().scoped(StackScope {
+                name: name.into(),
+                class: None,
+            })
+        };
+        let (a, b) = (scoped("box-a"), scoped("box-b"));
+        let old_a = a.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        let new_a = a.open_cycle(t(10), ProposerKind::Bandit).await.unwrap();
+        let only_b = b.open_cycle(t(5), ProposerKind::Bandit).await.unwrap();
+        assert_eq!(
+            ledger.running_stacks().await.unwrap(),
+            vec!["box-a".to_string(), "box-b".to_string()]
+        );
+        // box-a's daemon is alive, box-b's is not.
+        let ctx = CheckContext {
+            daemon_running: false,
+            daemon_stacks: Some(vec!["box-a".into()]),
+            live_digest: None,
+        };
+        let found = ledger.check(&ctx).await.unwrap();
+        let flagged: Vec<Option<i64>> = found
+            .iter()
+            .filter(|v| v.rule == Rule::UnclosedCycle)
+            .map(|v| v.id)
+            .collect();
+        // b's lone cycle has no daemon; a's older one was left by a dead
+        // process; a's newest is its daemon's current cycle. (Closed cycles
+        // without verdicts are other rules.)
+        assert_eq!(flagged, vec![Some(old_a.0), Some(only_b.0)], "{found:#?}");
+        assert!(
+            found.iter().any(|v| v.message.contains("\"box-b\"")),
+            "{found:#?}"
+        );
+        let _ = new_a;
+    }
 }
