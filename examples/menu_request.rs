@@ -89,6 +89,7 @@ fn main() -> anyhow::Result<()> {
     let past = history(cycle, config.cycle.history as usize);
     let stack = orchestrator::brain::StackDescription::of(&config, &menu);
     let situation = Situation {
+        token_shares: None,
         menu: &menu,
         stack: &stack,
         live_knobs: &[],

@@ -25,6 +25,7 @@ use rand_distr::{Beta, Distribution};
 use serde_json::{Map, Value, json};
 
 use super::error::BrainError;
+use super::levers::{self, TokenShares};
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
 };
@@ -257,22 +258,49 @@ impl<R: Rng + Send> BanditProposer<R> {
     /// Every arm, best first by the algorithm's index; one draw of the RNG
     /// per arm (tie-break key or Thompson sample), so the order is a
     /// function of the seed and the inputs.
-    pub fn ranked(&mut self, menu: &Menu, history: &[ExperimentOutcome]) -> Vec<(Proposal, f64)> {
+    ///
+    /// UCB1 plays every arm once before its index means anything; the arms
+    /// not yet measured are ordered by [`levers::priority`]: the entry
+    /// acting on the largest measured part of the live token first, each
+    /// entry's lead shared over its arms already measured (without parts,
+    /// entries take turns), then the RNG. Thompson sampling draws every arm
+    /// from its record and ignores the parts.
+    pub fn ranked(
+        &mut self,
+        menu: &Menu,
+        history: &[ExperimentOutcome],
+        shares: Option<&TokenShares>,
+    ) -> Vec<(Proposal, f64)> {
         let arms = arms(menu);
         let stats = stats(&arms, history);
         let total: u32 = stats.iter().map(|s| s.pulls).sum();
-        let mut scored: Vec<(Proposal, f64, f64)> = arms
+        let measured_arms = |id: MenuId| {
+            arms.iter()
+                .zip(&stats)
+                .filter(|(a, s)| a.experiment == id && s.pulls > 0)
+                .count() as u32
+        };
+        let lead: Vec<f64> = arms
+            .iter()
+            .zip(&stats)
+            .map(|(a, s)| match s.pulls {
+                0 => levers::priority(shares, a.experiment, measured_arms(a.experiment)),
+                _ => 0.0,
+            })
+            .collect();
+        let mut scored: Vec<(Proposal, f64, (f64, f64))> = arms
             .into_iter()
             .zip(&stats)
-            .map(|(arm, s)| {
+            .zip(lead)
+            .map(|((arm, s), lead)| {
                 let (score, key) = match self.algorithm {
-                    BanditAlgorithm::Ucb1 => (ucb1(*s, total), self.rng.random::<f64>()),
+                    BanditAlgorithm::Ucb1 => (ucb1(*s, total), (lead, self.rng.random::<f64>())),
                     BanditAlgorithm::Thompson => {
                         let wins = s.reward;
                         let losses = f64::from(s.pulls) - s.reward;
                         let beta =
                             Beta::new(1.0 + wins, 1.0 + losses).expect("Beta parameters are >= 1");
-                        (beta.sample(&mut self.rng), 0.0)
+                        (beta.sample(&mut self.rng), (0.0, 0.0))
                     }
                 };
                 (arm, score, key)
@@ -281,7 +309,8 @@ impl<R: Rng + Send> BanditProposer<R> {
         scored.sort_by(|a, b| {
             b.1.partial_cmp(&a.1)
                 .unwrap_or(Ordering::Equal)
-                .then(b.2.partial_cmp(&a.2).unwrap_or(Ordering::Equal))
+                .then(b.2.0.total_cmp(&a.2.0))
+                .then(b.2.1.total_cmp(&a.2.1))
         });
         scored.into_iter().map(|(p, s, _)| (p, s)).collect()
     }
@@ -298,7 +327,7 @@ impl<R: Rng + Send> BanditProposer<R> {
             );
             return Ok(remeasure());
         }
-        for (arm, score) in self.ranked(s.menu, s.history) {
+        for (arm, score) in self.ranked(s.menu, s.history, s.token_shares.as_ref()) {
             match duplicate_of(duplicates, &arm).await {
                 Err(source) => return Err(BrainError::DuplicateCheck { source }),
                 Ok(Some(_)) => continue,

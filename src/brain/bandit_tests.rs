@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::*;
 use crate::brain::double::{Decided, repo_menu};
+use crate::brain::levers::TokenShares;
 use crate::brain::{NoiseFloorState, params_value};
 use crate::ledger::{CycleId, ExperimentId};
 use crate::observe::LiveMetrics;
@@ -60,6 +61,7 @@ fn propose_with(
 ) -> Outcome {
     let metrics = LiveMetrics::default();
     let s = Situation {
+        token_shares: None,
         menu,
         stack: &crate::brain::double::MOE_STACK,
         live_knobs: &[],
@@ -309,6 +311,7 @@ fn thompson_prefers_the_winning_arm() {
         .filter(|_| {
             let o = rt().block_on(b.propose(
                 &Situation {
+                    token_shares: None,
                     menu: &menu,
                     stack: &crate::brain::double::MOE_STACK,
                     live_knobs: &[],
@@ -417,5 +420,85 @@ fn the_live_value_is_no_arm() {
         );
         let p = chosen(&o);
         assert!(![split(0.5), draft(0), warm(64)].contains(&p), "{p:?}");
+    }
+}
+
+/// The demo's slow start as its runs measure it: no KV cache, so the trunk
+/// is most of a token.
+const TRUNK_BOUND: TokenShares = TokenShares {
+    trunk: 0.85,
+    expert: 0.1,
+    far_hit: Some(0.2),
+};
+
+fn choose_with_shares(
+    b: &mut BanditProposer,
+    menu: &Menu,
+    history: &[ExperimentOutcome],
+    shares: Option<TokenShares>,
+) -> Proposal {
+    let metrics = LiveMetrics::default();
+    let floor = fresh_floor();
+    let s = Situation {
+        menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &floor,
+        history,
+        token_shares: shares,
+    };
+    chosen(&rt().block_on(b.propose(&s, &Decided::default())))
+}
+
+#[test]
+fn untried_arms_follow_the_largest_measured_part_of_the_token() {
+    let menu = repo_menu();
+    for seed in 0..16 {
+        let mut b = bandit(seed);
+        let mut history = Vec::new();
+        let mut entries = Vec::new();
+        for n in 0..4 {
+            let p = choose_with_shares(&mut b, &menu, &history, Some(TRUNK_BOUND));
+            entries.push(p.experiment);
+            history.insert(0, measured(n + 1, &p, VerdictKind::Loss));
+        }
+        // The draft saves whole passes (0.95 of the token), the split acts
+        // on the trunk (0.85); the next draft length comes once the split's
+        // lead is shared too; the expert tiers (0.1) wait.
+        assert_eq!(
+            entries,
+            vec![
+                MenuId::StageSpeculative,
+                MenuId::RebalanceTrunkCache,
+                MenuId::StageSpeculative,
+                MenuId::RebalanceTrunkCache
+            ],
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn without_measured_parts_the_entries_take_turns() {
+    let menu = repo_menu();
+    let entries = menu
+        .entries()
+        .iter()
+        .filter(|e| e.id != MenuId::Remeasure)
+        .count();
+    for seed in 0..8 {
+        let mut b = bandit(seed);
+        let mut history = Vec::new();
+        let mut seen = BTreeSet::new();
+        for n in 0..entries {
+            let p = choose_with_shares(&mut b, &menu, &history, None);
+            seen.insert(p.experiment);
+            history.insert(0, measured(n as i64 + 1, &p, VerdictKind::Loss));
+        }
+        // Before, an entry with many grid points (the split's 21 fractions)
+        // took most of the first choices.
+        assert_eq!(seen.len(), entries, "seed {seed}: {seen:?}");
     }
 }

@@ -21,6 +21,7 @@ pub mod bandit;
 pub mod client;
 pub mod error;
 pub mod exclusions;
+pub mod levers;
 pub mod model;
 pub mod prompt;
 
@@ -68,6 +69,9 @@ pub struct Situation<'a> {
     /// returns them. The model sees these; the bandit learns from them, so
     /// give it a longer window than the prompt's `history`.
     pub history: &'a [ExperimentOutcome],
+    /// The live profile's token in measured parts ([`levers`]), when the
+    /// stack reports them: the bandit tries the lever on the largest first.
+    pub token_shares: Option<levers::TokenShares>,
 }
 
 /// Looks for an identical experiment already decided on the current base
@@ -421,6 +425,7 @@ mod tests {
         };
         let metrics = LiveMetrics::default();
         let situation = Situation {
+            token_shares: None,
             menu: &menu,
             stack: &crate::brain::double::MOE_STACK,
             live_knobs: &[],

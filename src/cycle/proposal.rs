@@ -63,7 +63,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .excluding(duplicates.refused(self.menu).await?);
         let stack = brain::StackDescription::of(cfg, self.menu);
         let live_knobs = live_knobs(self.menu, &live.profile);
+        let measured = self
+            .ledger
+            .recent_token_parts(&live_digest, brain::levers::RUNS)
+            .await?;
         let situation = Situation {
+            token_shares: brain::levers::TokenShares::of_runs(&measured),
             menu: &menu,
             stack: &stack,
             live_knobs: &live_knobs,

@@ -124,6 +124,7 @@ mod error;
 mod experiments;
 mod ids;
 mod noise;
+mod parts;
 mod plan;
 mod proposals;
 mod references;
@@ -168,6 +169,7 @@ pub use ids::{
     RunId, StageId, VerdictId,
 };
 pub use noise::{NewNoiseFloor, NoiseFloor};
+pub use parts::MeasuredToken;
 pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};

@@ -15,6 +15,7 @@ mod check;
 mod compositions;
 mod costs;
 mod open;
+mod parts;
 mod rows;
 mod scope;
 mod stages;
