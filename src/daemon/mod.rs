@@ -8,14 +8,17 @@
 //! dead predecessor left running ([`orphans`]), and closes the cycles it left
 //! open as `aborted` (each with a `failed` verdict). A ledger write failure
 //! (full disk, size cap, read-only file) stops it with exit 1 after a last
-//! attempt to close the open cycle the same way.
+//! attempt to close the open cycle the same way; a PostgreSQL ledger that
+//! went away (a server restart) is waited out instead ([`outage`]).
 //!
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 
 pub mod lock;
 pub mod metrics;
+mod outage;
 pub mod proposer;
 
 use std::time::Duration;
@@ -30,7 +33,7 @@ use crate::config::Config;
 use crate::cycle::CycleRunner;
 use crate::embedded;
 use crate::judge::Policy;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError, StackLock};
 use crate::measure::by_protocol::Scorers;
 use crate::menu::Menu;
 use crate::process::cancel::{Cancel, CancelHandle};
@@ -59,7 +62,8 @@ pub struct RunSummary {
     /// Cycles recorded, whatever their status.
     pub cycles: u64,
     pub failed: u64,
-    /// Cycles cut short by SIGINT/SIGTERM (recorded `aborted`).
+    /// Cycles cut short by SIGINT/SIGTERM or by a lost PostgreSQL ledger
+    /// (recorded `aborted`).
     pub aborted: u64,
     pub interrupted: bool,
     /// The last cycle failed (an aborted one did not).
@@ -123,8 +127,9 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     };
     // On a shared PostgreSQL ledger the one-daemon-per-stack lock is the
     // server's (held until this function returns or the process dies); the
-    // file lock above still guards this host's orphan reaping.
-    let _stack_lock = match &config.ledger_postgres {
+    // file lock above still guards this host's orphan reaping. The loop
+    // takes it again after a server restart ([`outage`]).
+    let mut stack_lock = match &config.ledger_postgres {
         Some(_) => Some(ledger.lock_stack(&config.stack.name).await?),
         None => None,
     };
@@ -184,6 +189,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         &menu,
         policy,
         &ledger,
+        &mut stack_lock,
         &mut proposer,
         &cancel,
         &daemon_metrics,
@@ -199,10 +205,23 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         stack.stop().await;
     }
     ledger.close().await;
-    if result.is_err() {
+    // Not when another daemon took the stack during an outage: the cycle
+    // left open may be its own now.
+    if result.as_ref().is_err_and(|e| !lost_the_stack(e)) {
         close_open_cycle(&config).await;
     }
+    drop(stack_lock);
     result
+}
+
+/// Whether the loop stopped because another daemon holds the stack.
+fn lost_the_stack(e: &anyhow::Error) -> bool {
+    e.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<LedgerError>(),
+            Some(LedgerError::StackLocked { .. })
+        )
+    })
 }
 
 /// Kills what a dead daemon of this ledger left running, then tags this
@@ -271,6 +290,7 @@ async fn run_loop(
     menu: &Menu,
     policy: Policy,
     ledger: &Ledger,
+    stack_lock: &mut Option<StackLock>,
     proposer: &mut AnyProposer,
     cancel: &Cancel,
     daemon_metrics: &DaemonMetrics,
@@ -316,6 +336,15 @@ async fn run_loop(
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+        // The database may have restarted between two writes: hold the
+        // stack again before measuring anything.
+        if let Err(e) = outage::check_lock(stack_lock, ledger).await {
+            let outage = outage::ride_out(e, ledger, stack_lock, config, cancel).await?;
+            if outage.go_on(&mut summary) {
+                continue;
+            }
+            break;
+        }
         let mut cycle = CycleRunner {
             config,
             policy,
@@ -328,9 +357,17 @@ async fn run_loop(
             http: &http,
             progress: progress.clone(),
         };
-        let mut report = cycle.run().await.context(
-            "the ledger could not be written, so the daemon stops rather than run unrecorded",
-        )?;
+        let mut report = match cycle.run().await {
+            Ok(report) => report,
+            Err(e) => {
+                progress.end_cycle();
+                let outage = outage::ride_out(e, ledger, stack_lock, config, cancel).await?;
+                if outage.go_on(&mut summary) {
+                    continue;
+                }
+                break;
+            }
+        };
         report.target = config.objective.target_seconds_per_token.get();
         println!("{report}");
         summary.cycles += 1;

@@ -2,7 +2,10 @@
 //!
 //! Raw SQLite errors are classified here (busy, read-only, disk full, damaged,
 //! constraint) so that callers and people get an actionable message instead
-//! of `database is locked` or `(code: 13) database or disk is full`.
+//! of `database is locked` or `(code: 13) database or disk is full`. On
+//! PostgreSQL a lost or refused connection is its own kind,
+//! [`LedgerError::Unreachable`]: the one error a running daemon waits out
+//! ([`LedgerError::is_transient`]) instead of stopping on.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,6 +45,21 @@ pub enum LedgerError {
         "another orchestrator daemon is running the stack {stack:?} on this PostgreSQL ledger ({holder}); stop it first, or give this host's stack its own `[stack] name`"
     )]
     StackLocked { stack: String, holder: String },
+
+    #[error(
+        "lost the PostgreSQL ledger {} while trying to {op}: {source}; the server is down, restarting or unreachable: check it (a running daemon backs off and resumes by itself)",
+        path.display()
+    )]
+    Unreachable {
+        path: PathBuf,
+        op: &'static str,
+        source: sqlx::Error,
+    },
+
+    #[error(
+        "the stack {stack:?} is still locked by this daemon's own earlier session ({holder}), which the PostgreSQL server has not yet noticed is gone; retrying until it does"
+    )]
+    StackLockLingering { stack: String, holder: String },
 
     #[error(
         "{what} exists only on a PostgreSQL ledger ({}); a SQLite ledger uses the daemon's lock file beside it",
@@ -185,6 +203,34 @@ pub enum LedgerError {
     },
 }
 
+impl LedgerError {
+    /// Whether the error is one a running daemon waits out: the PostgreSQL
+    /// server went away (or its stack lock's old session lingers on it), so
+    /// the same write can succeed once it is back. Everything else (a full
+    /// disk, the size cap, a constraint, any SQLite error) is fatal.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::Unreachable { .. } | LedgerError::StackLockLingering { .. }
+        )
+    }
+}
+
+/// Whether a PostgreSQL error means the connection is gone or cannot be
+/// made now: a socket error (refused, reset, closed), no connection within
+/// the pool's timeout, a closed pool, or the server saying it is shutting
+/// down or starting (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown,
+/// 57P03 cannot_connect_now) or that the connection failed (class 08).
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
 /// The advice for each way a migration can fail.
 fn migrate_hint(e: &MigrateError) -> String {
     match e {
@@ -254,6 +300,9 @@ impl Ctx {
     /// Classifies a sqlx error raised while trying to `op`.
     pub(crate) fn classify(&self, op: &'static str, source: sqlx::Error) -> LedgerError {
         let path = self.path.to_path_buf();
+        if self.backend == Backend::Postgres && connection_lost(&source) {
+            return LedgerError::Unreachable { path, op, source };
+        }
         if matches!(source, sqlx::Error::PoolTimedOut) {
             return LedgerError::PoolTimedOut {
                 path,
@@ -323,4 +372,117 @@ impl Ctx {
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::error::Error as StdError;
+
+    use super::*;
+
+    /// A database error with a chosen SQLSTATE (or SQLite code), as the
+    /// server would send it; sqlx builds its own only from a live server.
+    #[derive(Debug)]
+    struct ServerSaid(&'static str);
+
+    impl std::fmt::Display for ServerSaid {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "the server answered {}", self.0)
+        }
+    }
+
+    impl StdError for ServerSaid {}
+
+    impl sqlx::error::DatabaseError for ServerSaid {
+        fn message(&self) -> &str {
+            "the server answered with an error"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn StdError + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn StdError + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn StdError + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn ctx(backend: Backend) -> Ctx {
+        Ctx {
+            path: std::sync::Arc::from(Path::new("postgres://orchestrator@db.lan/ledger")),
+            busy_timeout: Duration::from_secs(10),
+            backend,
+        }
+    }
+
+    fn io(kind: std::io::ErrorKind) -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::from(kind))
+    }
+
+    fn transient(backend: Backend, e: sqlx::Error) -> bool {
+        ctx(backend).classify("record a run", e).is_transient()
+    }
+
+    #[test]
+    fn a_lost_postgres_connection_is_transient_and_nothing_else_is() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, UnexpectedEof};
+        let pg = Backend::Postgres;
+        for kind in [
+            ConnectionRefused,
+            ConnectionReset,
+            BrokenPipe,
+            UnexpectedEof,
+        ] {
+            assert!(transient(pg, io(kind)), "{kind:?}");
+        }
+        assert!(transient(pg, sqlx::Error::PoolTimedOut));
+        assert!(transient(pg, sqlx::Error::PoolClosed));
+        // admin_shutdown, crash_shutdown, cannot_connect_now, and class 08
+        for code in [
+            "57P01", "57P02", "57P03", "08000", "08003", "08006", "08P01",
+        ] {
+            let e = sqlx::Error::Database(Box::new(ServerSaid(code)));
+            assert!(transient(pg, e), "{code}");
+        }
+        // A full disk, a quota, a constraint, a lock wait, a query canceled
+        // by statement_timeout (57014: class 57, not a shutdown): fatal.
+        for code in [
+            "53100", "54000", "23505", "22007", "55P03", "57014", "42P01",
+        ] {
+            let e = sqlx::Error::Database(Box::new(ServerSaid(code)));
+            assert!(!transient(pg, e), "{code}");
+        }
+        assert!(!transient(pg, sqlx::Error::RowNotFound));
+        // SQLite: a file is there or not; every error stays fatal.
+        let lite = Backend::Sqlite;
+        assert!(!transient(lite, io(ConnectionRefused)));
+        assert!(!transient(lite, sqlx::Error::PoolTimedOut));
+        for code in ["13", "8", "5", "2067"] {
+            let e = sqlx::Error::Database(Box::new(ServerSaid(code)));
+            assert!(!transient(lite, e), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_lost_postgres_ledger_names_the_database_and_what_failed() {
+        let e = ctx(Backend::Postgres).classify("record a run", sqlx::Error::PoolTimedOut);
+        let text = e.to_string();
+        assert!(
+            text.contains("lost the PostgreSQL ledger postgres://orchestrator@db.lan/ledger")
+                && text.contains("while trying to record a run")
+                && text.contains("resumes by itself"),
+            "{text}"
+        );
+        // On SQLite a pool timeout keeps its own message and stays fatal.
+        let e = ctx(Backend::Sqlite).classify("record a run", sqlx::Error::PoolTimedOut);
+        assert!(matches!(e, LedgerError::PoolTimedOut { .. }), "{e:?}");
+    }
 }

@@ -375,11 +375,7 @@ impl Ledger {
             .map_err(open_err)?
             // Names this process to the server, so a held stack lock says
             // whose it is (`pg_stat_activity`).
-            .application_name(&format!(
-                "orchestrator pid {} on {}",
-                std::process::id(),
-                hostname()
-            ));
+            .application_name(&application_name());
         if let Some(password) = password {
             options = options.password(password);
         }
@@ -571,6 +567,12 @@ impl Ledger {
         }
         Ok(true)
     }
+}
+
+/// How this process names itself to a PostgreSQL server: its sessions in
+/// `pg_stat_activity`, and so the holder a stack lock's refusal names.
+fn application_name() -> String {
+    format!("orchestrator pid {} on {}", std::process::id(), hostname())
 }
 
 /// This machine's name, for the server's view of our sessions.

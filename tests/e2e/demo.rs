@@ -14,6 +14,9 @@ pub struct Demo {
     pub dir: tempfile::TempDir,
     pub serve: u16,
     pub far: u16,
+    /// Extra environment of every command [`Demo::cmd`] runs (a ledger
+    /// password's variable).
+    pub env: Vec<(String, String)>,
 }
 
 impl Demo {
@@ -86,7 +89,12 @@ impl Demo {
             start_profile.replace("FAR", &format!("127.0.0.1:{far}")),
         )
         .unwrap();
-        Demo { dir, serve, far }
+        Demo {
+            dir,
+            serve,
+            far,
+            env: Vec::new(),
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -96,6 +104,7 @@ impl Demo {
     pub fn cmd(&self) -> Command {
         let mut c = Command::cargo_bin("orchestrator").unwrap();
         c.arg("--config").arg(self.path("config.toml"));
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.timeout(Duration::from_secs(900));
         c
     }

@@ -34,6 +34,7 @@ mod measure_bench;
 mod measure_surface;
 mod noisy_machine;
 mod plan_pins;
+mod postgres_restart;
 mod postgres_stack_lock;
 mod report_cli;
 mod report_html;

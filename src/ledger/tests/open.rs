@@ -402,3 +402,61 @@ async fn a_stack_lock_is_held_once_and_goes_with_its_session() {
         LedgerError::PostgresOnly { .. }
     ));
 }
+
+/// A server restart ends the session holding a stack's lock: `regain`
+/// takes it again on a new session, or names the daemon that took the
+/// stack meanwhile.
+#[tokio::test]
+async fn a_stack_lock_whose_session_ended_is_regained_unless_the_stack_was_taken() {
+    let Some(ledger) = fresh_postgres().await else {
+        return;
+    };
+    let url = ledger.path().display().to_string();
+    let password = std::env::var(PG_PASSWORD_VAR).ok();
+    let other = Ledger::open_postgres(&url, password.as_deref(), DEFAULT_BUSY_TIMEOUT)
+        .await
+        .unwrap();
+    let mut lock = ledger.lock_stack("spark-regain").await.unwrap();
+    assert!(!lock.regain(&ledger).await.unwrap(), "held: nothing to do");
+    // What a restart does to the session, done by hand.
+    let end_holder = "SELECT pg_terminate_backend(l.pid) FROM pg_locks l \
+         WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    raw(&other, end_holder).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while other
+        .stack_lock_holder("spark-regain")
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lock.regain(&ledger).await.unwrap(), "taken again");
+    assert!(!lock.regain(&ledger).await.unwrap(), "and held");
+    let me = format!("orchestrator pid {}", std::process::id());
+    let holder = other.stack_lock_holder("spark-regain").await.unwrap();
+    assert!(holder.is_some_and(|h| h.contains(&me)));
+    // Ended again, and another daemon takes the stack first: refused by name.
+    raw(&other, end_holder).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let _theirs = loop {
+        match other.lock_stack("spark-regain").await {
+            Ok(l) => break l,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the ended session kept its lock: {e}"),
+        }
+    };
+    let err = lock.regain(&ledger).await.unwrap_err();
+    assert!(matches!(err, LedgerError::StackLocked { .. }), "{err:?}");
+    assert!(
+        !err.is_transient(),
+        "another daemon's stack is not waited out"
+    );
+}
