@@ -420,6 +420,7 @@ mod tests {
             path: std::sync::Arc::from(Path::new("postgres://orchestrator@db.lan/ledger")),
             busy_timeout: Duration::from_secs(10),
             backend,
+            scope: None,
         }
     }
 
