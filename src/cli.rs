@@ -52,6 +52,9 @@ pub enum StageCommand {
         /// Print JSON instead of a table (the effect as `effect_percent` and `effect_log_ratio`)
         #[arg(long)]
         json: bool,
+        /// Only the stages of this stack (its `[stack] name`) [default: every stack's]
+        #[arg(long, value_name = "NAME")]
+        stack: Option<String>,
     },
     /// The profile diff against the live profile, the evidence, and the
     /// command line that runs the stack with the staged profile
@@ -62,8 +65,10 @@ pub enum StageCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write the staged profile to the live profile path and print the
-    /// command line to restart the stack with (the restart is yours)
+    /// Approve a staged win: on SQLite, write the staged profile to the live
+    /// profile path; on PostgreSQL, record the approval for the stack's
+    /// daemon to write on its host. Prints the command line to restart the
+    /// stack with (the restart is yours)
     Approve {
         /// The stage id (from `stage list`)
         id: i64,

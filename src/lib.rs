@@ -20,6 +20,7 @@
 //! - [`ledger`]: the experiment ledger, SQLite or PostgreSQL; all SQL lives here.
 //! - [`config`]: the configuration file → validated types (the judge's policy among them).
 //! - [`stack_support`]: which menu entries a stack supports (`[stack] unsupported`).
+//! - `apply`: an approved stage written as its stack's live profile, and the restart line.
 //!
 //! One cycle, in the order data flows:
 //! - [`observe`]: the live metrics, heat and trace.
@@ -49,6 +50,7 @@ pub mod menu;
 pub mod ledger;
 pub mod config;
 pub mod stack_support;
+mod apply;
 
 pub mod observe;
 pub mod plan;

@@ -12,7 +12,6 @@ mod decider;
 pub mod ledger;
 pub mod rebaseline;
 pub mod report;
-mod restart;
 pub mod run;
 pub mod stage;
 pub mod trace;

@@ -11,11 +11,13 @@
 //! attempt to close the open cycle the same way; a PostgreSQL ledger that
 //! went away (a server restart) is waited out instead ([`outage`]).
 //!
+//! - [`applier`]: writes approved stages of its stack to its live profile.
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 
+pub mod applier;
 pub mod lock;
 pub mod metrics;
 mod outage;
@@ -158,6 +160,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
         );
     }
     crate::atomic_file::remove_stale_temps(&crate::cycle::profiles_dir(&config.stack.live_profile));
+    applier::apply_approved(&config, &ledger).await;
 
     let (handle, cancel) = Cancel::new();
     let signals = tokio::spawn(watch_signals(handle));
@@ -345,6 +348,10 @@ async fn run_loop(
             }
             break;
         }
+        // An approval recorded from anywhere reaches the live profile
+        // before the cycle observes it (and only while this daemon holds
+        // its stack, checked just above).
+        applier::apply_approved(config, ledger).await;
         let mut cycle = CycleRunner {
             config,
             policy,

@@ -54,7 +54,8 @@
 //! then one file per table family: `cycles` (cycles, observations, the
 //! `orchestrator ledger` listing), `proposals`, `experiments` (with the
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, `compositions` (which staged wins a composite applies),
+//! `stages`, `applies` (whether an approved stage reached its stack's live
+//! profile), `compositions` (which staged wins a composite applies),
 //! `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
@@ -114,6 +115,7 @@ macro_rules! from_row {
     };
 }
 
+mod applies;
 mod backend;
 mod check;
 mod codec;
@@ -156,6 +158,7 @@ pub use backend::Backend;
 pub(crate) use backend::Conn;
 use backend::{Pool, PooledConn, Tx};
 
+pub use applies::{ApplyOutcome, StageApply};
 pub use check::{CheckContext, Rule, Violation};
 pub use compositions::{Composition, NewComposition, StagePart, stage_label};
 pub use costs::CycleCost;

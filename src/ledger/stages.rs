@@ -61,6 +61,18 @@ pub struct Stage {
     /// The stack whose cycle staged it; `None` for a row from before stacks
     /// were recorded.
     pub stack: Option<String>,
+    /// When its profile was written to its stack's live profile (an
+    /// approved stage only; see [`Stage::apply`]).
+    pub applied_at: Option<DateTime<Utc>>,
+    /// What wrote the live profile, or refused to: "the daemon of stack S
+    /// on host H", or "`orchestrator stage approve` on host H".
+    pub applied_by: Option<String>,
+    /// The live profile path it was (or would have been) written to, on
+    /// that host.
+    pub applied_to: Option<String>,
+    /// Why an approved stage's profile was not written.
+    pub apply_refusal: Option<String>,
+    pub apply_refused_at: Option<DateTime<Utc>>,
 }
 
 from_row!(Stage, |row| {
@@ -83,6 +95,11 @@ from_row!(Stage, |row| {
         decided_by: row.try_get("decided_by")?,
         note: row.try_get("note")?,
         stack: row.try_get("stack")?,
+        applied_at: row.try_get("applied_at")?,
+        applied_by: row.try_get("applied_by")?,
+        applied_to: row.try_get("applied_to")?,
+        apply_refusal: row.try_get("apply_refusal")?,
+        apply_refused_at: row.try_get("apply_refused_at")?,
     })
 });
 
@@ -107,6 +124,10 @@ pub struct StageSummary {
     pub parts: Vec<StagePart>,
     /// The stack whose cycle staged it.
     pub stack: Option<String>,
+    /// When an approved stage's profile was written to its live profile.
+    pub applied_at: Option<DateTime<Utc>>,
+    /// Why an approved stage's profile was not written.
+    pub apply_refusal: Option<String>,
 }
 
 impl StageSummary {
@@ -135,6 +156,8 @@ from_row!(StageSummary, |row| {
         decided_by: row.try_get("decided_by")?,
         parts: Vec::new(),
         stack: row.try_get("stack")?,
+        applied_at: row.try_get("applied_at")?,
+        apply_refusal: row.try_get("apply_refusal")?,
     })
 });
 
@@ -155,7 +178,7 @@ pub struct StageDetail {
 
 pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, s.stack, \
+     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
@@ -164,7 +187,7 @@ pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.st
 
 pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, s.stack, \
+     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \

@@ -14,6 +14,7 @@ mod faults;
 mod report_fixture;
 mod staged;
 
+mod approve_anywhere;
 mod bound_win;
 mod brain_tinyk3;
 mod check_cli;

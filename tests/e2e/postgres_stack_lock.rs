@@ -14,10 +14,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use crate::common;
 
 const PG_URL_VAR: &str = "ORCH_TEST_PG_URL";
-const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
+pub const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
 
-/// A new database on the test cluster; its URL (no password).
-fn fresh_database() -> String {
+/// A new database on the test cluster, named `prefix` and this process;
+/// its URL (no password).
+pub fn fresh_database(prefix: &str) -> String {
     let url = std::env::var(PG_URL_VAR).unwrap_or_else(|_| {
         panic!(
             "{PG_URL_VAR} is not set: run through scripts/test.sh, or first \
@@ -28,7 +29,7 @@ fn fresh_database() -> String {
         .enable_all()
         .build()
         .unwrap();
-    let name = format!("stack_lock_{}", std::process::id());
+    let name = format!("{prefix}_{}", std::process::id());
     rt.block_on(async {
         let mut options: PgConnectOptions = url.parse().unwrap();
         if let Ok(p) = std::env::var(PG_PASSWORD_VAR) {
@@ -46,7 +47,7 @@ fn fresh_database() -> String {
 
 /// One host's config: its own directory, the shared database, the stack
 /// `name`, and a bench double (`bench`) as the engine.
-fn host_config(dir: &Path, url: &str, stack: &str, bench: &Path) -> PathBuf {
+pub fn host_config(dir: &Path, url: &str, stack: &str, bench: &Path) -> PathBuf {
     let text = format!(
         r#"
 [ledger]
@@ -91,7 +92,7 @@ metrics_listen = "127.0.0.1:{port}"
     path
 }
 
-fn orchestrator(config: &Path) -> Command {
+pub fn orchestrator(config: &Path) -> Command {
     let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("orchestrator"));
     cmd.arg("--config").arg(config);
     cmd
@@ -100,7 +101,7 @@ fn orchestrator(config: &Path) -> Command {
 #[test]
 fn a_second_daemon_of_the_stack_is_refused_and_a_killed_ones_lock_is_released() {
     let _heavy = common::heavy();
-    let url = fresh_database();
+    let url = fresh_database("stack_lock");
     let stack = format!("spark-{}", std::process::id());
 
     // Host A: a daemon whose engine (a test double) starts and then hangs.

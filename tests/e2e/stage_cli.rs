@@ -134,6 +134,24 @@ fn list_show_and_approve_a_staged_win() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["state"], "approved");
     assert_eq!(v[0]["decided_by"], "ada");
+    assert!(v[0]["applied_at"].is_string(), "{v:#}");
+
+    // On SQLite the approval wrote the file, and `stage show` says so as a
+    // PostgreSQL ledger's daemon-applied stage reads.
+    let out = f
+        .cmd()
+        .args(["stage", "show", &id.0.to_string()])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("apply    approved by ada at ")
+            && text.contains(&format!(
+                "; applied to {} by `orchestrator stage approve` on host ",
+                f.path("ledger/profiles/live.toml").display()
+            )),
+        "{text}"
+    );
 
     // A second decision is refused, naming the first one; exit 1.
     let out = f
@@ -153,6 +171,50 @@ fn list_show_and_approve_a_staged_win() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_stage_of_another_stack_is_not_written_to_this_configs_live_profile() {
+    let f = Fixture::new();
+    let base = f.base();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = rt.block_on(async {
+        let ledger = orchestrator::ledger::Ledger::open(f.path("ledger/orchestrator.db"))
+            .await
+            .unwrap()
+            .scoped(orchestrator::ledger::StackScope {
+                name: "another-desk".into(),
+                class: None,
+            });
+        let id = staged::stage_win_on(&ledger, &base, &staged::variant(&base, 0.75)).await;
+        ledger.close().await;
+        id
+    });
+    let before = std::fs::read(f.path("ledger/profiles/live.toml")).unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &id.0.to_string(), "--by", "ada"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("was staged by stack \"another-desk\"")
+            && stderr(&out).contains("configures stack \"tinyk3\"")
+            && stderr(&out).contains("Nothing was written"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read(f.path("ledger/profiles/live.toml")).unwrap(),
+        before
+    );
+    let out = f
+        .cmd()
+        .args(["stage", "list", "--stack", "another-desk", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "staged", "{v:#}");
 }
 
 #[test]

@@ -62,85 +62,104 @@ fn record_win(
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ledger = Ledger::open(db).await.unwrap();
-        let now = Utc::now();
-        let mut tx = ledger.begin_write().await.unwrap();
-        let cycle = tx.open_cycle(now, ProposerKind::Human).await.unwrap();
-        let mut ids: Vec<ExperimentId> = vec![];
-        for _ in 0..if confirmed { 2 } else { 1 } {
-            let e = tx
-                .insert_experiment(&NewExperiment {
-                    cycle_id: cycle,
-                    proposal_id: None,
-                    confirmation_of: ids.first().copied(),
-                    created_at: now,
-                    menu_id: win.menu_id,
-                    parameters: win.parameters.clone(),
-                    method: Method::Bench,
-                    base_profile: base.canonical(),
-                    base_digest: base.digest(),
-                    candidate_profile: candidate.canonical(),
-                    candidate_digest: candidate.digest(),
-                    planner_notes: None,
-                })
-                .await
-                .unwrap();
-            let arms = [Arm::Baseline, Arm::Candidate, Arm::Candidate, Arm::Baseline];
-            for (order, arm) in arms.into_iter().enumerate() {
-                let spt = if arm == Arm::Baseline { 0.050 } else { 0.040 };
-                tx.insert_run(&NewRun {
-                    experiment_id: e,
-                    arm,
-                    order_index: order as u32,
-                    pair_index: Some(order as u32 / 2),
-                    started_at: now,
-                    seconds_per_token: Some(spt),
-                    timing_source: Some(TimingSource::Engine),
-                    tokens: Some(8),
-                    output_hash: Some("00000000deadbeef".into()),
-                    exit_code: Some(0),
-                    duration_s: 0.1,
-                    stderr_tail: String::new(),
-                    refused: false,
-                    error: None,
-                    parts: TokenParts::default(),
-                    pressure: Default::default(),
-                })
-                .await
-                .unwrap();
-            }
-            tx.insert_verdict(
-                e,
-                &NewVerdict {
-                    kind: VerdictKind::Win,
-                    decided_at: now,
-                    effect: Some(win.effect.0),
-                    interval: Some(Interval {
-                        low: win.effect.1,
-                        high: win.effect.2,
-                    }),
-                    noise_floor: Some(0.02),
-                    floor_is_bound: false,
-                    pairs: 2,
-                    method: Some("staged by the test".into()),
-                    reason: None,
-                },
-            )
-            .await
-            .unwrap();
-            ids.push(e);
-        }
-        let stage = if confirmed {
-            Some(tx.insert_stage(ids[0], ids[1], now).await.unwrap())
-        } else {
-            None
-        };
-        tx.close_cycle(cycle, &CycleOutcome::Completed, now)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
+        let stage = record_win_on(&ledger, base, candidate, confirmed, win).await;
         ledger.close().await;
         stage
     })
+}
+
+/// [`stage_win`] through an open ledger handle (a PostgreSQL one, or one
+/// scoped to a stack, whose cycle and stage then carry that stack).
+pub async fn stage_win_on(ledger: &Ledger, base: &Profile, candidate: &Profile) -> StageId {
+    record_win_on(ledger, base, candidate, true, &Win::default())
+        .await
+        .expect("a confirmed win is staged")
+}
+
+async fn record_win_on(
+    ledger: &Ledger,
+    base: &Profile,
+    candidate: &Profile,
+    confirmed: bool,
+    win: &Win,
+) -> Option<StageId> {
+    let now = Utc::now();
+    let mut tx = ledger.begin_write().await.unwrap();
+    let cycle = tx.open_cycle(now, ProposerKind::Human).await.unwrap();
+    let mut ids: Vec<ExperimentId> = vec![];
+    for _ in 0..if confirmed { 2 } else { 1 } {
+        let e = tx
+            .insert_experiment(&NewExperiment {
+                cycle_id: cycle,
+                proposal_id: None,
+                confirmation_of: ids.first().copied(),
+                created_at: now,
+                menu_id: win.menu_id,
+                parameters: win.parameters.clone(),
+                method: Method::Bench,
+                base_profile: base.canonical(),
+                base_digest: base.digest(),
+                candidate_profile: candidate.canonical(),
+                candidate_digest: candidate.digest(),
+                planner_notes: None,
+            })
+            .await
+            .unwrap();
+        let arms = [Arm::Baseline, Arm::Candidate, Arm::Candidate, Arm::Baseline];
+        for (order, arm) in arms.into_iter().enumerate() {
+            let spt = if arm == Arm::Baseline { 0.050 } else { 0.040 };
+            tx.insert_run(&NewRun {
+                experiment_id: e,
+                arm,
+                order_index: order as u32,
+                pair_index: Some(order as u32 / 2),
+                started_at: now,
+                seconds_per_token: Some(spt),
+                timing_source: Some(TimingSource::Engine),
+                tokens: Some(8),
+                output_hash: Some("00000000deadbeef".into()),
+                exit_code: Some(0),
+                duration_s: 0.1,
+                stderr_tail: String::new(),
+                refused: false,
+                error: None,
+                parts: TokenParts::default(),
+                pressure: Default::default(),
+            })
+            .await
+            .unwrap();
+        }
+        tx.insert_verdict(
+            e,
+            &NewVerdict {
+                kind: VerdictKind::Win,
+                decided_at: now,
+                effect: Some(win.effect.0),
+                interval: Some(Interval {
+                    low: win.effect.1,
+                    high: win.effect.2,
+                }),
+                noise_floor: Some(0.02),
+                floor_is_bound: false,
+                pairs: 2,
+                method: Some("staged by the test".into()),
+                reason: None,
+            },
+        )
+        .await
+        .unwrap();
+        ids.push(e);
+    }
+    let stage = if confirmed {
+        Some(tx.insert_stage(ids[0], ids[1], now).await.unwrap())
+    } else {
+        None
+    };
+    tx.close_cycle(cycle, &CycleOutcome::Completed, now)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    stage
 }
 
 /// The live profile with its expert cache changed to `cache_gb`.

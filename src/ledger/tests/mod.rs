@@ -11,6 +11,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 use tokio::sync::Barrier;
 
+mod applies;
 mod check;
 mod compositions;
 mod costs;

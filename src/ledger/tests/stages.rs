@@ -76,6 +76,11 @@ async fn stage_round_trip_list_and_show() {
                 decided_by: None,
                 note: None,
                 stack: None,
+                applied_at: None,
+                applied_by: None,
+                applied_to: None,
+                apply_refusal: None,
+                apply_refused_at: None,
             }
         );
 

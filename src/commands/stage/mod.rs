@@ -1,33 +1,38 @@
 //! `orchestrator stage list|show|approve|reject`: a person inspects and
-//! decides staged wins. Approving writes the live profile file and nothing
-//! else: it never restarts, signals or contacts the serving stack.
+//! decides staged wins, from any machine with the ledger. Approving
+//! (`approve`) writes the live profile file, or on PostgreSQL has the
+//! stack's daemon write it, and nothing else: it never restarts, signals or
+//! contacts the serving stack.
 
 use std::path::Path;
 
-use anyhow::Context;
 use chrono::Utc;
 use serde_json::json;
+
+mod approve;
 
 use super::UsageError;
 use crate::cli::StageCommand;
 use crate::config::Config;
 use crate::display;
 use crate::ledger::{
-    Ledger, LedgerError, Run, StageDecision, StageDetail, StageId, StagePart, WriteTx,
+    Ledger, Run, StackScope, StageApply, StageDecision, StageDetail, StageId, StagePart,
 };
 use crate::profile::Profile;
-use crate::vocab::{Digest, StageState};
+use crate::vocab::StageState;
 
 pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     super::runtime()?.block_on(async {
         let ledger = super::open_ledger(&config).await?;
         let result = match cmd {
-            StageCommand::List { all, json } => list(&ledger, all, json).await,
+            StageCommand::List { all, json, stack } => {
+                list(&ledger, all, json, stack.as_deref()).await
+            }
             StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
             StageCommand::Approve { id, by, note } => {
                 let by = super::decider::decider(by)?;
-                approve(&config, &ledger, StageId(id), &by, note.as_deref()).await
+                approve::approve(&config, &ledger, StageId(id), &by, note.as_deref()).await
             }
             StageCommand::Reject { id, reason, by } => {
                 let by = super::decider::decider(by)?;
@@ -39,8 +44,19 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     })
 }
 
-async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
+async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> anyhow::Result<()> {
     let state = if all { None } else { Some(StageState::Staged) };
+    // A read handle scoped to the stack lists its stages only.
+    let ledger = match stack {
+        Some(name) if name.trim().is_empty() => {
+            return Err(UsageError("--stack must name a stack (its `[stack] name`)".into()).into());
+        }
+        Some(name) => ledger.clone().scoped(StackScope {
+            name: name.to_string(),
+            class: None,
+        }),
+        None => ledger.clone(),
+    };
     let stages = ledger.stages(state).await?;
     if json {
         let labelled: Vec<serde_json::Value> = stages.iter().map(labelled_json).collect();
@@ -48,26 +64,32 @@ async fn list(ledger: &Ledger, all: bool, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     if stages.is_empty() {
+        let of = stack.map(|s| format!(" of stack {s}")).unwrap_or_default();
         println!(
             "{}",
-            if all {
-                "no stages yet: wins appear here once the loop has confirmed one"
+            if all && stack.is_some() {
+                format!("no stages{of} yet")
+            } else if stack.is_some() {
+                format!("no staged wins{of} waiting (see every state with --all)")
+            } else if all {
+                "no stages yet: wins appear here once the loop has confirmed one".to_string()
             } else {
-                "no staged wins waiting (see every state with --all)"
+                "no staged wins waiting (see every state with --all)".to_string()
             }
         );
         return Ok(());
     }
     let now = Utc::now();
     println!(
-        "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  base",
-        "id", "state", "experiment", "parameters", "effect [interval]", "floor", "age"
+        "{:>4}  {:<9} {:<14} {:<22} {:<28} {:<30} {:>7} {:>5}  base",
+        "id", "state", "stack", "experiment", "parameters", "effect [interval]", "floor", "age"
     );
     for s in &stages {
         println!(
-            "{:>4}  {:<9} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
+            "{:>4}  {:<9} {:<14} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
             s.id.0,
             s.state.as_str(),
+            s.stack.as_deref().unwrap_or("-"),
             crate::ledger::stage_label(s.menu_id, &s.parts),
             parameters(&s.parameters, &s.parts),
             display::effect(s.effect, s.interval.low, s.interval.high),
@@ -142,7 +164,16 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         &detail.stage.candidate_profile,
         Path::new(&format!("stage {id}")),
     )?;
-    let live = Profile::load(&config.stack.live_profile).ok();
+    // Another stack's live profile (the config of the machine this runs on)
+    // says nothing about this stage, and its own is on its host.
+    let here = detail
+        .stage
+        .stack
+        .as_ref()
+        .is_none_or(|s| *s == config.stack.name);
+    let live = here
+        .then(|| Profile::load(&config.stack.live_profile).ok())
+        .flatten();
     let diff: Vec<String> = match &live {
         Some(live) => live
             .diff(&candidate)
@@ -151,11 +182,16 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
             .collect(),
         None => vec![],
     };
-    let restart = super::restart::restart_lines(config, &candidate);
+    let restart = here
+        .then(|| crate::apply::restart_lines(config, &candidate))
+        .flatten();
+    let apply = apply_line(&detail.stage);
     if json {
         let out = json!({
             "detail": detail,
-            "live_profile": config.stack.live_profile,
+            "apply": detail.stage.apply().status(),
+            "apply_summary": apply,
+            "live_profile": here.then_some(&config.stack.live_profile),
             "live_digest": live.as_ref().map(|p| p.digest()),
             "diff_against_live": diff,
             "restart_after_approval": restart,
@@ -163,7 +199,7 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    print_detail(config, &detail, live.as_ref(), &diff);
+    print_detail(config, &detail, here, live.as_ref(), &diff);
     match (detail.stage.state, restart) {
         (StageState::Staged, Some(lines)) => {
             println!();
@@ -182,7 +218,37 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
     Ok(())
 }
 
-fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: &[String]) {
+/// Whether an approval reached the live profile, for `stage show`: "approved
+/// by X at T; applied to PATH by the daemon of stack S ... at T2", or
+/// waiting for it, or not applied and why.
+fn apply_line(s: &crate::ledger::Stage) -> Option<String> {
+    let approved = format!(
+        "approved by {} at {}",
+        s.decided_by.as_deref().unwrap_or_default(),
+        s.decided_at.unwrap_or(s.created_at)
+    );
+    let stack = s.stack.as_deref().unwrap_or("(unnamed)");
+    match s.apply() {
+        StageApply::NotApproved => None,
+        StageApply::Waiting => Some(format!(
+            "{approved}; waiting for stack {stack}'s daemon to apply it"
+        )),
+        StageApply::Applied { at, by, to } => {
+            Some(format!("{approved}; applied to {to} by {by} at {at}"))
+        }
+        StageApply::Refused { at, by, to, why } => Some(format!(
+            "{approved}; NOT applied: {why} (refused by {by} at {at}; {to} was not written)"
+        )),
+    }
+}
+
+fn print_detail(
+    config: &Config,
+    d: &StageDetail,
+    here: bool,
+    live: Option<&Profile>,
+    diff: &[String],
+) {
     let s = &d.stage;
     println!(
         "stage {} ({}): {} {}",
@@ -208,6 +274,9 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
         display::effect(s.effect, s.interval.low, s.interval.high),
         display::verdict_floor(s.noise_floor, d.confirmation_verdict.floor_is_bound)
     );
+    if let Some(stack) = &s.stack {
+        println!("stack    {stack}");
+    }
     println!("base     {}", s.base_digest);
     println!("staged   {}", s.candidate_digest);
     if let (Some(by), Some(at)) = (&s.decided_by, s.decided_at) {
@@ -220,8 +289,16 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
                 .unwrap_or_default()
         );
     }
+    if let Some(line) = apply_line(s) {
+        println!("apply    {line}");
+    }
     println!();
     match live {
+        None if !here => println!(
+            "the live profile of stack {} is on its host (this config is stack {}'s); no diff shown",
+            s.stack.as_deref().unwrap_or_default(),
+            config.stack.name
+        ),
         None => println!(
             "live profile {} cannot be read; no diff shown",
             config.stack.live_profile.display()
@@ -230,7 +307,7 @@ fn print_detail(config: &Config, d: &StageDetail, live: Option<&Profile>, diff: 
             println!("changes against the live profile (which is the stage's base):");
         }
         Some(_) => println!(
-            "changes against the live profile (NOT the stage's base any more: approving will expire it):"
+            "changes against the live profile (NOT the stage's base any more: it will not be applied):"
         ),
     }
     for line in diff {
@@ -287,174 +364,6 @@ fn print_runs(runs: &[Run]) {
                 .unwrap_or_else(|| "-".into()),
             r.duration_s,
             if r.refused { "  refused" } else { "" }
-        );
-    }
-}
-
-async fn approve(
-    config: &Config,
-    ledger: &Ledger,
-    id: StageId,
-    by: &str,
-    note: Option<&str>,
-) -> anyhow::Result<()> {
-    let live_path = &config.stack.live_profile;
-    // The IMMEDIATE transaction is held across the file write, so a racing
-    // approval waits here and then finds this one's decision.
-    let mut tx = ledger.begin_write().await?;
-    let stage = tx.stage(id).await?;
-    if stage.state != StageState::Staged {
-        return Err(LedgerError::StageAlreadyDecided {
-            id,
-            state: stage.state,
-            by: stage.decided_by.unwrap_or_default(),
-            at: stage.decided_at.unwrap_or(stage.created_at),
-        }
-        .into());
-    }
-    let candidate = Profile::parse(&stage.candidate_profile, Path::new(&format!("stage {id}")))?;
-    if candidate.digest() != stage.candidate_digest {
-        anyhow::bail!(
-            "stage {id}'s stored profile does not match its recorded digest {}; the ledger may be damaged, nothing was written",
-            stage.candidate_digest
-        );
-    }
-    let live = Profile::load(live_path).with_context(|| {
-        format!("reading the live profile to compare it with stage {id}'s base")
-    })?;
-    let live_digest = live.digest();
-    let now = Utc::now();
-    if live_digest == stage.candidate_digest {
-        // A previous approval wrote the file and died before recording it.
-        tx.decide_stage(
-            id,
-            StageDecision::Approved,
-            by,
-            Some(&format!(
-                "{}(the live profile already matched the staged one: recorded an interrupted approval)",
-                note.map(|n| format!("{n} ")).unwrap_or_default()
-            )),
-            now,
-        )
-        .await?;
-        let mut expired = expire_related(&mut tx, id, &stage, now).await?;
-        expired.extend(expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?);
-        tx.commit().await?;
-        println!(
-            "stage {id} approved: {} already holds this profile (an earlier approval was interrupted before it was recorded)",
-            live_path.display()
-        );
-        print_superseded(&expired);
-        return Ok(());
-    }
-    if live_digest != stage.base_digest {
-        let reason = format!(
-            "the live profile changed (now {}, was {} when measured)",
-            live_digest.short(),
-            stage.base_digest.short()
-        );
-        tx.expire_stage(id, &reason, now).await?;
-        tx.commit().await?;
-        anyhow::bail!(
-            "stage {id} is expired and was not applied: {reason}. Its evidence was measured against \
-             another profile, so it proves nothing about the live one; the loop will test the idea \
-             again against the current profile. Nothing was written."
-        );
-    }
-    if let Some(pins) = candidate.pins_path(live_path)
-        && !pins.exists()
-    {
-        anyhow::bail!(
-            "stage {id}'s pin list {} is missing (it is written next to the live profile when planned); \
-             nothing was written: reject this stage and let the loop plan it again",
-            pins.display()
-        );
-    }
-    let text = format!(
-        "# live profile written by `orchestrator stage approve {id}` (by {by}, {now})\n{}",
-        candidate.canonical()
-    );
-    crate::atomic_file::write(live_path, text.as_bytes())
-        .with_context(|| format!("writing the live profile {}", live_path.display()))?;
-    tx.decide_stage(id, StageDecision::Approved, by, note, now)
-        .await?;
-    let mut expired = expire_related(&mut tx, id, &stage, now).await?;
-    expired.extend(expire_superseded(&mut tx, id, &stage.candidate_digest, now).await?);
-    tx.commit().await?;
-    println!(
-        "stage {id} approved by {by}; {} now holds:",
-        live_path.display()
-    );
-    for change in live.diff(&candidate) {
-        println!("  {change}");
-    }
-    println!(
-        "The serving stack reads its profile at start: restart it for this to take effect. \
-         Nothing was restarted or signalled."
-    );
-    if let Some(lines) = super::restart::restart_lines(config, &candidate) {
-        for line in lines {
-            println!("{line}");
-        }
-    }
-    print_superseded(&expired);
-    Ok(())
-}
-
-/// Expires, with a reason naming the relation, the stages an approval of
-/// `approved` makes moot: a composite's parts (the composite applies them
-/// all), or the composites a part belongs to (their base is no longer live).
-/// [`expire_superseded`] would expire them too, but without saying why.
-async fn expire_related(
-    tx: &mut WriteTx,
-    approved: StageId,
-    stage: &crate::ledger::Stage,
-    now: chrono::DateTime<Utc>,
-) -> anyhow::Result<Vec<StageId>> {
-    let mut expired = Vec::new();
-    for part in tx.parts_of(stage.experiment_id).await? {
-        if tx.stage(part.stage_id).await?.state == StageState::Staged {
-            let why = format!("its composite stage {approved} was approved, which applies it");
-            tx.expire_stage(part.stage_id, &why, now).await?;
-            expired.push(part.stage_id);
-        }
-    }
-    for composite in tx.staged_composites_of(approved).await? {
-        let why = format!(
-            "its part stage {approved} was approved alone: the live profile is no longer this composite's base"
-        );
-        tx.expire_stage(composite, &why, now).await?;
-        expired.push(composite);
-    }
-    Ok(expired)
-}
-
-/// Expires, in the approval's own transaction, every other staged win whose
-/// base is not the profile just approved: their evidence was measured
-/// against the profile that is no longer live. Doing it here rather than at
-/// the daemon's next cycle means `stage list` never offers them, and a
-/// racing `stage approve` of one of them finds it expired by this approval.
-async fn expire_superseded(
-    tx: &mut WriteTx,
-    approved: StageId,
-    live: &Digest,
-    now: chrono::DateTime<Utc>,
-) -> anyhow::Result<Vec<StageId>> {
-    let reason = format!(
-        "stage {approved} was approved: the live profile is now {}, not this stage's base",
-        live.short()
-    );
-    Ok(tx.expire_stale_stages(live, &reason, now).await?)
-}
-
-fn print_superseded(expired: &[StageId]) {
-    if !expired.is_empty() {
-        let ids: Vec<String> = expired.iter().map(ToString::to_string).collect();
-        println!(
-            "Expired {} other staged win(s) measured against the old live profile: {}. \
-             The loop tests their ideas again against the new one.",
-            expired.len(),
-            ids.join(", ")
         );
     }
 }
