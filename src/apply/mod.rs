@@ -106,3 +106,111 @@ pub fn host() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "an unknown host".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{ExperimentId, Interval, StageId};
+    use crate::vocab::StageState;
+
+    const BASE: &str = "[memory]\nbudget_gb = 1.0\ntrunk_gb = 0.25\ncache_gb = 0.5\n";
+
+    fn profile(text: &str) -> Profile {
+        Profile::parse(text, Path::new("test")).unwrap()
+    }
+
+    /// An approved stage of `candidate` over `BASE`.
+    fn stage(candidate: &Profile) -> Stage {
+        Stage {
+            id: StageId(7),
+            experiment_id: ExperimentId(1),
+            confirmation_id: ExperimentId(2),
+            state: StageState::Approved,
+            base_digest: profile(BASE).digest(),
+            candidate_digest: candidate.digest(),
+            candidate_profile: candidate.canonical(),
+            effect: -0.1,
+            interval: Interval {
+                low: -0.2,
+                high: -0.05,
+            },
+            noise_floor: 0.02,
+            created_at: chrono::Utc::now(),
+            decided_at: None,
+            decided_by: None,
+            note: None,
+            stack: Some("desk".into()),
+            applied_at: None,
+            applied_by: None,
+            applied_to: None,
+            apply_refusal: None,
+            apply_refused_at: None,
+        }
+    }
+
+    #[test]
+    fn a_stage_is_written_only_over_its_base_and_with_its_pin_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("live.toml");
+        std::fs::write(&live, BASE).unwrap();
+        let candidate = profile(&BASE.replace("0.5", "0.75"));
+        let s = stage(&candidate);
+        assert!(matches!(check(&s, &live), Ok(Check::Write { .. })));
+
+        // The live profile moved on: refused, naming both digests.
+        let moved = profile(&BASE.replace("0.5", "0.4"));
+        std::fs::write(&live, moved.canonical()).unwrap();
+        match check(&s, &live).unwrap() {
+            Check::Refuse(r @ Refusal::LiveMoved { .. }) => {
+                let why = r.to_string();
+                assert!(why.contains(moved.digest().short()), "{why}");
+                assert!(why.contains(s.base_digest.short()), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // Written already (an apply that died before recording it).
+        write(&live, &candidate, "a test").unwrap();
+        assert!(matches!(check(&s, &live), Ok(Check::AlreadyLive)));
+        let text = std::fs::read_to_string(&live).unwrap();
+        assert!(
+            text.starts_with("# live profile written by a test\n"),
+            "{text}"
+        );
+
+        // A candidate whose pin list is not on this host.
+        std::fs::write(&live, BASE).unwrap();
+        let pinned = profile(&format!("{BASE}[pins]\nfile = \"pins.txt\"\ncount = 4\n"));
+        match check(&stage(&pinned), &live).unwrap() {
+            Check::Refuse(Refusal::PinsMissing(p)) => assert_eq!(p, dir.path().join("pins.txt")),
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(dir.path().join("pins.txt"), "K3EXPERTS 1 1 1 1\n").unwrap();
+        assert!(matches!(
+            check(&stage(&pinned), &live),
+            Ok(Check::Write { .. })
+        ));
+    }
+
+    #[test]
+    fn a_damaged_stage_or_an_unreadable_live_profile_is_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("live.toml");
+        std::fs::write(&live, BASE).unwrap();
+        let candidate = profile(&BASE.replace("0.5", "0.75"));
+        let mut s = stage(&candidate);
+        s.candidate_digest = profile(BASE).digest();
+        assert!(matches!(
+            check(&s, &live),
+            Ok(Check::Refuse(Refusal::Damaged(_)))
+        ));
+        s.candidate_profile = "[memory\n".into();
+        assert!(matches!(
+            check(&s, &live),
+            Ok(Check::Refuse(Refusal::Damaged(_)))
+        ));
+        // Not a refusal: nothing about the stage is settled by a missing file.
+        let s = stage(&candidate);
+        assert!(check(&s, &dir.path().join("missing.toml")).is_err());
+    }
+}
