@@ -104,6 +104,9 @@ pub struct LedgerArgs {
     /// with every violation listed
     #[arg(long)]
     pub check: bool,
+    /// List only the cycles of this stack (`[stack] name`) of a shared ledger
+    #[arg(long, value_name = "NAME", conflicts_with = "check")]
+    pub stack: Option<String>,
 }
 
 #[derive(Debug, Args)]

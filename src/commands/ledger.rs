@@ -9,7 +9,7 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, Rule, Violation};
+use crate::ledger::{CheckContext, Rule, StackScope, Violation};
 use crate::profile::Profile;
 
 /// The violations found, as the error that makes the command exit 1.
@@ -25,8 +25,25 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
     if args.check {
         return check(&config, args.json);
     }
+    let scope = match args.stack.as_deref().map(str::trim) {
+        Some("") => {
+            return Err(super::UsageError(
+                "--stack needs a stack's name (its config's `[stack] name`), or leave it out to list every stack".into(),
+            )
+            .into());
+        }
+        Some(name) => Some(StackScope {
+            name: name.to_string(),
+            class: None,
+        }),
+        None => None,
+    };
     super::runtime()?.block_on(async {
-        let ledger = super::open_ledger(&config).await?;
+        let mut ledger = super::open_ledger(&config).await?;
+        // A read handle scoped to one stack lists that stack's cycles only.
+        if let Some(scope) = scope {
+            ledger = ledger.scoped(scope);
+        }
         let cycles = ledger.recent_cycles(args.limit).await;
         ledger.close().await;
         let cycles = cycles?;
@@ -35,7 +52,13 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if cycles.is_empty() {
-            println!("no cycles recorded yet in {}", super::ledger_name(&config));
+            match args.stack.as_deref() {
+                Some(stack) => println!(
+                    "no cycles of stack `{stack}` recorded yet in {}",
+                    super::ledger_name(&config)
+                ),
+                None => println!("no cycles recorded yet in {}", super::ledger_name(&config)),
+            }
             return Ok(());
         }
         for c in &cycles {
@@ -51,8 +74,9 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 None => format!("proposer {}", c.cycle.proposer),
             };
             println!(
-                "cycle {:>5}  {}  {:<9} {:>8}  {chooser}{}",
+                "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{}",
                 c.cycle.id.0,
+                c.cycle.stack.as_deref().unwrap_or("-"),
                 c.cycle.started_at.format("%Y-%m-%d %H:%M:%S"),
                 c.cycle.status.as_str(),
                 took,
@@ -214,6 +238,7 @@ mod tests {
             limit: 20,
             json: false,
             check: true,
+            stack: None,
         };
         run(&config, &args).expect("a consistent PostgreSQL ledger passes");
 

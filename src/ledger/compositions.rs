@@ -100,8 +100,14 @@ pub(crate) const SQL_STAGED_COMPOSITES_OF_PART: &str = "SELECT s.id FROM composi
      JOIN stages s ON s.experiment_id = c.experiment_id \
      WHERE p.stage_id = $1 AND s.state = 'staged'";
 
-pub(crate) const SQL_COMPOSITIONS_ON: &str =
-    "SELECT id, experiment_id, refusal FROM compositions WHERE base_digest = $1 ORDER BY id";
+/// A scoped handle sees the compositions its own stack's cycles tried.
+pub(crate) const SQL_COMPOSITIONS_ON: &str = "SELECT m.id, m.experiment_id, m.refusal FROM compositions m \
+     JOIN cycles c ON c.id = m.cycle_id \
+     WHERE m.base_digest = $1 AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) ORDER BY m.id";
+
+const SQL_COMPOSITION_OF: &str = "SELECT m.id, m.experiment_id, m.refusal FROM compositions m \
+     JOIN cycles c ON c.id = m.cycle_id \
+     WHERE m.experiment_id = $1 AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2)";
 
 async fn insert(c: Conn<'_>, cx: &Ctx, n: &NewComposition) -> Result<CompositionId> {
     on_db!(c, |c| {
@@ -227,6 +233,7 @@ impl Ledger {
         let mut c = self.conn(op).await?;
         let rows = on_db!(c.conn(), |c| sqlx::query_as(SQL_COMPOSITIONS_ON)
             .bind(base)
+            .bind(self.ctx.stack())
             .fetch_all(c)
             .await
             .map_err(self.ctx.err(op)))?;
@@ -237,13 +244,12 @@ impl Ledger {
     pub async fn composition_of(&self, experiment_id: ExperimentId) -> Result<Option<Composition>> {
         let op = "read a composition";
         let mut c = self.conn(op).await?;
-        let rows = on_db!(c.conn(), |c| sqlx::query_as(
-            "SELECT id, experiment_id, refusal FROM compositions WHERE experiment_id = $1",
-        )
-        .bind(experiment_id)
-        .fetch_all(c)
-        .await
-        .map_err(self.ctx.err(op)))?;
+        let rows = on_db!(c.conn(), |c| sqlx::query_as(SQL_COMPOSITION_OF)
+            .bind(experiment_id)
+            .bind(self.ctx.stack())
+            .fetch_all(c)
+            .await
+            .map_err(self.ctx.err(op)))?;
         Ok(with_parts(c.conn(), &self.ctx, rows).await?.pop())
     }
 }

@@ -134,7 +134,9 @@ pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted'
 const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = GREATEST($1, started_at), error = $2 \
      WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
+/// A scoped handle (`orchestrator ledger --stack`) lists its stack's only.
 pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles \
+     WHERE CAST($2 AS TEXT) IS NULL OR stack = $2 \
      ORDER BY started_at DESC, id DESC LIMIT $1";
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
@@ -300,6 +302,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
         let op = "list recent cycles";
         let cycles: Vec<CycleRecord> = sqlx::query_as(SQL_RECENT_CYCLES)
             .bind(i64::from(limit))
+            .bind(cx.stack())
             .fetch_all(&mut *c)
             .await
             .map_err(cx.err(op))?;

@@ -127,16 +127,20 @@ pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.crea
             e.confirmation_of, p.proposer, v.kind, v.effect, v.interval_low, v.interval_high, \
             v.noise_floor, v.pairs \
      FROM experiments e \
+     JOIN cycles c ON c.id = e.cycle_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      LEFT JOIN verdicts v ON v.experiment_id = e.id \
+     WHERE CAST($2 AS TEXT) IS NULL OR c.stack = $2 \
      ORDER BY e.id DESC LIMIT $1";
 
 /// Only verdicts that measured something count as "decided": a `failed` or
 /// `rejected` experiment never measured, so trying it again is not a repeat.
 pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_at FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
+     JOIN cycles c ON c.id = e.cycle_id \
      WHERE e.menu_id = $1 AND e.base_digest = $2 AND e.parameters = $3 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
+       AND (CAST($4 AS TEXT) IS NULL OR c.stack = $4) \
      ORDER BY e.id DESC LIMIT 1";
 
 /// Every experiment measured on a base profile (the duplicate check's
@@ -144,12 +148,18 @@ pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_a
 /// `experiments_by_identity`, one menu id after the other; callers order.
 pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.menu_id, e.parameters FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
+     JOIN cycles c ON c.id = e.cycle_id \
      WHERE e.menu_id IN ('rerank_pins', 'deepen_warm_set', 'stage_speculative', 'rebalance_trunk_cache') \
        AND e.base_digest = $1 \
-       AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch')";
+       AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
+       AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2)";
 
-pub(crate) const SQL_CONFIRMATIONS: &str =
-    "SELECT * FROM experiments WHERE confirmation_of = $1 ORDER BY id";
+/// A scoped handle sees its own stack's confirmations only: a daemon never
+/// takes another stack's A/B for the confirmation of a win.
+pub(crate) const SQL_CONFIRMATIONS: &str = "SELECT e.* FROM experiments e \
+     JOIN cycles c ON c.id = e.cycle_id \
+     WHERE e.confirmation_of = $1 AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+     ORDER BY e.id";
 
 async fn insert(c: Conn<'_>, cx: &Ctx, e: &NewExperiment) -> Result<ExperimentId> {
     on_db!(c, |c| {
@@ -196,6 +206,7 @@ pub(crate) async fn confirmations(
     on_db!(c, |c| {
         sqlx::query_as(SQL_CONFIRMATIONS)
             .bind(id)
+            .bind(cx.stack())
             .fetch_all(c)
             .await
             .map_err(cx.err("read an experiment's confirmations"))
@@ -206,6 +217,7 @@ async fn recent(c: Conn<'_>, cx: &Ctx, k: u32) -> Result<Vec<ExperimentOutcome>>
     on_db!(c, |c| {
         sqlx::query_as(SQL_RECENT_EXPERIMENTS)
             .bind(i64::from(k))
+            .bind(cx.stack())
             .fetch_all(c)
             .await
             .map_err(cx.err("read the recent experiments"))
@@ -224,6 +236,7 @@ async fn decided(
             .bind(menu_id)
             .bind(base_digest)
             .bind(canonical_json(parameters))
+            .bind(cx.stack())
             .fetch_optional(c)
             .await
             .map_err(cx.err("look for an identical decided experiment"))
@@ -288,6 +301,7 @@ impl Ledger {
         let mut c = self.conn(op).await?;
         let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_DECIDED_ON)
             .bind(base_digest)
+            .bind(self.ctx.stack())
             .fetch_all(c)
             .await
             .map_err(self.ctx.err(op))?

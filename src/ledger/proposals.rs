@@ -117,9 +117,11 @@ pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
      FROM proposals p INDEXED BY proposals_valid_by_parsed \
      CROSS JOIN verdicts v ON v.cycle_id = p.cycle_id \
      CROSS JOIN observations o ON o.cycle_id = p.cycle_id \
+     CROSS JOIN cycles c ON c.id = p.cycle_id \
      WHERE p.parsed = $1 AND p.rejection IS NULL \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
        AND o.live_profile_digest = $2 \
+       AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
      ORDER BY p.id DESC LIMIT 1";
 
 /// [`SQL_PLANNER_REFUSED`] for PostgreSQL, which has neither `INDEXED BY`
@@ -128,9 +130,11 @@ pub(crate) const SQL_PLANNER_REFUSED_PG: &str = "SELECT p.cycle_id \
      FROM proposals p \
      JOIN verdicts v ON v.cycle_id = p.cycle_id \
      JOIN observations o ON o.cycle_id = p.cycle_id \
+     JOIN cycles c ON c.id = p.cycle_id \
      WHERE p.parsed = $1 AND p.rejection IS NULL \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
        AND o.live_profile_digest = $2 \
+       AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
      ORDER BY p.id DESC LIMIT 1";
 
 /// Every valid proposal the planner refused while the live profile was
@@ -139,10 +143,12 @@ pub(crate) const SQL_PLANNER_REFUSED_PG: &str = "SELECT p.cycle_id \
 /// verdict with no experiment). From the cycles observed on that profile.
 pub(crate) const SQL_PLANNER_REFUSALS_ON: &str = "SELECT p.cycle_id, p.parsed \
      FROM observations o \
+     JOIN cycles c ON c.id = o.cycle_id \
      JOIN proposals p ON p.cycle_id = o.cycle_id \
      LEFT JOIN verdicts v ON v.cycle_id = o.cycle_id AND v.experiment_id IS NULL \
      WHERE o.live_profile_digest = $1 AND p.parsed IS NOT NULL \
-       AND (p.rejection_kind = 'not_measured' OR (p.rejection IS NULL AND v.kind = 'rejected'))";
+       AND (p.rejection_kind = 'not_measured' OR (p.rejection IS NULL AND v.kind = 'rejected')) \
+       AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2)";
 
 impl WriteTx {
     pub async fn insert_proposal(&mut self, p: &NewProposal) -> Result<ProposalId> {
@@ -174,6 +180,7 @@ impl Ledger {
         )
         .bind(canonical_json(parsed))
         .bind(live_digest)
+        .bind(self.ctx.stack())
         .fetch_optional(c)
         .await
         .map_err(self.ctx.err("look for an identical refused proposal")))
@@ -189,6 +196,7 @@ impl Ledger {
         let mut c = self.conn(op).await?;
         let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_PLANNER_REFUSALS_ON)
             .bind(live_digest)
+            .bind(self.ctx.stack())
             .fetch_all(c)
             .await
             .map_err(self.ctx.err(op))?

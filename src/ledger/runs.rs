@@ -239,18 +239,23 @@ impl Ledger {
     }
 
     /// The CPU pressure shares of the last `limit` runs that recorded one,
-    /// newest first: the machine as the stack's own runs last felt it.
+    /// newest first: the machine as the stack's own runs last felt it (a
+    /// scoped handle's own stack's runs: another host's load is not this one's).
     pub async fn recent_cpu_pressure(&self, limit: u32) -> Result<Vec<f64>> {
         let op = "read the recent runs' pressure";
         let mut c = self.conn(op).await?;
         on_db!(c.conn(), |c| {
             sqlx::query_scalar(
-            "SELECT cpu_pressure FROM runs WHERE cpu_pressure IS NOT NULL ORDER BY id DESC LIMIT $1",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(c)
-        .await
-        .map_err(self.ctx.err(op))
+                "SELECT r.cpu_pressure FROM runs r \
+             JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
+             WHERE r.cpu_pressure IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+             ORDER BY r.id DESC LIMIT $1",
+            )
+            .bind(i64::from(limit))
+            .bind(self.ctx.stack())
+            .fetch_all(c)
+            .await
+            .map_err(self.ctx.err(op))
         })
     }
 
@@ -262,9 +267,13 @@ impl Ledger {
         let mut c = self.conn(op).await?;
         on_db!(c.conn(), |c| {
             sqlx::query_scalar(
-                "SELECT contention FROM runs WHERE contention IS NOT NULL ORDER BY id DESC LIMIT $1",
+                "SELECT r.contention FROM runs r \
+                 JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
+                 WHERE r.contention IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+                 ORDER BY r.id DESC LIMIT $1",
             )
             .bind(i64::from(limit))
+            .bind(self.ctx.stack())
             .fetch_all(c)
             .await
             .map_err(self.ctx.err(op))
@@ -280,13 +289,16 @@ impl Ledger {
         let mut c = self.conn(op).await?;
         on_db!(c.conn(), |c| sqlx::query_scalar(
             "SELECT r.duration_s FROM runs r JOIN experiments e ON e.id = r.experiment_id \
+             JOIN cycles c ON c.id = e.cycle_id \
              WHERE r.seconds_per_token IS NOT NULL \
                AND ((r.arm = 'baseline' AND e.base_digest = $1) \
                  OR (r.arm = 'candidate' AND e.candidate_digest = $1)) \
+               AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
              ORDER BY r.id DESC LIMIT $2",
         )
         .bind(digest)
         .bind(i64::from(limit))
+        .bind(self.ctx.stack())
         .fetch_all(c)
         .await
         .map_err(self.ctx.err(op)))
