@@ -24,6 +24,7 @@ mod crash_consistency;
 mod fault_matrix_engine;
 mod fault_matrix_metrics;
 mod fault_matrix_model;
+mod fleet_race;
 mod judge_simulation;
 mod kimi_k3_bench;
 mod kimi_k3_real;

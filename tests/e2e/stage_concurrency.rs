@@ -17,7 +17,7 @@ const STAGES: usize = 8;
 
 /// What one deciding process reported.
 #[derive(Debug)]
-enum Outcome {
+pub enum Outcome {
     /// It recorded the decision (`approved`/`rejected`, or `expired` when
     /// its approval found the live profile changed under the stage).
     Won(&'static str),
@@ -25,7 +25,7 @@ enum Outcome {
     Lost { state: String, by: String },
 }
 
-fn outcome(by: &str, approve: bool, out: &std::process::Output) -> Outcome {
+pub fn outcome(by: &str, approve: bool, out: &std::process::Output) -> Outcome {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.to_lowercase().contains("database is locked"),
