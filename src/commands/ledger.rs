@@ -138,7 +138,10 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     };
     let (found, holder) = super::runtime()?
         .block_on(async {
-            let ledger = super::open_ledger(config).await?;
+            // Scoped: the live profile read above is this host's stack's.
+            let ledger = super::open_ledger(config)
+                .await?
+                .scoped(config.stack.scope());
             let holder = match config.ledger_postgres {
                 Some(_) => ledger.stack_lock_holder(&config.stack.name).await?,
                 None => file_holder,

@@ -188,8 +188,14 @@ const SQL_STAGE_EVIDENCE: &str = "SELECT s.id, s.experiment_id, s.confirmation_i
 /// the other is simply out of date, not an approval cut short. (`stage
 /// approve` now expires such a stage in the approval's own transaction;
 /// ledgers written before that can still hold one.)
+///
+/// The live profile is the checking host's: on a handle scoped to its stack
+/// (`ledger --check` always is) only that stack's stages, and those no stack
+/// owns yet, are compared with it; identical hosts reach identical profiles.
 const SQL_STAGED_BUT_LIVE: &str = "SELECT id FROM stages WHERE state = 'staged' AND candidate_digest = $1 \
-       AND NOT EXISTS (SELECT 1 FROM stages a WHERE a.state = 'approved' AND a.candidate_digest = $1) \
+       AND (CAST($2 AS TEXT) IS NULL OR stack IS NULL OR stack = $2) \
+       AND NOT EXISTS (SELECT 1 FROM stages a WHERE a.state = 'approved' AND a.candidate_digest = $1 \
+         AND (CAST($2 AS TEXT) IS NULL OR a.stack IS NULL OR a.stack = $2)) \
      ORDER BY id";
 
 async fn cycles(
@@ -373,6 +379,7 @@ async fn stages(
     if let Some(live) = &ctx.live_digest {
         let ids: Vec<i64> = on_db!(c, |c| sqlx::query_scalar(SQL_STAGED_BUT_LIVE)
             .bind(live)
+            .bind(cx.stack())
             .fetch_all(c)
             .await
             .map_err(cx.err("check the ledger"))?);

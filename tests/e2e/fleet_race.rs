@@ -310,6 +310,18 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         std::thread::sleep(Duration::from_millis(150));
     }
 
+    // The deciders still at work finish; then, with all four daemons
+    // running, each host's `ledger --check` passes: another stack's running
+    // cycle is legal while its daemon holds its lock.
+    let raced: Vec<(i64, Vec<(String, Outcome)>)> = raced
+        .into_iter()
+        .map(|(id, t)| (id, t.join().expect("a decider thread")))
+        .collect();
+    for h in &hosts {
+        let (code, report) = crate::staged::check(&h.config());
+        assert_eq!(code, 0, "{} while the fleet runs: {report:#}", h.stack);
+    }
+
     // Stop the fleet: SIGINT, each ends or abandons its cycle cleanly.
     for h in &mut hosts {
         let status = h.stop().unwrap();
@@ -317,11 +329,6 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         let stderr = std::fs::read_to_string(h.demo.path("daemon.log")).unwrap();
         assert!(stderr.contains("stopped after"), "{}", h.log());
     }
-    // Deciders still deciding a stage staged just before the stop finish now.
-    let raced: Vec<(i64, Vec<(String, Outcome)>)> = raced
-        .into_iter()
-        .map(|(id, t)| (id, t.join().expect("a decider thread")))
-        .collect();
 
     // Every daemon's cycles are closed, and each carries its daemon's stack
     // and class: as many as the daemon printed lines for.

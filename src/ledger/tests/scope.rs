@@ -309,3 +309,27 @@ async fn a_stack_decides_only_from_its_own_history() {
         assert_eq!(ledger.recent_cycles(10).await.unwrap().len(), 5);
     }
 }
+
+/// `ledger --check` on a fleet's database compares the checking host's live
+/// profile with its own stack's stages only.
+#[tokio::test]
+async fn the_interrupted_approval_rule_reads_the_checking_hosts_stack_only() {
+    for ledger in backends().await {
+        let a = ledger.clone().scoped(scope("box-a", None));
+        let b = ledger.clone().scoped(scope("box-b", None));
+        // box-b's staged candidate is box-a's live profile (identical hosts
+        // reach identical profiles): no interrupted approval on box-a.
+        let (stage_b, _, _) = staged_win(&b, 1).await;
+        let on_a_live = CheckContext {
+            daemon_running: false,
+            daemon_stacks: None,
+            live_digest: Some(digest(200)),
+        };
+        assert_eq!(a.check(&on_a_live).await.unwrap(), vec![]);
+        let unscoped = ledger.check(&on_a_live).await.unwrap();
+        assert_eq!(
+            unscoped.iter().map(|v| (v.rule, v.id)).collect::<Vec<_>>(),
+            vec![(Rule::StageLive, Some(stage_b.0))]
+        );
+    }
+}
