@@ -26,7 +26,7 @@
 //! | `AbortRunningCycles`          | `cycles_running` (partial, status = running) |
 //! | `RecentCycles`                | `cycles_by_start`                         |
 //! | `CycleVerdicts`               | `verdicts_by_cycle`                       |
-//! | `RecentExperiments`           | primary key (rowid order, newest first)   |
+//! | `RecentExperiments`           | primary key (rowid order, newest first), then `cycles`' for the stack |
 //! | `DuplicateDecided`            | `experiments_by_identity`                 |
 //! | `Confirmations`               | `experiments_by_confirmation`             |
 //! | `ExperimentRuns`              | `sqlite_autoindex_runs_1` (experiment_id, order_index) |

@@ -13,7 +13,7 @@
 //! are decided against the bound `max_noise_floor` without a noise floor
 //! and every host stages within a few cycles) and `max_pairs = 8`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -236,21 +236,58 @@ fn race(config: PathBuf, stage: i64) -> std::thread::JoinHandle<Vec<(String, Out
     })
 }
 
+/// What the two deciders of each raced stage reported, by stage id.
+type Raced = Vec<(i64, Vec<(String, Outcome)>)>;
+
 #[test]
 fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_race() {
     let _heavy = crate::common::heavy();
     let t0 = Instant::now();
     let url = fresh_database("fleet_race");
     let mut hosts: Vec<Host> = (0..HOSTS).map(|i| Host::new(i, &url)).collect();
-    let config_of: BTreeMap<String, PathBuf> = hosts
-        .iter()
-        .map(|h| (h.stack.clone(), h.config()))
-        .collect();
     let mut db = Db::connect(&url);
+    start_fleet(&mut hosts, &mut db);
+    let started = Instant::now();
+    let raced = race_stages(&mut hosts, &mut db);
 
-    // Two hosts first; the other two start while those are mid-cycle, so
-    // their start-up recovery (which aborts a dead daemon's `running`
-    // cycles) runs beside other stacks' running cycles.
+    // With all four daemons running, each host's `ledger --check` passes:
+    // another stack's running cycle is legal while its daemon holds its lock.
+    for h in &hosts {
+        let (code, report) = crate::staged::check(&h.config());
+        assert_eq!(code, 0, "{} while the fleet runs: {report:#}", h.stack);
+    }
+    // Stop the fleet: SIGINT, each ends or abandons its cycle cleanly.
+    for h in &mut hosts {
+        let status = h.stop().unwrap();
+        assert!(status.success(), "{}: {status}\n{}", h.stack, h.log());
+        let stderr = std::fs::read_to_string(h.demo.path("daemon.log")).unwrap();
+        assert!(stderr.contains("stopped after"), "{}", h.log());
+    }
+
+    let total = assert_cycles_closed_per_stack(&hosts, &mut db);
+    assert_nothing_across_stacks(&mut db);
+    let decided = assert_decided_once(&raced, &mut db);
+    assert!(
+        decided >= 1,
+        "no stage was staged and decided by a racer in {:.0} s: the race was never run\n{}",
+        started.elapsed().as_secs_f64(),
+        hosts.iter().map(Host::log).collect::<Vec<_>>().join("\n")
+    );
+    assert_no_lost_rows(&hosts, &mut db);
+    for h in &hosts {
+        h.demo.assert_children_gone();
+    }
+    eprintln!(
+        "{total} cycles on {HOSTS} stacks; {} stages raced, {decided} decided by a racer; {:.0} s",
+        raced.len(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Starts two hosts, and the other two once those are both mid-cycle, so
+/// their start-up recovery (which aborts a dead daemon's `running` cycles)
+/// runs beside other stacks' running cycles.
+fn start_fleet(hosts: &mut [Host], db: &mut Db) {
     hosts[0].start();
     hosts[1].start();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -278,23 +315,30 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
     }
     hosts[2].start();
     hosts[3].start();
+}
 
-    // Race every stage the moment it is staged, until the fleet has run its
-    // cycles and decided enough stages (or the time is up).
+/// Races every stage the moment it is staged, until the fleet has run its
+/// cycles and decided enough stages (or the time is up); then lets the
+/// deciders still at work finish.
+fn race_stages(hosts: &mut [Host], db: &mut Db) -> Raced {
+    let config_of: BTreeMap<String, PathBuf> = hosts
+        .iter()
+        .map(|h| (h.stack.clone(), h.config()))
+        .collect();
     let started = Instant::now();
     let mut raced: BTreeMap<i64, std::thread::JoinHandle<Vec<(String, Outcome)>>> = BTreeMap::new();
     loop {
         for row in db.rows("SELECT id::text, stack FROM stages WHERE state = 'staged' ORDER BY id")
         {
             let id: i64 = row[0].parse().unwrap();
-            if !raced.contains_key(&id) {
+            if let std::collections::btree_map::Entry::Vacant(e) = raced.entry(id) {
                 let config = config_of
                     .get(&row[1])
                     .unwrap_or_else(|| panic!("stage {id} has no host's stack: {row:?}"));
-                raced.insert(id, race(config.clone(), id));
+                e.insert(race(config.clone(), id));
             }
         }
-        for h in &mut hosts {
+        for h in hosts.iter_mut() {
             if let Some(status) = h.daemon.as_mut().unwrap().try_wait().unwrap() {
                 panic!("{} exited ({status}) while racing\n{}", h.stack, h.log());
             }
@@ -309,29 +353,16 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         }
         std::thread::sleep(Duration::from_millis(150));
     }
-
-    // The deciders still at work finish; then, with all four daemons
-    // running, each host's `ledger --check` passes: another stack's running
-    // cycle is legal while its daemon holds its lock.
-    let raced: Vec<(i64, Vec<(String, Outcome)>)> = raced
+    raced
         .into_iter()
         .map(|(id, t)| (id, t.join().expect("a decider thread")))
-        .collect();
-    for h in &hosts {
-        let (code, report) = crate::staged::check(&h.config());
-        assert_eq!(code, 0, "{} while the fleet runs: {report:#}", h.stack);
-    }
+        .collect()
+}
 
-    // Stop the fleet: SIGINT, each ends or abandons its cycle cleanly.
-    for h in &mut hosts {
-        let status = h.stop().unwrap();
-        assert!(status.success(), "{}: {status}\n{}", h.stack, h.log());
-        let stderr = std::fs::read_to_string(h.demo.path("daemon.log")).unwrap();
-        assert!(stderr.contains("stopped after"), "{}", h.log());
-    }
-
-    // Every daemon's cycles are closed, and each carries its daemon's stack
-    // and class: as many as the daemon printed lines for.
+/// Every daemon's cycles are closed, each carries its daemon's stack and
+/// class, and as many are stored per stack as its daemon printed lines
+/// for; returns how many cycles the fleet ran.
+fn assert_cycles_closed_per_stack(hosts: &[Host], db: &mut Db) -> usize {
     assert_eq!(
         db.rows("SELECT id::text, stack FROM cycles WHERE status = 'running'"),
         Vec::<Vec<String>>::new(),
@@ -344,7 +375,7 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         0
     );
     let mut total = 0;
-    for h in &hosts {
+    for h in hosts {
         let printed = std::fs::read_to_string(h.demo.path("daemon.out"))
             .unwrap()
             .lines()
@@ -370,12 +401,26 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         total += stored;
     }
     assert!(total >= MIN_CYCLES, "the fleet ran only {total} cycles");
+    // Floors and reference hashes are kept per stack too.
+    let keyed: HashSet<String> = db
+        .rows("SELECT DISTINCT stack FROM reference_hashes")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    let names: HashSet<String> = hosts.iter().map(|h| h.stack.clone()).collect();
+    assert_eq!(keyed, names, "one reference hash per stack");
+    total
+}
 
-    // No daemon recovered another's cycle: only its own last cycle (the
-    // one SIGINT interrupted) may be aborted, and none was closed by a
-    // starting daemon's recovery.
+/// No daemon recovered, confirmed or expired another stack's cycles or
+/// stages.
+fn assert_nothing_across_stacks(db: &mut Db) {
+    // Only a stack's last cycle (the one SIGINT interrupted) may be
+    // aborted, and none was closed by a starting daemon's recovery.
     assert_eq!(
-        db.rows("SELECT id::text, stack, error FROM cycles WHERE error LIKE '%found `running` at start%'"),
+        db.rows(
+            "SELECT id::text, stack, error FROM cycles WHERE error LIKE '%found `running` at start%'"
+        ),
         Vec::<Vec<String>>::new(),
         "a starting daemon aborted a running cycle"
     );
@@ -387,7 +432,6 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         not_last_aborted.is_empty(),
         "aborted cycles a later cycle of their stack followed: {not_last_aborted:?}"
     );
-
     // Every stage, its win and its confirmation belong to one stack, and
     // every confirmation A/B to its win's stack.
     assert_eq!(
@@ -409,8 +453,8 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         Vec::<Vec<String>>::new(),
         "a daemon confirmed another stack's win"
     );
-    // A stage the daemon expired was expired by its own stack's daemon: its
-    // live profile moved on, which only an approval of one of its stages does.
+    // An expired stage's own stack's live profile moved on, which only an
+    // approval of one of that stack's stages does.
     assert_eq!(
         db.rows(
             "SELECT e.id::text, e.stack FROM stages e WHERE e.state = 'expired' \
@@ -420,17 +464,19 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
         Vec::<Vec<String>>::new(),
         "a stage expired although its own stack's live profile never changed"
     );
+}
 
-    // No stage was decided twice: per raced stage at most one decider won,
-    // the ledger holds its decision, and the loser was told who won.
+/// No stage was decided twice: per raced stage at most one decider won,
+/// the ledger holds its decision, and the loser was told who won; every
+/// decided stage was raced. Returns how many a racer decided.
+fn assert_decided_once(raced: &Raced, db: &mut Db) -> usize {
     let stages: BTreeMap<i64, (String, String)> = db
         .rows("SELECT id::text, state, coalesce(decided_by, 'NULL') FROM stages")
         .into_iter()
         .map(|r| (r[0].parse().unwrap(), (r[1].clone(), r[2].clone())))
         .collect();
     let mut decided_by_racer = 0;
-    let mut states = BTreeSet::new();
-    for (id, results) in &raced {
+    for (id, results) in raced {
         let (state, by) = &stages[id];
         let winners: Vec<&(String, Outcome)> = results
             .iter()
@@ -469,28 +515,24 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
                 );
             }
         }
-        states.insert(state.clone());
     }
-    assert!(
-        decided_by_racer >= 1,
-        "no stage was staged and decided by a racer in {:.0} s: the race was never run\n{}",
-        started.elapsed().as_secs_f64(),
-        hosts.iter().map(Host::log).collect::<Vec<_>>().join("\n")
-    );
     let unraced: Vec<_> = stages
         .iter()
         .filter(|(id, (state, _))| {
-            state != "staged" && !raced.iter().any(|(r, _)| r == *id) && state != "expired"
+            !["staged", "expired"].contains(&state.as_str()) && !raced.iter().any(|(r, _)| r == *id)
         })
         .collect();
     assert!(
         unraced.is_empty(),
         "stages decided by nobody the test started: {unraced:?}"
     );
+    decided_by_racer
+}
 
-    // No lost row: every verdict's cycle and experiment, every run's
-    // experiment, every experiment's cycle exist; then the ledger's own
-    // check, from every host.
+/// No lost row: every verdict's cycle and experiment, every run's
+/// experiment, every experiment's cycle exist, every cycle has a verdict;
+/// then the ledger's own check, from every host.
+fn assert_no_lost_rows(hosts: &[Host], db: &mut Db) {
     for (what, sql) in [
         (
             "verdicts without their cycle or experiment",
@@ -509,32 +551,15 @@ fn four_daemons_on_one_postgres_ledger_keep_to_their_own_stacks_while_approvals_
              WHERE c.id IS NULL",
         ),
         (
-            "closed cycles without a verdict",
+            "cycles without a verdict",
             "SELECT count(*) FROM cycles c WHERE NOT EXISTS \
              (SELECT 1 FROM verdicts v WHERE v.cycle_id = c.id)",
         ),
     ] {
         assert_eq!(db.count(sql), 0, "{what}");
     }
-    for h in &hosts {
+    for h in hosts {
         let (code, report) = crate::staged::check(&h.config());
         assert_eq!(code, 0, "{}: {report:#}", h.stack);
     }
-    // Floors and reference hashes are kept per stack too.
-    let keyed: HashSet<String> = db
-        .rows("SELECT DISTINCT stack FROM reference_hashes")
-        .into_iter()
-        .map(|r| r[0].clone())
-        .collect();
-    let names: HashSet<String> = hosts.iter().map(|h| h.stack.clone()).collect();
-    assert_eq!(keyed, names, "one reference hash per stack");
-    for h in &hosts {
-        h.demo.assert_children_gone();
-    }
-    eprintln!(
-        "{total} cycles on {HOSTS} stacks; {} stages raced, {decided_by_racer} decided by a racer, \
-         final states {states:?}; {:.0} s",
-        raced.len(),
-        t0.elapsed().as_secs_f64()
-    );
 }
