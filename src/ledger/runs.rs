@@ -152,6 +152,17 @@ pub struct Run {
 
 reads_as_recorded!(Run => NewRun);
 
+/// The newest runs' pressure and contention, of the handle's stack (`$2`).
+const SQL_RECENT_CPU_PRESSURE: &str = "SELECT r.cpu_pressure FROM runs r \
+     JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
+     WHERE r.cpu_pressure IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+     ORDER BY r.id DESC LIMIT $1";
+
+const SQL_RECENT_CONTENTION: &str = "SELECT r.contention FROM runs r \
+     JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
+     WHERE r.contention IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+     ORDER BY r.id DESC LIMIT $1";
+
 pub(crate) const SQL_EXPERIMENT_RUNS: &str =
     "SELECT * FROM runs WHERE experiment_id = $1 ORDER BY order_index";
 
@@ -242,42 +253,39 @@ impl Ledger {
     /// newest first: the machine as the stack's own runs last felt it (a
     /// scoped handle's own stack's runs: another host's load is not this one's).
     pub async fn recent_cpu_pressure(&self, limit: u32) -> Result<Vec<f64>> {
-        let op = "read the recent runs' pressure";
-        let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| {
-            sqlx::query_scalar(
-                "SELECT r.cpu_pressure FROM runs r \
-             JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
-             WHERE r.cpu_pressure IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
-             ORDER BY r.id DESC LIMIT $1",
-            )
-            .bind(i64::from(limit))
-            .bind(self.ctx.stack())
-            .fetch_all(c)
-            .await
-            .map_err(self.ctx.err(op))
-        })
+        self.recent_of_runs(
+            SQL_RECENT_CPU_PRESSURE,
+            "read the recent runs' pressure",
+            limit,
+        )
+        .await
     }
 
     /// The contention (runnable tasks per core) of the last `limit` runs
     /// that recorded one, newest first: how busy the machine is now, on the
     /// scale the judge compares with a floor's.
     pub async fn recent_contention(&self, limit: u32) -> Result<Vec<f64>> {
-        let op = "read the recent runs' contention";
+        self.recent_of_runs(
+            SQL_RECENT_CONTENTION,
+            "read the recent runs' contention",
+            limit,
+        )
+        .await
+    }
+
+    async fn recent_of_runs(
+        &self,
+        sql: &'static str,
+        op: &'static str,
+        limit: u32,
+    ) -> Result<Vec<f64>> {
         let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| {
-            sqlx::query_scalar(
-                "SELECT r.contention FROM runs r \
-                 JOIN experiments e ON e.id = r.experiment_id JOIN cycles c ON c.id = e.cycle_id \
-                 WHERE r.contention IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
-                 ORDER BY r.id DESC LIMIT $1",
-            )
+        on_db!(c.conn(), |c| sqlx::query_scalar(sql)
             .bind(i64::from(limit))
             .bind(self.ctx.stack())
             .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))
-        })
+            .map_err(self.ctx.err(op)))
     }
 
     /// Wall times (seconds) of the last `limit` valid runs of the profile
