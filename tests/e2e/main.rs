@@ -36,6 +36,7 @@ mod noisy_machine;
 mod plan_pins;
 mod postgres_stack_lock;
 mod report_cli;
+mod report_fleet;
 mod report_html;
 mod report_markdown;
 mod report_period;

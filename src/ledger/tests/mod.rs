@@ -15,6 +15,7 @@ mod check;
 mod compositions;
 mod costs;
 mod open;
+mod report;
 mod rows;
 mod scope;
 mod stages;
