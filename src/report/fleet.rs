@@ -35,12 +35,12 @@ pub enum Selection {
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     #[error(
-        "--stack {name}: no stack of that name ran a cycle in this ledger; its stacks: {}",
+        "--stack {name}: no stack of that name ran a cycle in this ledger; name one of its stacks ({}) or use --all",
         known_list(known)
     )]
     UnknownStack { name: String, known: Vec<String> },
     #[error(
-        "--class {name}: no stack of this ledger ran as that class (its latest cycle's `[stack] class`); its classes: {}",
+        "--class {name}: no stack of this ledger last ran as that class (its latest cycle's `[stack] class`); name one of its classes ({}) or use --all",
         known_list(known)
     )]
     UnknownClass { name: String, known: Vec<String> },

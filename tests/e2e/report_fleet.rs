@@ -162,11 +162,13 @@ fn unknown_names_and_two_selections_exit_2_naming_the_fix() {
     report(&site, &["--stack", "box-z"])
         .code(2)
         .stderr(predicate::str::contains("--stack box-z"))
-        .stderr(predicate::str::contains("box-a, box-b, box-c, tinyk3"));
+        .stderr(predicate::str::contains(
+            "(box-a, box-b, box-c, tinyk3) or use --all",
+        ));
     report(&site, &["--class", "gpu"])
         .code(2)
         .stderr(predicate::str::contains("--class gpu"))
-        .stderr(predicate::str::contains("desk, spark"));
+        .stderr(predicate::str::contains("(desk, spark) or use --all"));
     report(&site, &["--stack", "box-a", "--all"])
         .code(2)
         .stderr(predicate::str::contains("cannot be used with"));
