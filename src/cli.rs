@@ -127,6 +127,31 @@ pub struct ReportArgs {
     /// Write the report to FILE instead of stdout
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Report this stack of a fleet's ledger, then the fleet summary
+    /// [default, with none of --stack/--class/--all: the config's own
+    /// `[stack] name`, without the summary]
+    #[arg(long, value_name = "NAME", group = "stacks")]
+    pub stack: Option<String>,
+    /// Report every stack whose latest cycle ran as this `[stack] class`,
+    /// then the fleet summary
+    #[arg(long, value_name = "NAME", group = "stacks")]
+    pub class: Option<String>,
+    /// Report every stack in the ledger, then the fleet summary
+    #[arg(long, group = "stacks")]
+    pub all: bool,
+}
+
+impl ReportArgs {
+    /// Which stacks: at most one of the three flags (clap refuses two).
+    pub fn selection(&self) -> crate::report::fleet::Selection {
+        use crate::report::fleet::Selection;
+        match (&self.stack, &self.class, self.all) {
+            (Some(s), _, _) => Selection::Stack(s.clone()),
+            (_, Some(c), _) => Selection::Class(c.clone()),
+            (_, _, true) => Selection::All,
+            _ => Selection::Own,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,5 +1,7 @@
 //! `orchestrator report`: the weekly report from the ledger, as Markdown or a
-//! self-contained HTML page, to stdout or `--out FILE`.
+//! self-contained HTML page, to stdout or `--out FILE`; of the config's own
+//! stack, or with `--stack`/`--class`/`--all` of a fleet's stacks and their
+//! summary.
 
 use std::path::Path;
 
@@ -9,6 +11,8 @@ use chrono::Utc;
 use super::UsageError;
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::config::Config;
+use crate::ledger::{Ledger, StackScope};
+use crate::report::fleet::{self, FleetError, Selection};
 use crate::report::redact::Redactor;
 use crate::report::{self, BuildOptions, Period};
 
@@ -41,22 +45,57 @@ pub fn run(config_path: &Path, args: &ReportArgs) -> anyhow::Result<()> {
         Utc::now(),
     );
     options.redactor = Redactor::new(secrets);
-    let report = super::runtime()?.block_on(async {
+    let selection = args.selection();
+    let own = config.stack.scope();
+    let text = super::runtime()?.block_on(async {
         let ledger = super::open_ledger(&config).await?;
-        let built = report::build(&ledger, &options).await;
+        let built = render(&ledger, &own, &selection, &options, args.format).await;
         ledger.close().await;
-        anyhow::Ok(built?)
+        built
     })?;
-    let text = match args.format {
-        ReportFormat::Md => report::markdown::render(&report),
-        ReportFormat::Html => report::html::render(&report),
-    };
     match &args.out {
         Some(path) => crate::atomic_file::write(path, text.as_bytes())
             .with_context(|| format!("cannot write the report to {}", path.display()))?,
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// The config's own stack alone (no flag): its report, as before fleets.
+/// With `--stack`, `--class` or `--all`: each chosen stack's report, then
+/// the fleet summary. An unknown name is a usage error naming the known.
+async fn render(
+    ledger: &Ledger,
+    own: &StackScope,
+    selection: &Selection,
+    options: &BuildOptions,
+    format: ReportFormat,
+) -> anyhow::Result<String> {
+    if *selection == Selection::Own {
+        let report = report::build(ledger, options).await?;
+        return Ok(match format {
+            ReportFormat::Md => report::markdown::render(&report),
+            ReportFormat::Html => report::html::render(&report),
+        });
+    }
+    let stacks = match fleet::select(ledger, own, selection).await {
+        Ok(s) => s,
+        Err(FleetError::Ledger(e)) => return Err(e.into()),
+        Err(unknown) => return Err(UsageError(unknown.to_string()).into()),
+    };
+    let f = fleet::build_fleet(
+        ledger,
+        &stacks,
+        options.period,
+        options.target,
+        options.now,
+        &options.redactor,
+    )
+    .await?;
+    Ok(match format {
+        ReportFormat::Md => fleet::render_markdown(&f),
+        ReportFormat::Html => report::html::render_fleet(&f),
+    })
 }
 
 /// Refuses an `--out` whose directory is missing or is not a directory

@@ -176,7 +176,7 @@ pub use parts::MeasuredToken;
 pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
-pub use report::{LeverRun, ReportProposal, ReportRun, ReportStage, ReportVerdict};
+pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;

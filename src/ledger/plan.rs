@@ -31,12 +31,20 @@ pub enum NamedQuery {
     CompositeParts,
     StagedCompositesOfPart,
     ReportCycles,
+    ReportUnownedCycles,
     ReportVerdicts,
+    ReportUnownedVerdicts,
     ReportProposals,
+    ReportUnownedProposals,
     ReportRuns,
+    ReportUnownedRuns,
     ReportNoiseFloors,
     ReportStages,
+    ReportUnownedStages,
     ReportLeverRuns,
+    ReportStacks,
+    ReportLatestCycle,
+    ReportLatestUnownedCycle,
 }
 
 impl NamedQuery {
@@ -60,12 +68,20 @@ impl NamedQuery {
         NamedQuery::CompositeParts,
         NamedQuery::StagedCompositesOfPart,
         NamedQuery::ReportCycles,
+        NamedQuery::ReportUnownedCycles,
         NamedQuery::ReportVerdicts,
+        NamedQuery::ReportUnownedVerdicts,
         NamedQuery::ReportProposals,
+        NamedQuery::ReportUnownedProposals,
         NamedQuery::ReportRuns,
+        NamedQuery::ReportUnownedRuns,
         NamedQuery::ReportNoiseFloors,
         NamedQuery::ReportStages,
+        NamedQuery::ReportUnownedStages,
         NamedQuery::ReportLeverRuns,
+        NamedQuery::ReportStacks,
+        NamedQuery::ReportLatestCycle,
+        NamedQuery::ReportLatestUnownedCycle,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -90,12 +106,20 @@ impl NamedQuery {
             NamedQuery::CompositeParts => compositions::SQL_PARTS_OF_EXPERIMENT,
             NamedQuery::StagedCompositesOfPart => compositions::SQL_STAGED_COMPOSITES_OF_PART,
             NamedQuery::ReportCycles => report::SQL_REPORT_CYCLES,
+            NamedQuery::ReportUnownedCycles => report::SQL_REPORT_UNOWNED_CYCLES,
             NamedQuery::ReportVerdicts => report::SQL_REPORT_VERDICTS,
+            NamedQuery::ReportUnownedVerdicts => report::SQL_REPORT_UNOWNED_VERDICTS,
             NamedQuery::ReportProposals => report::SQL_REPORT_PROPOSALS,
+            NamedQuery::ReportUnownedProposals => report::SQL_REPORT_UNOWNED_PROPOSALS,
             NamedQuery::ReportRuns => report::SQL_REPORT_RUNS,
+            NamedQuery::ReportUnownedRuns => report::SQL_REPORT_UNOWNED_RUNS,
             NamedQuery::ReportNoiseFloors => report::SQL_REPORT_NOISE_FLOORS,
             NamedQuery::ReportStages => report::SQL_REPORT_STAGES,
+            NamedQuery::ReportUnownedStages => report::SQL_REPORT_UNOWNED_STAGES,
             NamedQuery::ReportLeverRuns => report::SQL_REPORT_LEVER_RUNS,
+            NamedQuery::ReportStacks => report::SQL_REPORT_STACKS,
+            NamedQuery::ReportLatestCycle => report::SQL_REPORT_LATEST_CYCLE,
+            NamedQuery::ReportLatestUnownedCycle => report::SQL_REPORT_LATEST_UNOWNED_CYCLE,
         }
     }
 }

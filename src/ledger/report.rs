@@ -1,7 +1,8 @@
-//! Read-only queries for `orchestrator report`: everything recorded in a time
-//! range `[start, end)`, each query walking a time index (cycles by start,
-//! experiments by creation, noise floors by stack and time, stages by
-//! creation) so a weekly report over a year-old ledger reads one week.
+//! Read-only queries for `orchestrator report`: everything one stack
+//! recorded in a time range `[start, end)`, each query walking a time index
+//! (cycles by stack and start, experiments by creation, noise floors by
+//! stack and time, stages by creation) so a weekly report over a year-old
+//! ledger of a fleet reads one week of one stack (experiments: of the fleet).
 //!
 //! Rows come back in index order and are aggregated by the caller: a
 //! `GROUP BY` here would sort through a temporary b-tree for no gain.
@@ -11,7 +12,7 @@ use serde::Serialize;
 use sqlx::{FromRow, Row};
 
 use super::Conn;
-use super::codec::{Ts, int_col, ts};
+use super::codec::{int_col, ts};
 use super::cycles::CycleRecord;
 use super::error::Ctx;
 use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
@@ -150,43 +151,119 @@ from_row!(ReportStage, |row| {
     })
 });
 
-pub(crate) const SQL_REPORT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer FROM cycles \
-     WHERE started_at >= $1 AND started_at < $2 ORDER BY started_at";
+/// Which stack's rows a report query reads. Each period query below comes
+/// in two texts: one for the rows of the named stack (`$3`), walking the
+/// stack's time index, and one for the rows that carry no stack (written
+/// before stacks were recorded, migration 20261201210001), read only when
+/// [`ReportStack::with_unowned`] says they are this stack's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReportStack {
+    /// `[stack] name`, as the cycles record it.
+    pub name: String,
+    /// Also read the rows with no stack: a ledger from before fleets held
+    /// one stack's history, the config's own (the daemon adopts them at
+    /// start; until one has, the report does the same).
+    pub with_unowned: bool,
+}
 
-pub(crate) const SQL_REPORT_VERDICTS: &str = "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
+impl ReportStack {
+    /// The stack keys to read, `None` for the rows with no stack.
+    fn keys(&self) -> impl Iterator<Item = Option<&str>> {
+        std::iter::once(Some(self.name.as_str())).chain(self.with_unowned.then_some(None))
+    }
+}
+
+/// Both texts of a per-stack period query: `$col` is the stack column the
+/// condition is on, between the query's `$before` and `$after` parts.
+macro_rules! per_stack {
+    ($named:ident, $unowned:ident, $col:literal, $before:literal, $after:literal) => {
+        pub(crate) const $named: &str = concat!($before, $col, " = $3 AND ", $after);
+        pub(crate) const $unowned: &str = concat!($before, $col, " IS NULL AND ", $after);
+    };
+}
+
+per_stack!(
+    SQL_REPORT_CYCLES,
+    SQL_REPORT_UNOWNED_CYCLES,
+    "stack",
+    "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles WHERE ",
+    "started_at >= $1 AND started_at < $2 ORDER BY started_at"
+);
+
+per_stack!(
+    SQL_REPORT_VERDICTS,
+    SQL_REPORT_UNOWNED_VERDICTS,
+    "c.stack",
+    "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
             v.interval_low, v.interval_high, v.noise_floor, v.floor_is_bound, v.pairs, v.reason, \
             e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer \
      FROM cycles c \
      JOIN verdicts v ON v.cycle_id = c.id \
      LEFT JOIN experiments e ON e.id = v.experiment_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
-     WHERE c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at";
+     WHERE ",
+    "c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at"
+);
 
-pub(crate) const SQL_REPORT_PROPOSALS: &str = "SELECT p.cycle_id, p.proposer, p.attempt, p.parsed IS NOT NULL AS parsed, \
+per_stack!(
+    SQL_REPORT_PROPOSALS,
+    SQL_REPORT_UNOWNED_PROPOSALS,
+    "c.stack",
+    "SELECT p.cycle_id, p.proposer, p.attempt, p.parsed IS NOT NULL AS parsed, \
             p.rejection_kind \
      FROM cycles c JOIN proposals p ON p.cycle_id = c.id \
-     WHERE c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at";
+     WHERE ",
+    "c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at"
+);
 
-pub(crate) const SQL_REPORT_RUNS: &str = "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
+// Experiments carry no stack: they are walked by time and their cycle (by
+// primary key) says whose they are. CROSS JOIN keeps SQLite to that order
+// (PostgreSQL reads it as a plain join), so the rows still come in
+// experiment time order without a sort.
+per_stack!(
+    SQL_REPORT_RUNS,
+    SQL_REPORT_UNOWNED_RUNS,
+    "c.stack",
+    "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
             r.seconds_per_token, r.refused, r.trunk_seconds_per_token, \
             r.expert_seconds_per_token, r.far_hit_share, r.draft_acceptance \
-     FROM experiments e JOIN runs r ON r.experiment_id = e.id \
-     WHERE e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
-     ORDER BY e.created_at";
+     FROM experiments e CROSS JOIN cycles c CROSS JOIN runs r \
+     WHERE c.id = e.cycle_id AND r.experiment_id = e.id AND ",
+    "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
+     ORDER BY e.created_at"
+);
 
 /// One floor key's rows; [`Ledger::report_noise_floors`] asks it for each
 /// key a stack's floors are stored under, so the index keeps them sorted.
 pub(crate) const SQL_REPORT_NOISE_FLOORS: &str = "SELECT * FROM noise_floors \
      WHERE stack = $1 AND measured_at >= $2 AND measured_at < $3 ORDER BY measured_at";
 
-pub(crate) const SQL_REPORT_STAGES: &str = "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
+per_stack!(
+    SQL_REPORT_STAGES,
+    SQL_REPORT_UNOWNED_STAGES,
+    "s.stack",
+    "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
             s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
             s.decided_by, s.note, \
             coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
             AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
-     WHERE s.created_at < $2 AND (s.decided_at IS NULL OR s.decided_at >= $1) \
-     ORDER BY s.created_at";
+     WHERE ",
+    "s.created_at < $2 AND (s.decided_at IS NULL OR s.decided_at >= $1) \
+     ORDER BY s.created_at"
+);
+
+/// The stacks that ran cycles, by name (rows with no stack are not one).
+pub(crate) const SQL_REPORT_STACKS: &str =
+    "SELECT DISTINCT stack FROM cycles WHERE stack IS NOT NULL ORDER BY stack";
+
+/// A stack's latest cycle: where an empty period's cycles are, and the
+/// class the stack last ran as.
+pub(crate) const SQL_REPORT_LATEST_CYCLE: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class \
+     FROM cycles WHERE stack = $1 ORDER BY started_at DESC LIMIT 1";
+
+pub(crate) const SQL_REPORT_LATEST_UNOWNED_CYCLE: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class \
+     FROM cycles WHERE stack IS NULL ORDER BY started_at DESC LIMIT 1";
 
 /// Valid A/B runs of one experiment, in run order: warmups, failed and
 /// refused runs never carry a figure the projection may multiply.
@@ -197,75 +274,190 @@ pub(crate) const SQL_REPORT_LEVER_RUNS: &str = "SELECT arm, pair_index, seconds_
        AND seconds_per_token IS NOT NULL \
      ORDER BY order_index";
 
-async fn cycles(c: Conn<'_>, cx: &Ctx, start: Ts, end: Ts) -> Result<Vec<CycleRecord>> {
-    on_db!(c, |c| {
-        sqlx::query_as(SQL_REPORT_CYCLES)
-            .bind(start)
-            .bind(end)
-            .fetch_all(c)
-            .await
-            .map_err(cx.err("read the report's cycles"))
-    })
+/// A row type both backends decode.
+trait BothRows:
+    for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>
+    + for<'r> FromRow<'r, sqlx::postgres::PgRow>
+    + Send
+    + Unpin
+{
+}
+
+impl<T> BothRows for T where
+    T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>
+        + for<'r> FromRow<'r, sqlx::postgres::PgRow>
+        + Send
+        + Unpin
+{
+}
+
+/// One period query for `stack`: its named rows, then (when they are its)
+/// the rows with no stack. Two parts are merged back into the queries'
+/// order by `key`; one part is already in it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one query's two texts, its range and its order: bundling them would only rename them"
+)]
+async fn per_stack<T: BothRows, K: Ord>(
+    mut c: Conn<'_>,
+    cx: &Ctx,
+    op: &'static str,
+    (named, unowned): (&'static str, &'static str),
+    stack: &ReportStack,
+    start: &DateTime<Utc>,
+    end: &DateTime<Utc>,
+    key: impl Fn(&T) -> K,
+) -> Result<Vec<T>> {
+    let mut out: Vec<T> = Vec::new();
+    let mut parts = 0;
+    for name in stack.keys() {
+        let sql = if name.is_some() { named } else { unowned };
+        let rows: Vec<T> = on_db!(c.re(), |c| {
+            let q = sqlx::query_as(sql).bind(ts(start)).bind(ts(end));
+            let q = match name {
+                Some(n) => q.bind(n),
+                None => q,
+            };
+            q.fetch_all(c).await.map_err(cx.err(op))
+        })?;
+        parts += usize::from(!rows.is_empty());
+        out.extend(rows);
+    }
+    if parts > 1 {
+        out.sort_by_key(|r| key(r));
+    }
+    Ok(out)
 }
 
 impl Ledger {
-    /// Cycles started in `[start, end)`, oldest first.
+    /// `stack`'s cycles started in `[start, end)`, oldest first.
     pub async fn report_cycles(
         &self,
+        stack: &ReportStack,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Vec<CycleRecord>> {
-        let mut c = self.conn("read the report's cycles").await?;
-        cycles(c.conn(), &self.ctx, ts(&start), ts(&end)).await
+        let op = "read the report's cycles";
+        let mut c = self.conn(op).await?;
+        let sql = (SQL_REPORT_CYCLES, SQL_REPORT_UNOWNED_CYCLES);
+        per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |r: &CycleRecord| (r.started_at, r.id),
+        )
+        .await
     }
 
-    /// Verdicts of the cycles started in `[start, end)`.
+    /// Verdicts of `stack`'s cycles started in `[start, end)`.
     pub async fn report_verdicts(
         &self,
+        stack: &ReportStack,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Vec<ReportVerdict>> {
         let op = "read the report's verdicts";
         let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_VERDICTS)
-            .bind(ts(&start))
-            .bind(ts(&end))
-            .fetch_all(c)
-            .await
-            .map_err(self.ctx.err(op)))
+        let sql = (SQL_REPORT_VERDICTS, SQL_REPORT_UNOWNED_VERDICTS);
+        // Cycle ids grow with their start, the queries' order.
+        per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |v: &ReportVerdict| (v.cycle_id, v.id),
+        )
+        .await
     }
 
-    /// Proposer attempts of the cycles started in `[start, end)`.
+    /// Proposer attempts of `stack`'s cycles started in `[start, end)`.
     pub async fn report_proposals(
         &self,
+        stack: &ReportStack,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Vec<ReportProposal>> {
         let op = "read the report's proposals";
         let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_PROPOSALS)
-            .bind(ts(&start))
-            .bind(ts(&end))
-            .fetch_all(c)
-            .await
-            .map_err(self.ctx.err(op)))
+        let sql = (SQL_REPORT_PROPOSALS, SQL_REPORT_UNOWNED_PROPOSALS);
+        per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |p: &ReportProposal| (p.cycle_id, p.attempt),
+        )
+        .await
     }
 
-    /// Baseline and candidate runs (no warmups) of experiments created in
-    /// `[start, end)`, oldest experiment first.
+    /// Baseline and candidate runs (no warmups) of `stack`'s experiments
+    /// created in `[start, end)`, oldest experiment first.
     pub async fn report_runs(
         &self,
+        stack: &ReportStack,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Vec<ReportRun>> {
         let op = "read the report's runs";
         let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_RUNS)
-            .bind(ts(&start))
-            .bind(ts(&end))
+        let sql = (SQL_REPORT_RUNS, SQL_REPORT_UNOWNED_RUNS);
+        per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |r: &ReportRun| (r.created_at, r.experiment_id),
+        )
+        .await
+    }
+
+    /// The stacks that ran cycles in this ledger, by name; cycles with no
+    /// stack (from before stacks were recorded) are no stack of their own.
+    pub async fn report_stacks(&self) -> Result<Vec<String>> {
+        let op = "list the ledger's stacks";
+        let mut c = self.conn(op).await?;
+        on_db!(c.conn(), |c| sqlx::query_scalar(SQL_REPORT_STACKS)
             .fetch_all(c)
             .await
             .map_err(self.ctx.err(op)))
+    }
+
+    /// `stack`'s latest cycle, at any time (with its rows with no stack,
+    /// when they are its).
+    pub async fn report_latest_cycle(&self, stack: &ReportStack) -> Result<Option<CycleRecord>> {
+        let op = "read a stack's latest cycle";
+        let mut c = self.conn(op).await?;
+        let mut latest: Option<CycleRecord> = None;
+        for name in stack.keys() {
+            let row: Option<CycleRecord> = on_db!(c.conn(), |c| {
+                let q = match name {
+                    Some(n) => sqlx::query_as(SQL_REPORT_LATEST_CYCLE).bind(n),
+                    None => sqlx::query_as(SQL_REPORT_LATEST_UNOWNED_CYCLE),
+                };
+                q.fetch_optional(c).await.map_err(self.ctx.err(op))
+            })?;
+            if let Some(r) = row
+                && latest
+                    .as_ref()
+                    .is_none_or(|l| (r.started_at, r.id) > (l.started_at, l.id))
+            {
+                latest = Some(r);
+            }
+        }
+        Ok(latest)
     }
 
     /// Noise floors of `stack` measured in `[start, end)`, oldest first.
@@ -297,21 +489,28 @@ impl Ledger {
         Ok(floors)
     }
 
-    /// Stages open at some point of `[start, end)`: created before its end
-    /// and not decided before its start.
+    /// `stack`'s stages open at some point of `[start, end)`: created
+    /// before its end and not decided before its start.
     pub async fn report_stages(
         &self,
+        stack: &ReportStack,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Vec<ReportStage>> {
         let op = "read the report's stages";
         let mut c = self.conn(op).await?;
-        let mut stages: Vec<ReportStage> = on_db!(c.conn(), |c| sqlx::query_as(SQL_REPORT_STAGES)
-            .bind(ts(&start))
-            .bind(ts(&end))
-            .fetch_all(c)
-            .await
-            .map_err(self.ctx.err(op)))?;
+        let sql = (SQL_REPORT_STAGES, SQL_REPORT_UNOWNED_STAGES);
+        let mut stages = per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |s: &ReportStage| (s.created_at, s.id),
+        )
+        .await?;
         for s in &mut stages {
             s.parts =
                 super::compositions::parts_of_experiment(c.conn(), &self.ctx, s.experiment_id)

@@ -15,8 +15,8 @@ use super::{
 };
 use crate::judge::noise::median;
 use crate::ledger::{
-    CycleRecord, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStage,
-    ReportVerdict, TokenParts,
+    CycleRecord, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStack,
+    ReportStage, ReportVerdict, TokenParts,
 };
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, Digest, ProposerKind, StageState, VerdictKind};
@@ -30,8 +30,13 @@ const CAUSE_CHARS: usize = 200;
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
     pub period: Period,
-    /// The stack's name (noise floors are kept per stack).
+    /// The stack's name: its cycles, stages and noise floors.
     pub stack: String,
+    /// Also report the rows with no stack (written before stacks were
+    /// recorded): they belong to the one stack of a pre-fleet ledger, the
+    /// config's own. True from [`BuildOptions::new`]; the fleet report
+    /// clears it for every other stack.
+    pub with_unowned: bool,
     /// The objective, seconds per token.
     pub target: f64,
     pub now: DateTime<Utc>,
@@ -47,10 +52,21 @@ impl BuildOptions {
         BuildOptions {
             period,
             stack: stack.to_string(),
+            with_unowned: true,
             target,
             now,
             redactor: Redactor::default(),
             floor_lookback: Duration::weeks(8),
+        }
+    }
+}
+
+impl BuildOptions {
+    /// Whose rows the ledger's report queries read.
+    pub fn report_stack(&self) -> ReportStack {
+        ReportStack {
+            name: self.stack.clone(),
+            with_unowned: self.with_unowned,
         }
     }
 }
@@ -63,13 +79,14 @@ fn decided(kind: VerdictKind) -> bool {
 /// Reads the period and builds the report.
 pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerError> {
     let (start, end) = (o.period.start, o.period.end);
+    let stack = o.report_stack();
     let (cycles, verdicts, proposals, runs, floors, stages) = tokio::try_join!(
-        ledger.report_cycles(start, end),
-        ledger.report_verdicts(start, end),
-        ledger.report_proposals(start, end),
-        ledger.report_runs(start, end),
+        ledger.report_cycles(&stack, start, end),
+        ledger.report_verdicts(&stack, start, end),
+        ledger.report_proposals(&stack, start, end),
+        ledger.report_runs(&stack, start, end),
         ledger.report_noise_floors(&o.stack, start - o.floor_lookback, end),
-        ledger.report_stages(start, end),
+        ledger.report_stages(&stack, start, end),
     )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
@@ -147,10 +164,9 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
 
     let latest_cycle = if cycles.is_empty() {
         ledger
-            .recent_cycles(1)
+            .report_latest_cycle(&stack)
             .await?
-            .first()
-            .map(|c| (c.cycle.id, c.cycle.started_at))
+            .map(|c| (c.id, c.started_at))
     } else {
         None
     };

@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
+use super::fleet::{self, Fleet};
 use super::{Report, Series, markdown};
 use crate::vocab::VerdictKind;
 
@@ -46,6 +47,34 @@ const KIND_COLOURS: [&str; 7] = [
 ];
 
 pub fn render(r: &Report) -> String {
+    page(&r.heading(), &body(r, ""))
+}
+
+/// The fleet report (`report --stack | --class | --all`) as one page: each
+/// stack's report in its own section (its charts' ids end in the section's
+/// number, so they stay unique), then the fleet summary.
+pub fn render_fleet(f: &Fleet) -> String {
+    let mut all = String::new();
+    for (i, r) in f.reports.iter().enumerate() {
+        let _ = writeln!(all, "<section id=\"stack-{i}\">");
+        all.push_str(&body(r, &format!("-{i}")));
+        all.push_str("</section>\n<hr>\n");
+    }
+    let _ = writeln!(all, "<section id=\"fleet-summary\">");
+    all.push_str(&md_to_html(&fleet::summary_markdown(f)));
+    all.push_str("</section>\n");
+    page(&f.heading(), &all)
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        esc(title)
+    )
+}
+
+/// One report's sections and charts; `ids` ends each chart's id.
+fn body(r: &Report, ids: &str) -> String {
     let md = markdown::render(r);
     let mut body = String::new();
     for (i, section) in md.split("\n## ").enumerate() {
@@ -60,17 +89,14 @@ pub fn render(r: &Report) -> String {
             continue;
         }
         if heading == "## Objective" {
-            body.push_str(&speed_chart(r));
+            body.push_str(&speed_chart(r, ids));
         } else if heading == "## Verdicts by menu entry" {
-            body.push_str(&verdict_chart(r));
+            body.push_str(&verdict_chart(r, ids));
         } else if heading == "## Noise floor and drift" {
-            body.push_str(&noise_chart(r));
+            body.push_str(&noise_chart(r, ids));
         }
     }
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
-        esc(&r.heading())
-    )
+    body
 }
 
 /// Inline Markdown: escape, then `**bold**` and `` `code` ``.
@@ -364,7 +390,7 @@ fn polyline(class: &str, pts: &[(f64, f64)]) -> String {
 }
 
 /// Seconds per token over time, against the target and the best staged candidate.
-fn speed_chart(r: &Report) -> String {
+fn speed_chart(r: &Report, ids: &str) -> String {
     let staged = r.best_staged.as_ref().and_then(|b| b.seconds_per_token);
     let vals = r
         .speed
@@ -377,7 +403,7 @@ fn speed_chart(r: &Report) -> String {
     });
     let f = Frame::new(r, lo, hi);
     let mut o = f.open(
-        "chart-speed",
+        &format!("chart-speed{ids}"),
         "Live profile seconds per token (median of each experiment's baseline runs) against the target",
     );
     o.push_str(&f.axes(|v, dp| format!("{v:.dp$}")));
@@ -454,7 +480,7 @@ fn speed_chart(r: &Report) -> String {
 }
 
 /// The noise floor over time, change points marked.
-fn noise_chart(r: &Report) -> String {
+fn noise_chart(r: &Report, ids: &str) -> String {
     let pct = |v: f64| (v.abs().exp() - 1.0) * 100.0;
     let (lo, hi) = r
         .noise
@@ -465,7 +491,7 @@ fn noise_chart(r: &Report) -> String {
         });
     let f = Frame::new(r, lo.min(0.0), hi);
     let mut o = f.open(
-        "chart-noise",
+        &format!("chart-noise{ids}"),
         "Noise floor over time (±%), change points marked",
     );
     o.push_str(&f.axes(|v, dp| format!("±{v:.dp$}%")));
@@ -519,7 +545,7 @@ fn noise_chart(r: &Report) -> String {
 }
 
 /// The verdict mix per menu entry, as stacked horizontal bars.
-fn verdict_chart(r: &Report) -> String {
+fn verdict_chart(r: &Report, ids: &str) -> String {
     let rows = r.verdicts.len().max(1);
     let (w, left, bar, gap, legend) = (940.0, 170.0, 22.0, 10.0, 30.0);
     let h = 20.0 + rows as f64 * (bar + gap) + legend;
@@ -532,7 +558,7 @@ fn verdict_chart(r: &Report) -> String {
         .max(1);
     let scale = (w - left - 60.0) / f64::from(max);
     let mut o = format!(
-        "<svg id=\"chart-verdicts\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\"><title>Verdicts per menu entry</title>\n{CHART_STYLE}"
+        "<svg id=\"chart-verdicts{ids}\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\"><title>Verdicts per menu entry</title>\n{CHART_STYLE}"
     );
     for (i, m) in r.verdicts.iter().enumerate() {
         let y = 15.0 + i as f64 * (bar + gap);

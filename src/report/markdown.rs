@@ -20,7 +20,7 @@ pub fn when(t: DateTime<Utc>) -> String {
 }
 
 /// Table cells must stay on one line and not split on `|`.
-fn cell(s: &str) -> String {
+pub fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 

@@ -5,12 +5,14 @@
 //!
 //! - [`period`]: ISO weeks and date ranges.
 //! - [`build`]: reads the ledger and assembles the [`Report`].
+//! - [`fleet`]: one report per stack of a shared ledger, and their summary.
 //! - [`changepoint`]: PELT change points in the noise floor and baseline.
 //! - [`projection`]: the projected seconds per token, with its sources.
 //! - [`redact`]: keeps credentials out of free text.
 
 pub mod build;
 pub mod changepoint;
+pub mod fleet;
 pub mod html;
 pub mod markdown;
 pub mod period;

@@ -39,6 +39,7 @@ mod plan_pins;
 mod postgres_restart;
 mod postgres_stack_lock;
 mod report_cli;
+mod report_fleet;
 mod report_html;
 mod report_markdown;
 mod report_period;

@@ -6,13 +6,21 @@ use crate::report_fixture;
 use orchestrator::ledger::{Ledger, NamedQuery};
 
 const REPORT_QUERIES: &[(NamedQuery, &str)] = &[
-    (NamedQuery::ReportCycles, "cycles_by_start"),
-    (NamedQuery::ReportVerdicts, "cycles_by_start"),
-    (NamedQuery::ReportProposals, "cycles_by_start"),
+    (NamedQuery::ReportCycles, "cycles_by_stack"),
+    (NamedQuery::ReportUnownedCycles, "cycles_by_stack"),
+    (NamedQuery::ReportVerdicts, "cycles_by_stack"),
+    (NamedQuery::ReportUnownedVerdicts, "cycles_by_stack"),
+    (NamedQuery::ReportProposals, "cycles_by_stack"),
+    (NamedQuery::ReportUnownedProposals, "cycles_by_stack"),
     (NamedQuery::ReportRuns, "experiments_by_time"),
+    (NamedQuery::ReportUnownedRuns, "experiments_by_time"),
     (NamedQuery::ReportNoiseFloors, "noise_floors_by_stack"),
-    (NamedQuery::ReportStages, "stages_by_time"),
+    (NamedQuery::ReportStages, "stages_by_stack_time"),
+    (NamedQuery::ReportUnownedStages, "stages_by_stack_time"),
     (NamedQuery::ReportLeverRuns, "sqlite_autoindex_runs_1"),
+    (NamedQuery::ReportStacks, "cycles_by_stack"),
+    (NamedQuery::ReportLatestCycle, "cycles_by_stack"),
+    (NamedQuery::ReportLatestUnownedCycle, "cycles_by_stack"),
 ];
 
 async fn check(ledger: &Ledger, when: &str) {

@@ -61,7 +61,10 @@ async fn a_composite_stage_names_its_parts_and_a_part_its_composites() {
         );
         let detail = ledger.stage_detail(composite).await.unwrap();
         assert_eq!(detail.parts, shown.parts);
-        let report = ledger.report_stages(t(0), t(10_000)).await.unwrap();
+        let report = ledger
+            .report_stages(&super::report::unscoped(), t(0), t(10_000))
+            .await
+            .unwrap();
         let reported = report.iter().find(|s| s.id == composite).unwrap();
         assert_eq!(reported.parts, shown.parts);
 

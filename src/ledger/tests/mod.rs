@@ -17,6 +17,7 @@ mod compositions;
 mod costs;
 mod open;
 mod parts;
+mod report;
 mod rows;
 mod scope;
 mod stages;

@@ -5,6 +5,15 @@
 //!
 //! The generated ledger is cached in the temp dir (or `REPORT_YEAR_DB`) so
 //! reruns only measure the report; delete the file to regenerate.
+//!
+//! `-- --fleet` (issue #18 item 7): a fleet's year instead, 8 stacks of 2
+//! classes each running a cycle an hour (see [`fleet`]), on SQLite (cached
+//! as above) and, when `ORCH_TEST_PG_URL` is set, on PostgreSQL (written
+//! fresh into a throw-away database); times `report --all` and `report
+//! --stack host-03` (each stack's reports and the summary, built and
+//! rendered as the command does).
+
+mod fleet;
 
 use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant};
@@ -232,6 +241,22 @@ fn verdict_row(kind: VerdictKind, effect: f64, at: DateTime<Utc>) -> NewVerdict 
     }
 }
 
+/// A day's noise floor of `stack` (its key in the ledger).
+fn floor(stack: &str, live: &Digest, value: f64, at: DateTime<Utc>) -> NewNoiseFloor {
+    NewNoiseFloor {
+        stack: stack.into(),
+        profile_digest: live.clone(),
+        value,
+        n: 8,
+        method: "bench fixture".into(),
+        measured_at: at,
+        experiment_id: None,
+        load1: Some(0.5),
+        cpu_pressure: Some(0.02),
+        contention: Some(1.0),
+    }
+}
+
 /// Writes the year, one transaction per week, into `path`.
 async fn generate(path: &std::path::Path) -> Counts {
     let ledger = Ledger::open(path).await.unwrap();
@@ -246,20 +271,11 @@ async fn generate(path: &std::path::Path) -> Counts {
         let week_start = year_start() + Duration::weeks(w);
         let mut tx = ledger.begin_write().await.unwrap();
         for d in 0..7 {
-            tx.insert_noise_floor(&NewNoiseFloor {
-                stack: "bench".into(),
-                profile_digest: live.clone(),
-                value: if w < 30 { 0.01 } else { 0.03 } + rng.random::<f64>() * 0.002,
-                n: 8,
-                method: "bench fixture".into(),
-                measured_at: week_start + Duration::days(d) + Duration::minutes(1),
-                experiment_id: None,
-                load1: Some(0.5),
-                cpu_pressure: Some(0.02),
-                contention: Some(1.0),
-            })
-            .await
-            .unwrap();
+            let value = if w < 30 { 0.01 } else { 0.03 } + rng.random::<f64>() * 0.002;
+            let at = week_start + Duration::days(d) + Duration::minutes(1);
+            tx.insert_noise_floor(&floor("bench", &live, value, at))
+                .await
+                .unwrap();
         }
         for k in 0..CYCLES_PER_WEEK {
             let i = w * CYCLES_PER_WEEK + k;
@@ -284,6 +300,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::args().any(|a| a == "--fleet") {
+        fleet::main(&rt);
+        return;
+    }
     let path = db_path();
     let cached = path.is_file();
     if !cached {
