@@ -255,6 +255,7 @@ impl AbSchedule {
             Step::Decided(mut d) => {
                 let stands = d.too_noisy.is_some()
                     || (matches!(d.kind, VerdictKind::Win | VerdictKind::Loss)
+                        && self.within_the_bound()
                         && self
                             .test
                             .earlier_look_against(d.kind, self.policy.min_floor)
@@ -271,6 +272,20 @@ impl AbSchedule {
             return Next::NeedsFloor;
         }
         Next::Run
+    }
+
+    /// Whether the A/B's own pairs are consistent with the bound's premise,
+    /// that the machine's floor is at most the bound: the floor their own
+    /// spread implies ([`SequentialTest::own_floor`]) is not above it.
+    /// Where it is, a floor-first A/B would not have run at all (the floor
+    /// would have been too noisy), so the bound may not decide: the floor
+    /// is measured, and decides. Seen on real runs: under CPU hogs a
+    /// same-speed candidate won and lost against the bound while the
+    /// floors measured beside it were 55% and 138%
+    /// (`noisy_machine::a_same_speed_candidate_under_cpu_hogs_is_never_staged`).
+    fn within_the_bound(&self) -> bool {
+        let bound = self.policy.max_floor.map_or(f64::INFINITY, |b| b.get());
+        self.test.own_floor().is_none_or(|own| own <= bound)
     }
 
     /// The verdict when the floor this A/B waits for could not be measured:
@@ -761,6 +776,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn pairs_noisier_than_the_bound_do_not_decide_against_it() {
+        // Block effects spread as a floor of about 0.57 would (> the bound,
+        // ln 1.5 = 0.41), all far below zero: without the premise check the
+        // bound calls this a win; a floor-first A/B would never have run.
+        let effects = [-2.4, -1.6, -2.0, -2.2, -1.8, -2.1];
+        let s = AbSchedule::against_bound(bounded(), 1).unwrap();
+        let noisy = Floor::try_from(0.6).unwrap();
+        let r = drive_bound(s, |b| effects[b % effects.len()], noisy);
+        assert!(r.floor_asked_at.is_some(), "{r:?}");
+        assert!(!r.decision.against_bound, "{r:?}");
+        // The same blocks with the spread of a quiet machine win at once.
+        let quiet = [-2.0, -2.02, -1.98, -2.01];
+        let s = AbSchedule::against_bound(bounded(), 1).unwrap();
+        let r = drive_bound(s, |b| quiet[b % quiet.len()], floor());
+        assert_eq!(r.floor_asked_at, None, "{r:?}");
+        assert!(r.decision.against_bound && r.decision.kind == VerdictKind::Win);
     }
 
     #[test]

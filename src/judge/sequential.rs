@@ -198,6 +198,12 @@ impl SequentialTest {
         self.blocks.estimate(self.floor, self.policy.boundary())
     }
 
+    /// The noise floor the accepted blocks' own spread implies (`√2 · s`,
+    /// on the floor's scale); `None` before two blocks.
+    pub fn own_floor(&self) -> Option<f64> {
+        self.blocks.own_floor()
+    }
+
     /// Blocks discarded so far.
     pub fn discards(&self) -> Discards {
         self.discards
