@@ -145,6 +145,7 @@ mod tests {
             applied_to: None,
             apply_refusal: None,
             apply_refused_at: None,
+            confirmed_by_stack: None,
         }
     }
 

@@ -80,6 +80,8 @@ fn default_menu_dir() -> PathBuf {
 pub(super) struct RawStack {
     pub name: String,
     pub class: Option<String>,
+    #[serde(default)]
+    pub class_confirm_wait_s: u64,
     pub live_profile: PathBuf,
     #[serde(default = "default_work_dir")]
     pub work_dir: PathBuf,

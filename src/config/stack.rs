@@ -26,6 +26,10 @@ pub struct Stack {
     pub name: String,
     /// `[stack] class`: identical hosts (one hardware model) share it.
     pub class: Option<String>,
+    /// `[stack] class_confirm_wait_s`: how long a win of this stack is left
+    /// to its classmates to confirm before its own daemon confirms it (zero:
+    /// at once). While it waits, this stack's cycles refresh its noise floor.
+    pub class_confirm_wait: std::time::Duration,
     pub live_profile: PathBuf,
     /// Scratch space for bench outputs and candidate profiles.
     pub work_dir: PathBuf,
@@ -129,6 +133,13 @@ impl TryFrom<(RawStack, &Path)> for Stack {
                     .into(),
             );
         }
+        if rs.class_confirm_wait_s > 0 && rs.class.is_none() {
+            return Err(format!(
+                "[stack] class_confirm_wait_s = {} leaves wins to classmates, but the stack names no \
+                 [stack] class: name the hardware model its hosts share, or remove class_confirm_wait_s",
+                rs.class_confirm_wait_s
+            ));
+        }
         let bench = rs
             .bench
             .map(|b| Bench::try_from((b, base_dir)))
@@ -149,6 +160,7 @@ impl TryFrom<(RawStack, &Path)> for Stack {
         Ok(Stack {
             name: rs.name,
             class: rs.class,
+            class_confirm_wait: std::time::Duration::from_secs(rs.class_confirm_wait_s),
             live_profile: base_dir.join(&rs.live_profile),
             work_dir: base_dir.join(&rs.work_dir),
             expert_bytes: rs.expert_bytes,

@@ -1,8 +1,15 @@
 //! A confirmation cycle: which win waits for its independent second A/B
-//! (a win on the live profile, or one whose confirmation was cut short),
-//! and that A/B, which stages the win when it wins again.
+//! (a win on the live profile, or one whose confirmation was cut short;
+//! this stack's own, or a classmate's, see [`super::classmate`]), and that
+//! A/B, which stages the win when it wins again. Whoever confirms a win
+//! claims it first ([`Ledger::claim_confirmation`]): of a win's own daemon
+//! and its classmates, exactly one measures its confirmation.
+//!
+//! [`Ledger::claim_confirmation`]: crate::ledger::Ledger::claim_confirmation
 
 use std::path::Path;
+
+use chrono::{DateTime, Utc};
 
 use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
@@ -15,15 +22,77 @@ use crate::profile::Profile;
 use crate::profile::ProfileFile;
 use crate::vocab::{Digest, VerdictKind};
 
+/// The win a cycle's confirmation step found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// This stack's own win: this cycle confirms it.
+    Own(ExperimentId),
+    /// A classmate's win on this live profile: this cycle confirms it if
+    /// it wins the claim.
+    Classmate(ExperimentId),
+    /// This stack's win, left to its classmates until `until`
+    /// (`[stack] class_confirm_wait_s`).
+    Waiting {
+        win: ExperimentId,
+        until: DateTime<Utc>,
+    },
+}
+
+impl Pending {
+    pub(super) fn win(self) -> ExperimentId {
+        match self {
+            Pending::Own(w) | Pending::Classmate(w) | Pending::Waiting { win: w, .. } => w,
+        }
+    }
+}
+
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// The win this cycle confirms or waits on: this stack's own (see
+    /// [`Self::own_pending_win`]) unless a classmate has claimed it, else a
+    /// classmate's unconfirmed win on this live profile.
+    pub(super) async fn pending_win(
+        &self,
+        live: &ProfileFile,
+    ) -> Result<Option<Pending>, LedgerError> {
+        let Some(first) = self.own_pending_win(live).await? else {
+            return Ok(self.classmate_win(live).await?.map(Pending::Classmate));
+        };
+        match self.ledger.confirmation_claim(first).await? {
+            Some(claim)
+                if !claim.interrupted
+                    && claim.stack.as_deref() != self.ledger.scope().map(|s| s.name.as_str()) =>
+            {
+                tracing::debug!(
+                    win = %first,
+                    by = claim.stack.as_deref().unwrap_or_default(),
+                    "a classmate confirms this stack's win"
+                );
+                Ok(self.classmate_win(live).await?.map(Pending::Classmate))
+            }
+            // Not claimed yet: it may be left to the classmates a while.
+            None if !self.config.stack.class_confirm_wait.is_zero() => {
+                let wait = chrono::Duration::from_std(self.config.stack.class_confirm_wait)
+                    .unwrap_or(chrono::Duration::MAX);
+                let decided = self.ledger.verdict(first).await?.map(|v| v.decided_at);
+                match decided.and_then(|d| d.checked_add_signed(wait)) {
+                    Some(until) if self.clock.now() < until => {
+                        Ok(Some(Pending::Waiting { win: first, until }))
+                    }
+                    _ => Ok(Some(Pending::Own(first))),
+                }
+            }
+            _ => Ok(Some(Pending::Own(first))),
+        }
+    }
+
     /// The last experiment, when it is a win on the live profile that no
-    /// experiment has confirmed yet.
+    /// experiment of this stack has confirmed yet.
     ///
     /// A confirmation cut short by a shutdown or a crash (its cycle
     /// `aborted`, its verdict `failed`) did not judge the win, so the win is
     /// confirmed again, up to [`MAX_INTERRUPTED_CONFIRMATIONS`] times; else
     /// a daemon stopped at the wrong moment would silently drop a win.
-    pub(super) async fn pending_win(
+    async fn own_pending_win(
         &self,
         live: &ProfileFile,
     ) -> Result<Option<ExperimentId>, LedgerError> {
@@ -72,14 +141,43 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         Ok(Some(first))
     }
 
-    /// The independent second A/B of a win; stages it when it wins again.
+    /// While this stack's win `win` is left to its classmates, the cycle
+    /// refreshes the noise floor (a scheduled A/A, which the confirmation
+    /// needs after its win anyway and which leaves the win the last
+    /// experiment to confirm).
+    pub(super) async fn wait_for_classmates(
+        &mut self,
+        id: CycleId,
+        win: ExperimentId,
+        until: DateTime<Utc>,
+        live: &ProfileFile,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let method = self.ledger.experiment(win).await?.method;
+        let scorer = self
+            .scorers
+            .for_live(method)
+            .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+        tracing::info!(
+            cycle = %id,
+            %win,
+            class = self.config.stack.class.as_deref().unwrap_or_default(),
+            "win #{win} is left to this stack's classmates to confirm until {until}; refreshing the noise floor meanwhile"
+        );
+        r.scheduled = Some("noise floor refresh");
+        self.remeasure(id, None, live, &scorer, r).await
+    }
+
+    /// The independent second A/B of a win (this stack's or a classmate's);
+    /// stages it when it wins again. `false` when another stack claimed the
+    /// win first: nothing was recorded, and the cycle does something else.
     pub(super) async fn confirm(
         &mut self,
         id: CycleId,
         first: ExperimentId,
         live: &ProfileFile,
         r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+    ) -> Result<bool, Stop> {
         let original = self.ledger.experiment(first).await?;
         r.menu_id = Some(original.menu_id);
         r.params = Some(original.parameters.clone());
@@ -98,18 +196,38 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .scorers
             .for_candidate(original.method)
             .ok_or_else(|| Stop::Failed(no_scorer(original.method)))?;
-        let experiment_id = self
+        let confirmation = self.new_experiment(
+            id,
+            Origin::Confirmation {
+                original: &original,
+            },
+            scorer.method(),
+            &live.profile,
+            &candidate.profile,
+        );
+        let Some(experiment_id) = self
             .ledger
-            .insert_experiment(&self.new_experiment(
-                id,
-                Origin::Confirmation {
-                    original: &original,
-                },
-                scorer.method(),
-                &live.profile,
-                &candidate.profile,
-            ))
-            .await?;
+            .claim_confirmation(first, &confirmation, self.clock.now())
+            .await?
+        else {
+            tracing::info!(
+                cycle = %id,
+                win = %first,
+                "another stack of the class claimed this win's confirmation first; this cycle does something else"
+            );
+            (r.menu_id, r.params, r.scheduled) = (None, None, None);
+            return Ok(false);
+        };
+        let win_cycle = self.ledger.cycle(original.cycle_id).await?;
+        if win_cycle.stack.as_deref() != self.ledger.scope().map(|s| s.name.as_str()) {
+            tracing::info!(
+                cycle = %id,
+                win = %first,
+                "confirming stack {}'s win #{first} (class {}) on this host",
+                win_cycle.stack.as_deref().unwrap_or("(unnamed)"),
+                win_cycle.class.as_deref().unwrap_or_default(),
+            );
+        }
         r.experiment_id = Some(experiment_id);
         // Failed once it is recorded, so the next cycle does not retry it.
         if let Err(e) = self.menu.entry(original.menu_id) {
@@ -138,7 +256,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             tracing::info!(%stage, "a confirmed win is staged: `orchestrator stage show {stage}`");
             r.staged = Some(stage);
         }
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -9,7 +9,12 @@
 //!    profile (a `remeasure`, [`floor_refresh`]);
 //! 2. else, when the last experiment was an unconfirmed win on the live
 //!    profile, the cycle is its independent confirmation (and stages it when
-//!    it wins again, [`confirmation`]);
+//!    it wins again, [`confirmation`]); with no win of its own, a stack of a
+//!    `[stack] class` confirms a classmate's unconfirmed win on its live
+//!    profile instead ([`classmate`]). Whoever confirms claims the win
+//!    first; a cycle that loses the claim goes on to 3. A stack with
+//!    `[stack] class_confirm_wait_s` leaves its own win that long to its
+//!    classmates, refreshing its noise floor meanwhile;
 //! 3. else, when confirmed wins on two or more different menu entries are
 //!    staged against the live profile and their combination was not tried
 //!    yet, the cycle measures the combined candidate ([`composition`]);
@@ -22,6 +27,7 @@
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
 
+mod classmate;
 mod composition;
 mod confirmation;
 mod experiment;
@@ -33,6 +39,7 @@ mod screen;
 
 use std::path::{Path, PathBuf};
 
+use confirmation::Pending;
 pub use floor::{CurrentFloor, Freshness};
 pub use line::CycleReport;
 
@@ -186,7 +193,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // it: the two decisions must not share the noise of one floor.
         let pending = self.pending_win(&live).await?;
         let not_before = match pending {
-            Some(first) => self.ledger.verdict(first).await?.map(|v| v.decided_at),
+            Some(p) => self.ledger.verdict(p.win()).await?.map(|v| v.decided_at),
             None => None,
         };
 
@@ -211,9 +218,18 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             }
         }
 
-        // 2. An unconfirmed win on the live profile is confirmed first.
-        if let Some(first) = pending {
-            return self.confirm(id, first, &live, r).await;
+        // 2. An unconfirmed win on the live profile is confirmed first
+        //    (unless a classmate claimed it first).
+        match pending {
+            Some(Pending::Waiting { win, until }) => {
+                return self.wait_for_classmates(id, win, until, &live, r).await;
+            }
+            Some(Pending::Own(first) | Pending::Classmate(first)) => {
+                if self.confirm(id, first, &live, r).await? {
+                    return Ok(());
+                }
+            }
+            None => {}
         }
 
         // 3. Staged wins on different knobs are combined.

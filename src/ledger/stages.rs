@@ -73,6 +73,22 @@ pub struct Stage {
     /// Why an approved stage's profile was not written.
     pub apply_refusal: Option<String>,
     pub apply_refused_at: Option<DateTime<Utc>>,
+    /// The stack whose cycle ran the confirmation: its own `stack`, or a
+    /// classmate's (`[stack] class`); `None` for a stage from before
+    /// classmates confirmed each other (migration 20261201230001).
+    pub confirmed_by_stack: Option<String>,
+}
+
+impl Stage {
+    /// The classmate that confirmed it, when not its own stack.
+    pub fn confirmed_elsewhere(&self) -> Option<&str> {
+        confirmed_elsewhere(self.stack.as_deref(), self.confirmed_by_stack.as_deref())
+    }
+}
+
+/// `by` when it names another stack than `stack`.
+fn confirmed_elsewhere<'a>(stack: Option<&str>, by: Option<&'a str>) -> Option<&'a str> {
+    by.filter(|b| Some(*b) != stack)
 }
 
 from_row!(Stage, |row| {
@@ -100,6 +116,7 @@ from_row!(Stage, |row| {
         applied_to: row.try_get("applied_to")?,
         apply_refusal: row.try_get("apply_refusal")?,
         apply_refused_at: row.try_get("apply_refused_at")?,
+        confirmed_by_stack: row.try_get("confirmed_by_stack")?,
     })
 });
 
@@ -128,12 +145,21 @@ pub struct StageSummary {
     pub applied_at: Option<DateTime<Utc>>,
     /// Why an approved stage's profile was not written.
     pub apply_refusal: Option<String>,
+    /// The stack whose cycle ran the confirmation (see [`Stage`]).
+    pub confirmed_by_stack: Option<String>,
+    /// That cycle's class.
+    pub confirmed_in_class: Option<String>,
 }
 
 impl StageSummary {
     /// How long it has been waiting (or waited) since it was staged.
     pub fn age(&self, now: DateTime<Utc>) -> chrono::Duration {
         now - self.created_at
+    }
+
+    /// The classmate that confirmed it, when not its own stack.
+    pub fn confirmed_elsewhere(&self) -> Option<&str> {
+        confirmed_elsewhere(self.stack.as_deref(), self.confirmed_by_stack.as_deref())
     }
 }
 
@@ -158,6 +184,8 @@ from_row!(StageSummary, |row| {
         stack: row.try_get("stack")?,
         applied_at: row.try_get("applied_at")?,
         apply_refusal: row.try_get("apply_refusal")?,
+        confirmed_by_stack: row.try_get("confirmed_by_stack")?,
+        confirmed_in_class: row.try_get("confirmed_in_class")?,
     })
 });
 
@@ -174,11 +202,15 @@ pub struct StageDetail {
     pub confirmation_verdict: Verdict,
     /// For a composite: the staged wins it applies, best first; else empty.
     pub parts: Vec<StagePart>,
+    /// The class of the cycle that ran the confirmation.
+    pub confirmed_in_class: Option<String>,
 }
 
 pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, \
+     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, s.confirmed_by_stack, \
+     (SELECT kc.class FROM experiments k JOIN cycles kc ON kc.id = k.cycle_id WHERE k.id = s.confirmation_id) \
+     AS confirmed_in_class, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
@@ -187,7 +219,9 @@ pub(crate) const SQL_STAGES_BY_STATE: &str = "SELECT s.id, s.experiment_id, s.st
 
 pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, e.menu_id, e.parameters, \
      s.effect, s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.base_digest, \
-     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, \
+     s.decided_at, s.decided_by, s.stack, s.applied_at, s.apply_refusal, s.confirmed_by_stack, \
+     (SELECT kc.class FROM experiments k JOIN cycles kc ON kc.id = k.cycle_id WHERE k.id = s.confirmation_id) \
+     AS confirmed_in_class, \
      coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
      AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \
@@ -237,9 +271,11 @@ async fn insert(
         };
         sqlx::query_scalar(
             "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
-             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at, stack) \
+             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at, stack, \
+             confirmed_by_stack) \
              VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10, \
-             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $1)) \
+             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $1), \
+             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $2)) \
              RETURNING id",
         )
         .bind(experiment_id)
@@ -316,6 +352,13 @@ async fn detail(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<StageDetail> {
             .await?
             .ok_or_else(|| cx.not_found("verdict of experiment", confirmation.id.0))?;
         let parts = compositions::parts_of_experiment((&mut *c).into(), cx, experiment.id).await?;
+        let confirmed_in_class = sqlx::query_scalar(
+            "SELECT c.class FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $1",
+        )
+        .bind(confirmation.id)
+        .fetch_one(&mut *c)
+        .await
+        .map_err(cx.err("read a stage"))?;
         Ok(StageDetail {
             stage,
             experiment,
@@ -325,6 +368,7 @@ async fn detail(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<StageDetail> {
             confirmation_runs,
             confirmation_verdict,
             parts,
+            confirmed_in_class,
         })
     })
 }

@@ -101,6 +101,9 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
             display::age(s.age(now)),
             s.base_digest.short(),
         );
+        if let Some(on) = confirmed_on(s.confirmed_elsewhere(), s.confirmed_in_class.as_deref()) {
+            println!("      {on}");
+        }
     }
     Ok(())
 }
@@ -131,8 +134,25 @@ fn labelled_json(s: &crate::ledger::StageSummary) -> serde_json::Value {
             o.insert("bound_percent".into(), json!(pct(s.noise_floor)));
             o.remove("noise_floor");
         }
+        o.insert(
+            "confirmed_on".into(),
+            json!(confirmed_on(
+                s.confirmed_elsewhere(),
+                s.confirmed_in_class.as_deref()
+            )),
+        );
     }
     v
+}
+
+/// "confirmed on stack B (class K)" for a stage a classmate confirmed;
+/// `None` when its own stack did.
+fn confirmed_on(by: Option<&str>, class: Option<&str>) -> Option<String> {
+    let by = by?;
+    Some(match class {
+        Some(class) => format!("confirmed on stack {by} (class {class})"),
+        None => format!("confirmed on stack {by}"),
+    })
 }
 
 /// A stage's parameters: its experiment's, or for a composite each part's.
@@ -191,6 +211,10 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
             "detail": detail,
             "apply": detail.stage.apply().status(),
             "apply_summary": apply,
+            "confirmed_on": confirmed_on(
+                detail.stage.confirmed_elsewhere(),
+                detail.confirmed_in_class.as_deref()
+            ),
             "live_profile": here.then_some(&config.stack.live_profile),
             "live_digest": live.as_ref().map(|p| p.digest()),
             "diff_against_live": diff,
@@ -276,6 +300,9 @@ fn print_detail(
     );
     if let Some(stack) = &s.stack {
         println!("stack    {stack}");
+    }
+    if let Some(on) = confirmed_on(s.confirmed_elsewhere(), d.confirmed_in_class.as_deref()) {
+        println!("         {on}: its independent A/B ran on that host");
     }
     println!("base     {}", s.base_digest);
     println!("staged   {}", s.candidate_digest);

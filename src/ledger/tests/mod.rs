@@ -13,6 +13,7 @@ use tokio::sync::Barrier;
 
 mod applies;
 mod check;
+mod claims;
 mod compositions;
 mod costs;
 mod open;

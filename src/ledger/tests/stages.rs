@@ -81,6 +81,7 @@ async fn stage_round_trip_list_and_show() {
                 applied_to: None,
                 apply_refusal: None,
                 apply_refused_at: None,
+                confirmed_by_stack: None,
             }
         );
 
