@@ -171,6 +171,22 @@ fn cache_spare_slots_defaults_to_none_and_is_bounded() {
 }
 
 #[test]
+fn the_class_confirm_wait_defaults_to_none_and_needs_a_class() {
+    let stack = parse(&default_text()).unwrap().stack;
+    assert!(stack.class_confirm_wait.is_zero());
+    let with = |lines: &str| default_text().replacen("[stack]\n", &format!("[stack]\n{lines}"), 1);
+    let stack = parse(&with("class = \"spark\"\nclass_confirm_wait_s = 90\n"))
+        .unwrap()
+        .stack;
+    assert_eq!(stack.class_confirm_wait, std::time::Duration::from_secs(90));
+    let msg = err(&with("class_confirm_wait_s = 90\n"));
+    assert!(
+        msg.contains("class_confirm_wait_s = 90 leaves wins to classmates, but the stack names no [stack] class"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_non_loopback_metrics_address_needs_allow_remote() {
     let msg = err(&default_text().replace("127.0.0.1:9464", "0.0.0.0:9464"));
     assert!(msg.contains("not loopback"), "{msg}");

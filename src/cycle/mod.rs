@@ -220,16 +220,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
         // 2. An unconfirmed win on the live profile is confirmed first
         //    (unless a classmate claimed it first).
-        match pending {
-            Some(Pending::Waiting { win, until }) => {
-                return self.wait_for_classmates(id, win, until, &live, r).await;
-            }
-            Some(Pending::Own(first) | Pending::Classmate(first)) => {
-                if self.confirm(id, first, &live, r).await? {
-                    return Ok(());
-                }
-            }
-            None => {}
+        if let Some(Pending::Waiting { win, until }) = pending {
+            return self.wait_for_classmates(id, win, until, &live, r).await;
+        }
+        if let Some(Pending::Own(first) | Pending::Classmate(first)) = pending
+            && self.confirm(id, first, &live, r).await?
+        {
+            return Ok(());
         }
 
         // 3. Staged wins on different knobs are combined.

@@ -29,6 +29,7 @@
 //! | `RecentExperiments`           | primary key (rowid order, newest first), then `cycles`' for the stack |
 //! | `DuplicateDecided`            | `experiments_by_identity`                 |
 //! | `Confirmations`               | `experiments_by_confirmation`             |
+//! | `ClassmateWins`               | `experiments_by_base`, then primary and unique keys |
 //! | `ExperimentRuns`              | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
 //! | `ExperimentVerdict`           | `sqlite_autoindex_verdicts_1` (experiment_id) |
 //! | `LatestNoiseFloor`            | `noise_floors_by_stack`                   |

@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Conn, Ledger, Result, compositions, cycles, experiments, noise, proposals, references, report,
-    runs, stages, verdicts,
+    Conn, Ledger, Result, claims, compositions, cycles, experiments, noise, proposals, references,
+    report, runs, stages, verdicts,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -21,6 +21,7 @@ pub enum NamedQuery {
     DecidedOn,
     PlannerRefusalsOn,
     Confirmations,
+    ClassmateWins,
     ExperimentRuns,
     ExperimentVerdict,
     LatestNoiseFloor,
@@ -58,6 +59,7 @@ impl NamedQuery {
         NamedQuery::DecidedOn,
         NamedQuery::PlannerRefusalsOn,
         NamedQuery::Confirmations,
+        NamedQuery::ClassmateWins,
         NamedQuery::ExperimentRuns,
         NamedQuery::ExperimentVerdict,
         NamedQuery::LatestNoiseFloor,
@@ -96,6 +98,7 @@ impl NamedQuery {
             NamedQuery::DecidedOn => experiments::SQL_DECIDED_ON,
             NamedQuery::PlannerRefusalsOn => proposals::SQL_PLANNER_REFUSALS_ON,
             NamedQuery::Confirmations => experiments::SQL_CONFIRMATIONS,
+            NamedQuery::ClassmateWins => claims::SQL_CLASSMATE_WINS,
             NamedQuery::ExperimentRuns => runs::SQL_EXPERIMENT_RUNS,
             NamedQuery::ExperimentVerdict => verdicts::SQL_EXPERIMENT_VERDICT,
             NamedQuery::LatestNoiseFloor => noise::SQL_LATEST_NOISE_FLOOR,

@@ -76,6 +76,12 @@ pub async fn stage_win_on(ledger: &Ledger, base: &Profile, candidate: &Profile) 
         .expect("a confirmed win is staged")
 }
 
+/// [`unconfirmed_win`] of `win` through an open ledger handle (scoped to
+/// a stack and class, whose cycle then carries them).
+pub async fn unconfirmed_win_on(ledger: &Ledger, base: &Profile, candidate: &Profile, win: &Win) {
+    record_win_on(ledger, base, candidate, false, win).await;
+}
+
 async fn record_win_on(
     ledger: &Ledger,
     base: &Profile,
