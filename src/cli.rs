@@ -78,6 +78,11 @@ pub enum StageCommand {
         /// A note recorded with the approval
         #[arg(long, value_name = "TEXT")]
         note: Option<String>,
+        /// Approve it for every host of its stack's `[stack] class` (a
+        /// shared PostgreSQL ledger): each daemon of the class whose live
+        /// profile is the stage's base applies it to its own
+        #[arg(long)]
+        class: bool,
     },
     /// Refuse a staged win
     Reject {

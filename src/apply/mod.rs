@@ -146,6 +146,7 @@ mod tests {
             apply_refusal: None,
             apply_refused_at: None,
             confirmed_by_stack: None,
+            approved_for_class: None,
         }
     }
 

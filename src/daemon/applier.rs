@@ -6,6 +6,11 @@
 //! (`crate::apply`), or records why it did not. It never restarts the
 //! stack: it logs the command line that would.
 //!
+//! A stage approved for its class (`stage approve --class`) is applied the
+//! same way by every other daemon of that class, each to its own live
+//! profile and recorded per host (`stage_applies`): written when that
+//! profile is the stage's base, else refused with the reason.
+//!
 //! A failed attempt (the live profile unreadable, the ledger unreachable)
 //! is logged and left unsettled, so the next cycle tries again; only the
 //! cycle itself stops the daemon on a ledger that cannot be written.
@@ -15,7 +20,7 @@ use chrono::Utc;
 
 use crate::apply::{self, Check};
 use crate::config::Config;
-use crate::ledger::{ApplyOutcome, Ledger, Stage, StageApply, StageId};
+use crate::ledger::{ApplyOutcome, Ledger, LedgerError, Stage, StageApply, StageId, WriteTx};
 
 /// Applies the approved, unsettled stages of this daemon's stack (its
 /// ledger handle is scoped to it), oldest approval first.
@@ -29,8 +34,21 @@ pub async fn apply_approved(config: &Config, ledger: &Ledger) {
             return;
         }
     };
-    for stage in waiting {
-        if let Err(e) = apply_one(config, ledger, stage.id).await {
+    let for_class = match ledger.class_stages_to_apply().await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(
+                "cannot list the stages approved for this stack's class ({e}); trying again at the next cycle"
+            );
+            Vec::new()
+        }
+    };
+    let waiting = waiting
+        .into_iter()
+        .map(|s| (s, Whose::Own))
+        .chain(for_class.into_iter().map(|s| (s, Whose::Class)));
+    for (stage, whose) in waiting {
+        if let Err(e) = apply_one(config, ledger, stage.id, whose).await {
             tracing::error!(
                 stage = %stage.id,
                 "approved stage {} was not applied: {e:#}; trying again at the next cycle",
@@ -40,7 +58,36 @@ pub async fn apply_approved(config: &Config, ledger: &Ledger) {
     }
 }
 
-async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Result<()> {
+/// Whose apply a stage is: this stack's own stage's (the stages columns),
+/// or one approved for this stack's class (its row in `stage_applies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    Own,
+    Class,
+}
+
+/// Settles the apply as `whose` says; `false` when it was settled already.
+async fn settle(
+    tx: &mut WriteTx,
+    whose: Whose,
+    id: StageId,
+    outcome: ApplyOutcome<'_>,
+    by: &str,
+    to: &str,
+    now: chrono::DateTime<Utc>,
+) -> Result<bool, LedgerError> {
+    match whose {
+        Whose::Own => tx.settle_apply(id, outcome, by, to, now).await,
+        Whose::Class => tx.settle_class_apply(id, outcome, by, to, now).await,
+    }
+}
+
+async fn apply_one(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+    whose: Whose,
+) -> anyhow::Result<()> {
     let live_path = &config.stack.live_profile;
     let to = live_path.display().to_string();
     let by = format!(
@@ -52,7 +99,7 @@ async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Res
     // Held across the file write, as `stage approve` holds its own.
     let mut tx = ledger.begin_write().await?;
     let stage = tx.stage(id).await?;
-    if stage.apply() != StageApply::Waiting {
+    if whose == Whose::Own && stage.apply() != StageApply::Waiting {
         return Ok(());
     }
     let now = Utc::now();
@@ -62,9 +109,16 @@ async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Res
     match check {
         Check::Refuse(why) => {
             let why = why.to_string();
-            if tx
-                .settle_apply(id, ApplyOutcome::Refused(&why), &by, &to, now)
-                .await?
+            if settle(
+                &mut tx,
+                whose,
+                id,
+                ApplyOutcome::Refused(&why),
+                &by,
+                &to,
+                now,
+            )
+            .await?
             {
                 tx.commit().await?;
                 tracing::warn!(
@@ -76,10 +130,7 @@ async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Res
             }
         }
         Check::AlreadyLive => {
-            if tx
-                .settle_apply(id, ApplyOutcome::Applied, &by, &to, now)
-                .await?
-            {
+            if settle(&mut tx, whose, id, ApplyOutcome::Applied, &by, &to, now).await? {
                 tx.commit().await?;
                 tracing::info!(
                     stage = %id,
@@ -91,10 +142,7 @@ async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Res
         Check::Write { candidate, live } => {
             // Settled before the write: a daemon that finds it settled
             // writes nothing.
-            if !tx
-                .settle_apply(id, ApplyOutcome::Applied, &by, &to, now)
-                .await?
-            {
+            if !settle(&mut tx, whose, id, ApplyOutcome::Applied, &by, &to, now).await? {
                 return Ok(());
             }
             let written_by = format!(
@@ -126,6 +174,11 @@ async fn apply_one(config: &Config, ledger: &Ledger, id: StageId) -> anyhow::Res
     Ok(())
 }
 
-fn approver(stage: &Stage) -> &str {
-    stage.decided_by.as_deref().unwrap_or("nobody recorded")
+/// Who approved it, and for which class when for one.
+fn approver(stage: &Stage) -> String {
+    let by = stage.decided_by.as_deref().unwrap_or("nobody recorded");
+    match &stage.approved_for_class {
+        Some(class) => format!("{by}, for class {class}"),
+        None => by.to_string(),
+    }
 }

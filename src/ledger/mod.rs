@@ -55,7 +55,7 @@
 //! then one file per table family: `cycles` (cycles, observations, the
 //! `orchestrator ledger` listing), `proposals`, `experiments` (with the
 //! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, `claims` (which stack confirms a win), `applies` (whether an approved stage reached its stack's live
+//! `stages`, `claims` (which stack confirms a win), `class_applies` (a stage approved for its class, applied by each classmate), `applies` (whether an approved stage reached its stack's live
 //! profile), `compositions` (which staged wins a composite applies),
 //! `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
@@ -120,6 +120,7 @@ mod applies;
 mod backend;
 mod check;
 mod claims;
+mod class_applies;
 mod codec;
 mod compositions;
 mod costs;
@@ -163,6 +164,7 @@ use backend::{Pool, PooledConn, Tx};
 pub use applies::{ApplyOutcome, StageApply};
 pub use check::{CheckContext, Rule, Violation};
 pub use claims::ConfirmationClaim;
+pub use class_applies::HostApply;
 pub use compositions::{Composition, NewComposition, StagePart, stage_label};
 pub use costs::CycleCost;
 pub use cycles::{

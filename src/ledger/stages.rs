@@ -77,6 +77,9 @@ pub struct Stage {
     /// classmate's (`[stack] class`); `None` for a stage from before
     /// classmates confirmed each other (migration 20261201230001).
     pub confirmed_by_stack: Option<String>,
+    /// The class it was approved for (`stage approve --class`): each of the
+    /// class's daemons applies it to its own live profile.
+    pub approved_for_class: Option<String>,
 }
 
 impl Stage {
@@ -117,6 +120,7 @@ from_row!(Stage, |row| {
         apply_refusal: row.try_get("apply_refusal")?,
         apply_refused_at: row.try_get("apply_refused_at")?,
         confirmed_by_stack: row.try_get("confirmed_by_stack")?,
+        approved_for_class: row.try_get("approved_for_class")?,
     })
 });
 

@@ -303,3 +303,143 @@ fn a_stack_leaves_its_own_win_to_its_classmates_for_the_wait_then_confirms_it_it
     let listed: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed[0]["confirmed_on"], Value::Null, "{listed:#?}");
 }
+
+#[test]
+fn a_stage_approved_for_the_class_is_applied_by_each_host_whose_live_profile_is_its_base() {
+    let _heavy = crate::common::heavy();
+    let url = fresh_database("class_approve");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = Host::new(&url, "box-a");
+    let b = Host::new(&url, "box-b");
+    let c = Host::new(&url, "box-c");
+    let base = a.live();
+    assert_eq!(b.live().digest(), base.digest());
+    // box-c's live profile moved on: the stage's evidence is not about it.
+    let moved = staged::variant(&base, 0.005);
+    std::fs::write(c.live_path(), moved.canonical()).unwrap();
+    let candidate = staged::variant(&base, 0.003);
+    let id = rt.block_on(async {
+        let ledger = ledger_of(&url, "box-a").await;
+        let id = staged::stage_win_on(&ledger, &base, &candidate).await;
+        ledger.close().await;
+        id
+    });
+
+    let out = b.run(&[
+        "stage",
+        "approve",
+        &id.to_string(),
+        "--class",
+        "--by",
+        "alice",
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("Approved for class tiny"), "{log}");
+    assert_eq!(b.live().digest(), base.digest(), "the CLI writes no file");
+
+    // Each daemon applies it at start: its own stack's, and a classmate's.
+    for host in [&a, &b] {
+        let out = host.run(&["run", "--cycles", "0"]);
+        let log = text(&out);
+        assert!(out.status.success(), "{log}");
+        assert!(
+            log.contains(&format!(
+                "applied approved stage {id} (by alice, for class tiny)"
+            )),
+            "{log}"
+        );
+        assert_eq!(host.live().digest(), candidate.digest(), "{log}");
+    }
+    let out = c.run(&["run", "--cycles", "0"]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "approved stage {id} (by alice, for class tiny) NOT applied"
+        )),
+        "{log}"
+    );
+    assert_eq!(c.live().digest(), moved.digest());
+    // Settled once: a second start applies nothing.
+    let again = b.run(&["run", "--cycles", "0"]);
+    assert!(
+        !text(&again).contains("applied approved stage"),
+        "{}",
+        text(&again)
+    );
+
+    // `stage show` lists each host's apply.
+    let shown = c.run(&["stage", "show", &id.to_string()]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    for needed in [
+        format!(
+            "applied to {} by the daemon of stack box-a",
+            a.live_path().display()
+        ),
+        "approved for class tiny: each other host of the class applies it".to_string(),
+        format!(
+            "box-b          applied to {} by the daemon of stack box-b",
+            b.live_path().display()
+        ),
+        "box-c          NOT applied: the live profile changed".to_string(),
+    ] {
+        assert!(shown.contains(&needed), "{needed:?} missing:\n{shown}");
+    }
+    let json = c.run(&["stage", "show", &id.to_string(), "--json"]);
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["approved_for_class"], "tiny");
+    let states: Vec<(String, String)> = json["class_applies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["stack"].as_str().unwrap().into(),
+                h["apply"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("box-b".into(), "applied".into()),
+            ("box-c".into(), "refused".into())
+        ]
+    );
+    for host in [&a, &b, &c] {
+        let (code, report) = staged::check(&host.demo.path("config.toml"));
+        assert_eq!(code, 0, "{report}");
+    }
+}
+
+#[test]
+fn approving_for_the_class_on_a_sqlite_ledger_is_a_usage_error() {
+    let demo = Demo::new("bandit", PROFILE, INIT, 3 * 64 * 128 * 4, 8);
+    let base = Profile::load(&demo.path("start.toml")).unwrap();
+    let id = staged::stage_win(
+        &demo.path("ledger/orchestrator.db"),
+        &base,
+        &staged::variant(&base, 0.003),
+    );
+    let out = demo
+        .cmd()
+        .args([
+            "stage",
+            "approve",
+            &id.to_string(),
+            "--class",
+            "--by",
+            "alice",
+        ])
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("whose daemons share a PostgreSQL ledger")
+            && log.contains("Approve it without --class. Nothing was recorded."),
+        "{log}"
+    );
+    assert_eq!(staged::stages(&demo.path("config.toml"))[0].1, "staged");
+}

@@ -41,6 +41,50 @@ pub(super) async fn approve(
     }
 }
 
+/// `stage approve ID --class`: approves the stage for every host of its
+/// stack's class, on a shared PostgreSQL ledger. The approval is recorded
+/// with the class; the stage's own daemon applies it as any approval, and
+/// every other daemon of the class applies it to its own live profile when
+/// that profile is the stage's base (`daemon/applier.rs`).
+pub(super) async fn approve_for_class(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+    by: &str,
+    note: Option<&str>,
+) -> anyhow::Result<()> {
+    if ledger.backend() != Backend::Postgres {
+        return Err(UsageError(format!(
+            "stage approve --class approves stage {id} for every host of its class, whose daemons \
+             share a PostgreSQL ledger; this ledger is a SQLite file on one host. Approve it \
+             without --class. Nothing was recorded."
+        ))
+        .into());
+    }
+    let detail = ledger.stage_detail(id).await?;
+    let class = ledger.cycle(detail.experiment.cycle_id).await?.class;
+    let (Some(stack), Some(class)) = (detail.stage.stack.clone(), class) else {
+        return Err(UsageError(format!(
+            "stage {id}'s stack {} names no [stack] class, so it has no classmates to apply it: \
+             approve it without --class. Nothing was recorded.",
+            detail.stage.stack.as_deref().unwrap_or("(unnamed)")
+        ))
+        .into());
+    };
+    let ledger = ledger.clone().scoped(StackScope {
+        name: stack,
+        class: None,
+    });
+    approve_for_daemon_as(config, &ledger, id, by, note, Some(&class)).await?;
+    println!(
+        "Approved for class {class}: every daemon of the class whose live profile is the stage's \
+         base ({}) writes it to its own at the start of its next cycle; the others record why \
+         not. `orchestrator stage show {id}` lists each host's.",
+        detail.stage.base_digest.short()
+    );
+    Ok(())
+}
+
 fn already_decided(stage: crate::ledger::Stage) -> LedgerError {
     LedgerError::StageAlreadyDecided {
         id: stage.id,
@@ -58,6 +102,18 @@ async fn approve_for_daemon(
     id: StageId,
     by: &str,
     note: Option<&str>,
+) -> anyhow::Result<()> {
+    approve_for_daemon_as(config, ledger, id, by, note, None).await
+}
+
+/// [`approve_for_daemon`], approved for `class` too when given.
+async fn approve_for_daemon_as(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+    by: &str,
+    note: Option<&str>,
+    class: Option<&str>,
 ) -> anyhow::Result<()> {
     let mut tx = ledger.begin_write().await?;
     let stage = tx.stage(id).await?;
@@ -79,7 +135,7 @@ async fn approve_for_daemon(
             stage.candidate_digest
         );
     }
-    let expired = record_approval(tx, &stage, by, note, None, Utc::now()).await?;
+    let expired = record_approval(tx, &stage, by, note, None, class, Utc::now()).await?;
     println!(
         "stage {id} approved by {by}, recorded in the ledger: the daemon of stack {stack} writes it \
          to its live profile on its host at the start of its next cycle (nothing was written here). \
@@ -140,7 +196,7 @@ async fn approve_and_write(
                 note.map(|n| format!("{n} ")).unwrap_or_default()
             );
             let applied = Some((applied_by.as_str(), to.as_str()));
-            let expired = record_approval(tx, &stage, by, Some(&note), applied, now).await?;
+            let expired = record_approval(tx, &stage, by, Some(&note), applied, None, now).await?;
             println!(
                 "stage {id} approved: {} already holds this profile (an earlier approval was interrupted before it was recorded)",
                 live_path.display()
@@ -172,7 +228,7 @@ async fn approve_and_write(
     )
     .with_context(|| format!("writing the live profile {}", live_path.display()))?;
     let applied = Some((applied_by.as_str(), to.as_str()));
-    let expired = record_approval(tx, &stage, by, note, applied, now).await?;
+    let expired = record_approval(tx, &stage, by, note, applied, None, now).await?;
     println!(
         "stage {id} approved by {by}; {} now holds:",
         live_path.display()
@@ -202,11 +258,15 @@ async fn record_approval(
     by: &str,
     note: Option<&str>,
     applied: Option<(&str, &str)>,
+    for_class: Option<&str>,
     now: chrono::DateTime<Utc>,
 ) -> anyhow::Result<Vec<StageId>> {
     let id = stage.id;
     tx.decide_stage(id, StageDecision::Approved, by, note, now)
         .await?;
+    if let Some(class) = for_class {
+        tx.approve_for_class(id, class).await?;
+    }
     if let Some((applied_by, to)) = applied {
         tx.settle_apply(id, ApplyOutcome::Applied, applied_by, to, now)
             .await?;

@@ -30,9 +30,19 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
                 list(&ledger, all, json, stack.as_deref()).await
             }
             StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
-            StageCommand::Approve { id, by, note } => {
+            StageCommand::Approve {
+                id,
+                by,
+                note,
+                class,
+            } => {
                 let by = super::decider::decider(by)?;
-                approve::approve(&config, &ledger, StageId(id), &by, note.as_deref()).await
+                let id = StageId(id);
+                if class {
+                    approve::approve_for_class(&config, &ledger, id, &by, note.as_deref()).await
+                } else {
+                    approve::approve(&config, &ledger, id, &by, note.as_deref()).await
+                }
             }
             StageCommand::Reject { id, reason, by } => {
                 let by = super::decider::decider(by)?;
@@ -206,11 +216,21 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         .then(|| crate::apply::restart_lines(config, &candidate))
         .flatten();
     let apply = apply_line(&detail.stage);
+    let hosts = class_hosts(ledger, &detail.stage).await?;
     if json {
         let out = json!({
             "detail": detail,
             "apply": detail.stage.apply().status(),
             "apply_summary": apply,
+            "approved_for_class": detail.stage.approved_for_class,
+            "class_applies": hosts.iter().map(|h| json!({
+                "stack": h.stack,
+                "apply": h.status(),
+                "applied_at": h.apply.as_ref().and_then(|a| a.applied_at),
+                "applied_by": h.apply.as_ref().map(|a| &a.applied_by),
+                "applied_to": h.apply.as_ref().map(|a| &a.applied_to),
+                "refusal": h.apply.as_ref().and_then(|a| a.refusal.as_ref()),
+            })).collect::<Vec<_>>(),
             "confirmed_on": confirmed_on(
                 detail.stage.confirmed_elsewhere(),
                 detail.confirmed_in_class.as_deref()
@@ -224,6 +244,15 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         return Ok(());
     }
     print_detail(config, &detail, here, live.as_ref(), &diff);
+    if let Some(class) = &detail.stage.approved_for_class {
+        println!();
+        println!(
+            "approved for class {class}: each other host of the class applies it to its own live profile"
+        );
+        for h in &hosts {
+            println!("  {:<14} {}", h.stack, h.line());
+        }
+    }
     match (detail.stage.state, restart) {
         (StageState::Staged, Some(lines)) => {
             println!();
@@ -240,6 +269,70 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         _ => {}
     }
     Ok(())
+}
+
+/// A classmate of a stage approved for its class, and its apply if settled.
+struct ClassHost {
+    stack: String,
+    apply: Option<crate::ledger::HostApply>,
+}
+
+impl ClassHost {
+    fn status(&self) -> &'static str {
+        match &self.apply {
+            None => "waiting",
+            Some(a) if a.refusal.is_some() => "refused",
+            Some(_) => "applied",
+        }
+    }
+
+    fn line(&self) -> String {
+        match &self.apply {
+            None => format!("waiting for stack {}'s daemon to apply it", self.stack),
+            Some(a) => match (&a.refusal, a.applied_at, a.refused_at) {
+                (Some(why), _, at) => format!(
+                    "NOT applied: {why} (refused by {} at {}; {} was not written)",
+                    a.applied_by,
+                    at.map(|t| t.to_string()).unwrap_or_default(),
+                    a.applied_to
+                ),
+                (None, at, _) => format!(
+                    "applied to {} by {} at {}",
+                    a.applied_to,
+                    a.applied_by,
+                    at.map(|t| t.to_string()).unwrap_or_default()
+                ),
+            },
+        }
+    }
+}
+
+/// Every stack of the class a stage was approved for but its own, with
+/// its apply: the class's stacks as their cycles name them, and any that
+/// recorded an apply.
+async fn class_hosts(
+    ledger: &Ledger,
+    stage: &crate::ledger::Stage,
+) -> anyhow::Result<Vec<ClassHost>> {
+    let Some(class) = &stage.approved_for_class else {
+        return Ok(Vec::new());
+    };
+    let mut applies = ledger.class_applies(stage.id).await?;
+    let mut stacks = ledger.class_stacks(class).await?;
+    stacks.extend(applies.iter().map(|a| a.stack.clone()));
+    stacks.sort();
+    stacks.dedup();
+    Ok(stacks
+        .into_iter()
+        .filter(|s| Some(s) != stage.stack.as_ref())
+        .map(|stack| {
+            let apply = applies
+                .iter()
+                .position(|a| a.stack == stack)
+                .map(|i| applies.swap_remove(i));
+            ClassHost { stack, apply }
+        })
+        .collect())
 }
 
 /// Whether an approval reached the live profile, for `stage show`: "approved

@@ -14,6 +14,7 @@ use tokio::sync::Barrier;
 mod applies;
 mod check;
 mod claims;
+mod class_applies;
 mod compositions;
 mod costs;
 mod open;
