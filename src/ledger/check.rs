@@ -12,7 +12,9 @@
 //! or `failed`; stage states legal and every stage backed by a win and its
 //! winning confirmation; no stage left `staged` whose profile is already the
 //! live one (an approval interrupted between writing the file and recording
-//! the decision).
+//! the decision); every confirmation claim's experiment confirms its win;
+//! a host apply (`stage_applies`) only of a stage approved for the class,
+//! and never for the stage's own stack.
 
 use serde::Serialize;
 use sqlx::Row;
@@ -51,6 +53,12 @@ pub enum Rule {
     StageLive,
     /// The live profile file does not parse (torn, or edited badly).
     LiveProfile,
+    /// A win's confirmation claim names an experiment that does not
+    /// confirm that win.
+    ConfirmationClaim,
+    /// A host's apply of a stage that was not approved for its class, or
+    /// recorded for the stage's own stack (whose apply is the stage's own).
+    ClassApply,
 }
 
 /// One broken rule, with the ids of the rows involved.
@@ -340,6 +348,48 @@ async fn evidence(mut c: Conn<'_>, cx: &Ctx, out: &mut Vec<Violation>) -> Result
     Ok(())
 }
 
+const SQL_BAD_CLAIMS: &str = "SELECT k.win_experiment_id, k.confirmation_id, e.confirmation_of \
+     FROM confirmation_claims k JOIN experiments e ON e.id = k.confirmation_id \
+     WHERE e.confirmation_of IS DISTINCT FROM k.win_experiment_id ORDER BY k.win_experiment_id";
+
+const SQL_BAD_CLASS_APPLIES: &str = "SELECT a.stage_id, a.stack, s.stack, s.approved_for_class \
+     FROM stage_applies a JOIN stages s ON s.id = a.stage_id \
+     WHERE s.approved_for_class IS NULL OR a.stack = s.stack ORDER BY a.stage_id, a.stack";
+
+/// The claims and the class applies of hosts of one class.
+async fn class(mut c: Conn<'_>, cx: &Ctx, out: &mut Vec<Violation>) -> Result<()> {
+    for row in strings(c.re(), cx, SQL_BAD_CLAIMS).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::ConfirmationClaim,
+            id,
+            format!(
+                "the confirmation claim on win {} names experiment {}, which confirms {}, not that win",
+                text(&row[0]),
+                text(&row[1]),
+                text(&row[2])
+            ),
+        ));
+    }
+    for row in strings(c.re(), cx, SQL_BAD_CLASS_APPLIES).await? {
+        let id = num(&row[0]);
+        out.push(v(
+            Rule::ClassApply,
+            id,
+            format!(
+                "stage {} records an apply by stack {} but was approved for no class it shares \
+                 (its stack {}, approved for class {}); a stage's own stack records its apply \
+                 on the stage",
+                text(&row[0]),
+                text(&row[1]),
+                text(&row[2]),
+                text(&row[3])
+            ),
+        ));
+    }
+    Ok(())
+}
+
 async fn stages(
     mut c: Conn<'_>,
     cx: &Ctx,
@@ -422,6 +472,10 @@ impl Ledger {
             ("cycles", cycles(tx.conn(), cx, ctx, &mut out).await),
             ("runs and verdicts", evidence(tx.conn(), cx, &mut out).await),
             ("stages", stages(tx.conn(), cx, ctx, &mut out).await),
+            (
+                "claims and class applies",
+                class(tx.conn(), cx, &mut out).await,
+            ),
         ];
         for (what, result) in results {
             if let Err(e) = result {

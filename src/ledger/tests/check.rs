@@ -412,3 +412,60 @@ async fn on_a_shared_ledger_each_stack_may_have_one_running_cycle_while_its_daem
         let _ = new_a;
     }
 }
+
+#[tokio::test]
+async fn a_claim_on_the_wrong_win_and_a_class_apply_without_a_class_approval_are_found() {
+    for ledger in backends().await {
+        let (stage, win, confirmation) = staged_win(&ledger, 1).await;
+        let (_, other) = measured_cycle(&ledger, 3).await;
+        // A claim naming an experiment that confirms another win, and an
+        // apply by a classmate of a stage approved for no class.
+        raw(
+            &ledger,
+            &format!(
+                "INSERT INTO confirmation_claims (win_experiment_id, stack, claimed_at, confirmation_id) \
+                 VALUES ({other}, 'box-b', '2026-11-29T08:00:00.000000Z', {confirmation})"
+            ),
+        )
+        .await
+        .unwrap();
+        let mut tx = ledger.begin_write().await.unwrap();
+        tx.decide_stage(stage, StageDecision::Approved, "alice", None, t(300))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        raw(
+            &ledger,
+            &format!(
+                "INSERT INTO stage_applies (stage_id, stack, applied_at, applied_to, applied_by) \
+                 VALUES ({stage}, 'box-b', '2026-11-29T08:10:00.000000Z', '/b/live.toml', 'box-b')"
+            ),
+        )
+        .await
+        .unwrap();
+        let found = ledger.check(&idle()).await.unwrap();
+        assert_eq!(
+            rules(&found),
+            vec![
+                (Rule::ConfirmationClaim, Some(other.0)),
+                (Rule::ClassApply, Some(stage.0))
+            ],
+            "{found:#?}"
+        );
+        assert!(
+            found[0]
+                .message
+                .contains(&format!("which confirms {win}, not that win")),
+            "{}",
+            found[0].message
+        );
+        // Approved for the class, the classmate's apply is legal.
+        let mut tx = ledger.begin_write().await.unwrap();
+        tx.approve_for_class(stage, "spark").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            rules(&ledger.check(&idle()).await.unwrap()),
+            vec![(Rule::ConfirmationClaim, Some(other.0))]
+        );
+    }
+}
