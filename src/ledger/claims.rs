@@ -151,9 +151,11 @@ impl Ledger {
         at: DateTime<Utc>,
     ) -> Result<Option<ExperimentId>> {
         if e.confirmation_of != Some(win) {
-            return Err(super::LedgerError::NotStageable {
-                experiment_id: win,
-                why: "the experiment claiming its confirmation does not confirm it",
+            return Err(super::LedgerError::NotItsConfirmation {
+                win,
+                names: e
+                    .confirmation_of
+                    .map_or_else(|| "no experiment".into(), |c| format!("experiment {c}")),
             });
         }
         let mut tx = self.begin_write().await?;

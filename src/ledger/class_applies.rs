@@ -85,9 +85,8 @@ impl WriteTx {
     ) -> Result<bool> {
         let (c, cx) = self.parts();
         let Some(stack) = cx.stack() else {
-            return Err(LedgerError::NotStageable {
-                experiment_id: super::ExperimentId(0),
-                why: "a class apply is recorded by a stack's daemon, whose handle names its stack",
+            return Err(LedgerError::Unscoped {
+                what: "a classmate's apply of a stage approved for its class",
             });
         };
         let (applied_at, refusal) = match outcome {

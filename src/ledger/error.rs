@@ -196,6 +196,16 @@ pub enum LedgerError {
         why: &'static str,
     },
 
+    #[error(
+        "{what} is recorded for a stack, but this ledger handle names none (only a daemon's, scoped to its `[stack] name`, does); nothing was recorded"
+    )]
+    Unscoped { what: &'static str },
+
+    #[error(
+        "the experiment claiming win {win}'s confirmation does not confirm it (it confirms {names}); nothing was recorded"
+    )]
+    NotItsConfirmation { win: ExperimentId, names: String },
+
     #[error("{what} must be a JSON object, not {found}; nothing was recorded")]
     NotAnObject {
         what: &'static str,

@@ -162,6 +162,16 @@ async fn two_stacks_claiming_one_win_at_once_exactly_one_confirms_it() {
             (Some(loser.scope().unwrap().name.as_str()), retaken, false)
         );
         assert!(claim(winner, win).await.is_none());
+        // A claim's experiment must confirm the claimed win.
+        let cycle = a.open_cycle(t(180), ProposerKind::Bandit).await.unwrap();
+        let err = a
+            .claim_confirmation(win, &experiment(cycle, 1, 200), t(180))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LedgerError::NotItsConfirmation { .. }),
+            "{err}"
+        );
     }
 }
 

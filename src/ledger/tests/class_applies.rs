@@ -103,11 +103,11 @@ async fn a_stage_approved_for_its_class_is_applied_once_by_each_classmate() {
         assert_eq!(ledger.stage(id).await.unwrap().apply(), StageApply::Waiting);
         // An unscoped handle records no host's apply.
         let mut tx = ledger.begin_write().await.unwrap();
-        assert!(
-            tx.settle_class_apply(id, ApplyOutcome::Applied, "someone", "/x", t(600))
-                .await
-                .is_err()
-        );
+        let err = tx
+            .settle_class_apply(id, ApplyOutcome::Applied, "someone", "/x", t(600))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LedgerError::Unscoped { .. }), "{err}");
         drop(tx);
         assert_eq!(
             ledger.class_stacks("spark").await.unwrap(),
