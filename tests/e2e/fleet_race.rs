@@ -432,26 +432,52 @@ fn assert_nothing_across_stacks(db: &mut Db) {
         not_last_aborted.is_empty(),
         "aborted cycles a later cycle of their stack followed: {not_last_aborted:?}"
     );
-    // Every stage, its win and its confirmation belong to one stack, and
-    // every confirmation A/B to its win's stack.
+    // Every stage belongs to its win's stack and names the stack that
+    // confirmed it; the four hosts share one class, so a classmate may
+    // confirm another's win (#18 item 4), but only within the class and
+    // under the win's one claim.
     assert_eq!(
         db.rows(
-            "SELECT s.id::text, s.stack, cw.stack, cc.stack FROM stages s \
+            "SELECT s.id::text, s.stack, cw.stack, cc.stack, s.confirmed_by_stack FROM stages s \
              JOIN experiments w ON w.id = s.experiment_id JOIN cycles cw ON cw.id = w.cycle_id \
              JOIN experiments k ON k.id = s.confirmation_id JOIN cycles cc ON cc.id = k.cycle_id \
-             WHERE s.stack IS DISTINCT FROM cw.stack OR s.stack IS DISTINCT FROM cc.stack"
+             WHERE s.stack IS DISTINCT FROM cw.stack \
+                OR coalesce(s.confirmed_by_stack, cw.stack) IS DISTINCT FROM cc.stack"
         ),
         Vec::<Vec<String>>::new(),
-        "a stage across stacks"
+        "a stage not of its win's stack, or naming another confirmer"
     );
     assert_eq!(
         db.rows(
-            "SELECT k.id::text, ck.stack, cw.stack FROM experiments k \
+            "SELECT k.id::text, ck.stack, ck.class, cw.stack, cw.class FROM experiments k \
              JOIN cycles ck ON ck.id = k.cycle_id JOIN experiments w ON w.id = k.confirmation_of \
-             JOIN cycles cw ON cw.id = w.cycle_id WHERE ck.stack IS DISTINCT FROM cw.stack"
+             JOIN cycles cw ON cw.id = w.cycle_id WHERE ck.stack IS DISTINCT FROM cw.stack \
+               AND (cw.class IS NULL OR ck.class IS DISTINCT FROM cw.class)"
         ),
         Vec::<Vec<String>>::new(),
-        "a daemon confirmed another stack's win"
+        "a daemon confirmed the win of a stack outside its class"
+    );
+    assert_eq!(
+        db.rows(
+            "SELECT s.id::text, s.confirmation_id::text, coalesce(cl.confirmation_id::text, 'none') \
+             FROM stages s LEFT JOIN confirmation_claims cl ON cl.win_experiment_id = s.experiment_id \
+             WHERE s.confirmation_id IS DISTINCT FROM cl.confirmation_id"
+        ),
+        Vec::<Vec<String>>::new(),
+        "a stage whose confirmation is not its win's claimed one"
+    );
+    // No win was judged twice: one measured confirmation per win at most
+    // (an interrupted one, `failed`, is retried).
+    assert_eq!(
+        db.rows(
+            "SELECT k.confirmation_of::text, count(*)::text FROM experiments k \
+             JOIN verdicts v ON v.experiment_id = k.id \
+             WHERE k.confirmation_of IS NOT NULL \
+               AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive') \
+             GROUP BY k.confirmation_of HAVING count(*) > 1"
+        ),
+        Vec::<Vec<String>>::new(),
+        "a win confirmed twice"
     );
     // An expired stage's own stack's live profile moved on, which only an
     // approval of one of that stack's stages does.
