@@ -52,12 +52,18 @@
 //! # Files
 //!
 //! `error` (typed errors), `ids` (row id newtypes), `codec` (stored forms),
-//! then one file per table family: `cycles` (cycles, observations, the
-//! `orchestrator ledger` listing), `proposals`, `experiments` (with the
-//! history and duplicate queries), `runs`, `verdicts`, `noise`, `references`,
-//! `stages`, `claims` (which stack confirms a win), `class_applies` (a stage approved for its class, applied by each classmate), `applies` (whether an approved stage reached its stack's live
-//! profile), `compositions` (which staged wins a composite applies),
-//! `plan` (the named queries), and `costs` (each cycle's wall
+//! `backend` (the two pools), `target` (a PostgreSQL URL), `scope` (the
+//! stack a handle writes and reads for), `stack_lock` (PostgreSQL's
+//! one-daemon-per-stack lock), then one file per table family: `cycles`
+//! (cycles, observations, the `orchestrator ledger` listing), `proposals`,
+//! `experiments` (with the history and duplicate queries), `runs`, `parts`
+//! (a profile's measured parts of a token), `verdicts`, `noise`,
+//! `references`, `stages`, `claims` (which stack confirms a win),
+//! `class_applies` (a stage approved for its class, applied by each
+//! classmate), `applies` (whether an approved stage reached its stack's
+//! live profile), `compositions` (which staged wins a composite applies),
+//! `report` (the report's period queries, per stack), `check` (`ledger
+//! --check`), `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
