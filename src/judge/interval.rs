@@ -79,13 +79,6 @@ impl Blocks {
         self.m2 += delta * (x - self.mean);
     }
 
-    /// The noise floor the blocks' own spread implies: a block's variance
-    /// is `floor² / 2` on clean runs (see [`Self::estimate`]), so
-    /// `√2 · s`; `None` before two blocks.
-    pub(crate) fn own_floor(&self) -> Option<f64> {
-        (self.n >= 2).then(|| (2.0 * self.m2 / (self.n as f64 - 1.0)).sqrt())
-    }
-
     /// The repeated confidence interval after the blocks so far; `None`
     /// before the first block.
     ///

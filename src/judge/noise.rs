@@ -16,8 +16,7 @@ pub const METHOD: &str = "qn-sigma-v1";
 pub const MIN_PAIRS: usize = 10;
 
 /// Consistency constant making the MAD estimate σ at the normal distribution.
-#[cfg(test)]
-const MAD_TO_SIGMA: f64 = 1.482_602_218_505_602;
+pub(crate) const MAD_TO_SIGMA: f64 = 1.482_602_218_505_602;
 
 /// Why no floor could be estimated; the cycle records it and measures again.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
