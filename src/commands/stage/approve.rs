@@ -36,7 +36,7 @@ pub(super) async fn approve(
         None => ledger.clone(),
     };
     match ledger.backend() {
-        Backend::Postgres => approve_for_daemon(config, &ledger, id, by, note).await,
+        Backend::Postgres => approve_for_daemon(config, &ledger, id, by, note, None).await,
         Backend::Sqlite => approve_and_write(config, &ledger, id, by, note).await,
     }
 }
@@ -75,7 +75,7 @@ pub(super) async fn approve_for_class(
         name: stack,
         class: None,
     });
-    approve_for_daemon_as(config, &ledger, id, by, note, Some(&class)).await?;
+    approve_for_daemon(config, &ledger, id, by, note, Some(&class)).await?;
     println!(
         "Approved for class {class}: every daemon of the class whose live profile is the stage's \
          base ({}) writes it to its own at the start of its next cycle; the others record why \
@@ -94,20 +94,10 @@ fn already_decided(stage: crate::ledger::Stage) -> LedgerError {
     }
 }
 
-/// A PostgreSQL ledger's approval: recorded, with the stages it makes moot
-/// expired, in one transaction; no file is written here.
+/// A PostgreSQL ledger's approval (for `class` too, when given): recorded,
+/// with the stages it makes moot expired, in one transaction; no file is
+/// written here.
 async fn approve_for_daemon(
-    config: &Config,
-    ledger: &Ledger,
-    id: StageId,
-    by: &str,
-    note: Option<&str>,
-) -> anyhow::Result<()> {
-    approve_for_daemon_as(config, ledger, id, by, note, None).await
-}
-
-/// [`approve_for_daemon`], approved for `class` too when given.
-async fn approve_for_daemon_as(
     config: &Config,
     ledger: &Ledger,
     id: StageId,
