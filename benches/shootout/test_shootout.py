@@ -120,6 +120,17 @@ class Truth(unittest.TestCase):
         self.assertLessEqual(med, hi)
         self.assertLess(hi - lo, 0.3)
 
+    def test_pooling_two_measurements_uses_every_round(self):
+        rng = random.Random(1)
+        a = {"log_ratios": [-2.0, -2.2, -1.9], "median": -2.0}
+        b = {"log_ratios": [-1.7, -1.8], "median": -1.75}
+        p = truth.pool(a, b, rng)
+        self.assertEqual(p["n"], 5)
+        self.assertEqual(p["median"], -1.9)
+        self.assertLessEqual(p["lo"], p["median"])
+        self.assertGreaterEqual(p["hi"], p["median"])
+        self.assertEqual(a["log_ratios"], [-2.0, -2.2, -1.9], "the first is not changed")
+
     def test_ratio_against_the_reference_cancels_drift(self):
         class Fake:
             """A test double for the engine: a profile's speed times a machine that slows down."""

@@ -61,3 +61,15 @@ def measure(engine, reference, profiles, rounds, seed, ref_every=6, progress=Non
         med, lo, hi = median_ci(xs, rng)
         out[k] = {"log_ratios": xs, "median": med, "lo": lo, "hi": hi, "n": len(xs)}
     return out, ref_runs
+
+
+def pool(first, more, rng):
+    """One profile measured twice by `measure` (the same procedure, the same
+    reference): its per-round log ratios pooled, the median and interval
+    recomputed over all of them. A final recommendation gets more rounds
+    than the profiles on the way because the claim is judged against it:
+    at 8 rounds a fast profile's truth moved 22% between two measurements
+    (benches/shootout/README.md)."""
+    xs = list(first["log_ratios"]) + list(more["log_ratios"])
+    med, lo, hi = median_ci(xs, rng)
+    return {"log_ratios": xs, "median": med, "lo": lo, "hi": hi, "n": len(xs)}
