@@ -56,11 +56,13 @@ def measure(engine, reference, profiles, rounds, seed, ref_every=6, progress=Non
                 pending, last_ref = [], ref
         if progress:
             progress(r + 1, rounds)
-    out = {}
-    for k, xs in logs.items():
-        med, lo, hi = median_ci(xs, rng)
-        out[k] = {"log_ratios": xs, "median": med, "lo": lo, "hi": hi, "n": len(xs)}
-    return out, ref_runs
+    return {k: summary(xs, rng) for k, xs in logs.items()}, ref_runs
+
+
+def summary(xs, rng):
+    """A profile's per-round log ratios with their median and interval."""
+    med, lo, hi = median_ci(xs, rng)
+    return {"log_ratios": xs, "median": med, "lo": lo, "hi": hi, "n": len(xs)}
 
 
 def pool(first, more, rng):
@@ -70,6 +72,4 @@ def pool(first, more, rng):
     than the profiles on the way because the claim is judged against it:
     at 8 rounds a fast profile's truth moved 22% between two measurements
     (benches/shootout/README.md)."""
-    xs = list(first["log_ratios"]) + list(more["log_ratios"])
-    med, lo, hi = median_ci(xs, rng)
-    return {"log_ratios": xs, "median": med, "lo": lo, "hi": hi, "n": len(xs)}
+    return summary(list(first["log_ratios"]) + list(more["log_ratios"]), rng)

@@ -66,7 +66,7 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
     let cycles = demo.ledger();
     assert!(cycles.len() >= 2, "{cycles:#?}");
     let mut judged_against_bound = [false; 2];
-    let mut ab_ids = Vec::new();
+    let mut ab_verdicts = Vec::new();
     for (i, c) in cycles[..2].iter().enumerate() {
         let vs = c["verdicts"].as_array().unwrap();
         let ab = vs
@@ -97,14 +97,14 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
                 c["cycle"]["id"]
             );
         }
-        ab_ids.push(ab.clone());
+        ab_verdicts.push(ab.clone());
     }
     assert!(
         judged_against_bound.contains(&true),
         "neither the win nor its confirmation was judged against the bound: {cycles:#?}"
     );
     assert_eq!(
-        ab_ids[0]["confirmation_of"], ab_ids[1]["verdict"]["experiment_id"],
+        ab_verdicts[0]["confirmation_of"], ab_verdicts[1]["verdict"]["experiment_id"],
         "the second confirms the first"
     );
     // logs[last] is the confirmation's cycle (cycles[0]), the one before
