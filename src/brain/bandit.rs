@@ -26,12 +26,13 @@ use serde_json::{Map, Value, json};
 
 use super::error::BrainError;
 use super::levers::{self, TokenShares};
+use super::line_search;
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
 };
 use crate::ledger::ExperimentOutcome;
 use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection};
-use crate::vocab::{ProposerKind, VerdictKind};
+use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// At most this many grid points per parameter: a wide integer range with
 /// step 1 would otherwise give thousands of arms, each needing a cycle.
@@ -47,11 +48,16 @@ const DECIMALS: i32 = 9;
 /// Which bandit algorithm chooses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BanditAlgorithm {
+    /// A line search along each knob first ([`line_search`]): each cycle the
+    /// next value of the entry acting on the largest measured part of the
+    /// token, from what was measured on the live profile; UCB1 over the
+    /// rest once every line is done.
+    #[default]
+    LineSearch,
     /// UCB1 (P. Auer, N. Cesa-Bianchi, P. Fischer, "Finite-time Analysis of
     /// the Multiarmed Bandit Problem", Machine Learning 47, 2002): play
     /// every arm once, then the arm maximising `mean + sqrt(2 ln n / n_i)`.
     /// Ties are broken by the RNG.
-    #[default]
     Ucb1,
     /// Thompson sampling with Beta(1, 1) priors (W. R. Thompson, Biometrika
     /// 25, 1933; S. Agrawal, N. Goyal, "Analysis of Thompson Sampling for the
@@ -63,6 +69,7 @@ pub enum BanditAlgorithm {
 impl BanditAlgorithm {
     pub fn as_str(self) -> &'static str {
         match self {
+            BanditAlgorithm::LineSearch => "line_search",
             BanditAlgorithm::Ucb1 => "ucb1",
             BanditAlgorithm::Thompson => "thompson",
         }
@@ -259,6 +266,10 @@ impl<R: Rng + Send> BanditProposer<R> {
     /// per arm (tie-break key or Thompson sample), so the order is a
     /// function of the seed and the inputs.
     ///
+    /// The line search puts each entry's next value on the live profile
+    /// first ([`line_search::next_arms`]), the entry with the larger lead
+    /// first; every other arm follows in UCB1's order.
+    ///
     /// UCB1 plays every arm once before its index means anything; the arms
     /// not yet measured are ordered by [`levers::priority`]: the entry
     /// acting on the largest measured part of the live token first, each
@@ -269,6 +280,7 @@ impl<R: Rng + Send> BanditProposer<R> {
         &mut self,
         menu: &Menu,
         history: &[ExperimentOutcome],
+        live_digest: Option<&Digest>,
         shares: Option<&TokenShares>,
     ) -> Vec<(Proposal, f64)> {
         let arms = arms(menu);
@@ -280,6 +292,14 @@ impl<R: Rng + Send> BanditProposer<R> {
                 .filter(|(a, s)| a.experiment == id && s.pulls > 0)
                 .count() as u32
         };
+        // The line search's arms sort before all others (tier 1 over 0),
+        // by their entry's lead.
+        let mut line_lead: Vec<Option<f64>> = vec![None; arms.len()];
+        if self.algorithm == BanditAlgorithm::LineSearch {
+            for (i, lead) in line_search::next_arms(&arms, menu, history, live_digest, shares) {
+                line_lead[i] = Some(lead);
+            }
+        }
         let lead: Vec<f64> = arms
             .iter()
             .zip(&stats)
@@ -288,29 +308,36 @@ impl<R: Rng + Send> BanditProposer<R> {
                 _ => 0.0,
             })
             .collect();
-        let mut scored: Vec<(Proposal, f64, (f64, f64))> = arms
+        let mut scored: Vec<(Proposal, f64, (f64, f64, f64))> = arms
             .into_iter()
             .zip(&stats)
             .zip(lead)
-            .map(|((arm, s), lead)| {
-                let (score, key) = match self.algorithm {
-                    BanditAlgorithm::Ucb1 => (ucb1(*s, total), (lead, self.rng.random::<f64>())),
-                    BanditAlgorithm::Thompson => {
+            .zip(line_lead)
+            .map(|(((arm, s), lead), line)| {
+                let (score, key) = match (self.algorithm, line) {
+                    (BanditAlgorithm::LineSearch, Some(line)) => {
+                        (f64::INFINITY, (1.0, line, self.rng.random::<f64>()))
+                    }
+                    (BanditAlgorithm::LineSearch | BanditAlgorithm::Ucb1, _) => {
+                        (ucb1(*s, total), (0.0, lead, self.rng.random::<f64>()))
+                    }
+                    (BanditAlgorithm::Thompson, _) => {
                         let wins = s.reward;
                         let losses = f64::from(s.pulls) - s.reward;
                         let beta =
                             Beta::new(1.0 + wins, 1.0 + losses).expect("Beta parameters are >= 1");
-                        (beta.sample(&mut self.rng), (0.0, 0.0))
+                        (beta.sample(&mut self.rng), (0.0, 0.0, 0.0))
                     }
                 };
                 (arm, score, key)
             })
             .collect();
         scored.sort_by(|a, b| {
-            b.1.partial_cmp(&a.1)
-                .unwrap_or(Ordering::Equal)
-                .then(b.2.0.total_cmp(&a.2.0))
+            b.2.0
+                .total_cmp(&a.2.0)
+                .then(b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal))
                 .then(b.2.1.total_cmp(&a.2.1))
+                .then(b.2.2.total_cmp(&a.2.2))
         });
         scored.into_iter().map(|(p, s, _)| (p, s)).collect()
     }
@@ -327,7 +354,7 @@ impl<R: Rng + Send> BanditProposer<R> {
             );
             return Ok(remeasure());
         }
-        for (arm, score) in self.ranked(s.menu, s.history, s.token_shares.as_ref()) {
+        for (arm, score) in self.ranked(s.menu, s.history, s.live_digest, s.token_shares.as_ref()) {
             match duplicate_of(duplicates, &arm).await {
                 Err(source) => return Err(BrainError::DuplicateCheck { source }),
                 Ok(Some(_)) => continue,

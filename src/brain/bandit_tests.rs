@@ -61,6 +61,7 @@ fn propose_with(
 ) -> Outcome {
     let metrics = LiveMetrics::default();
     let s = Situation {
+        live_digest: None,
         token_shares: None,
         menu,
         stack: &crate::brain::double::MOE_STACK,
@@ -311,6 +312,7 @@ fn thompson_prefers_the_winning_arm() {
         .filter(|_| {
             let o = rt().block_on(b.propose(
                 &Situation {
+                    live_digest: None,
                     token_shares: None,
                     menu: &menu,
                     stack: &crate::brain::double::MOE_STACK,
@@ -440,6 +442,7 @@ fn choose_with_shares(
     let metrics = LiveMetrics::default();
     let floor = fresh_floor();
     let s = Situation {
+        live_digest: None,
         menu,
         stack: &crate::brain::double::MOE_STACK,
         live_knobs: &[],

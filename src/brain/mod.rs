@@ -22,6 +22,7 @@ pub mod client;
 pub mod error;
 pub mod exclusions;
 pub mod levers;
+pub mod line_search;
 pub mod model;
 pub mod prompt;
 
@@ -72,6 +73,9 @@ pub struct Situation<'a> {
     /// The live profile's token in measured parts ([`levers`]), when the
     /// stack reports them: the bandit tries the lever on the largest first.
     pub token_shares: Option<levers::TokenShares>,
+    /// The live profile's digest, when known: the bandit's line search reads
+    /// which of the history's experiments were on the live profile.
+    pub live_digest: Option<&'a Digest>,
 }
 
 /// Looks for an identical experiment already decided on the current base
@@ -425,6 +429,7 @@ mod tests {
         };
         let metrics = LiveMetrics::default();
         let situation = Situation {
+            live_digest: None,
             token_shares: None,
             menu: &menu,
             stack: &crate::brain::double::MOE_STACK,

@@ -45,6 +45,7 @@ async fn ask(p: &mut ModelProposer, decided: &Decided) -> Outcome {
         ..LiveMetrics::default()
     };
     let s = Situation {
+        live_digest: None,
         token_shares: None,
         menu: &menu,
         stack: &crate::brain::double::MOE_STACK,
@@ -573,6 +574,7 @@ async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     let mut p = proposer(server.base_url(), 5.0, 3);
     let metrics = LiveMetrics::default();
     let s = Situation {
+        live_digest: None,
         token_shares: None,
         menu: &menu,
         stack: &crate::brain::double::MOE_STACK,

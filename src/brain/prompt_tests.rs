@@ -105,6 +105,7 @@ fn situation<'a>(
     history: &'a [ExperimentOutcome],
 ) -> Situation<'a> {
     Situation {
+        live_digest: None,
         token_shares: None,
         menu,
         stack: &crate::brain::double::MOE_STACK,

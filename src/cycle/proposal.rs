@@ -69,6 +69,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .await?;
         let situation = Situation {
             token_shares: brain::levers::TokenShares::of_runs(&measured),
+            live_digest: Some(&live_digest),
             menu: &menu,
             stack: &stack,
             live_knobs: &live_knobs,

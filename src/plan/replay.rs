@@ -119,24 +119,57 @@ pub fn held_out(trace: &Trace) -> (Heat, Lookups) {
     )
 }
 
-/// top-k read off the trace, for when nothing else says it: in a one-token
-/// decode step every layer requests exactly top-k experts, so the shortest
-/// block is top-k when such steps dominate (at least half of the blocks).
-/// A multi-token step's block may be any length at least that: tinyk3 lists
-/// every position's k experts, kimi-k3-in-c each layer's *distinct* ones
-/// (blocks of 17, 14, 17 for top-4), which is no multiple of k. `None`
+/// top-k read off the trace, for when nothing else says it.
+///
+/// tinyk3 lists every position's k experts, distinct within a position, so
+/// each layer's block is (positions x k) long and cut into runs of k it has
+/// no repeat; runs of any larger length that divides every block (two
+/// positions' lists) repeat an expert somewhere in a trace of any size. The
+/// largest such length with no repeat is k. This holds with speculative
+/// decoding, whose verify steps run several positions and leave no
+/// one-position block at all.
+///
+/// kimi-k3-in-c lists each layer's *distinct* experts (blocks of 17, 14, 17
+/// for top-4 in a prompt step), no multiple of k: in a one-token decode
+/// step every layer requests exactly top-k experts, so the shortest block
+/// is top-k when such steps dominate (at least half of the blocks). `None`
 /// otherwise, or for a one-layer model whose blocks cannot be told apart.
 pub fn infer_top_k(trace: &Trace) -> Option<u32> {
     if trace.shape().n_layers < 2 {
         return None;
     }
-    let lens: Vec<usize> = request_blocks(trace.shape(), trace.requests())
-        .iter()
-        .map(|b| b.len())
-        .collect();
+    let blocks = request_blocks(trace.shape(), trace.requests());
+    let n_experts = trace.shape().n_experts as usize;
+    if let Some(k) = per_position_k(&blocks, n_experts) {
+        return Some(k);
+    }
+    let lens: Vec<usize> = blocks.iter().map(|b| b.len()).collect();
     let k = *lens.iter().min()?;
     let shortest = lens.iter().filter(|&&n| n == k).count();
-    (2 * shortest >= lens.len() && k <= trace.shape().n_experts as usize).then_some(k as u32)
+    (2 * shortest >= lens.len() && k <= n_experts).then_some(k as u32)
+}
+
+/// The largest run length above 1 that divides every block and cuts each
+/// into runs without a repeated expert, if any; at most `n_experts`.
+fn per_position_k(blocks: &[&[Expert]], n_experts: usize) -> Option<u32> {
+    let gcd = blocks.iter().map(|b| b.len()).fold(0, gcd);
+    (2..=gcd.min(n_experts))
+        .rev()
+        .filter(|d| gcd % d == 0)
+        .find(|&d| {
+            blocks.iter().all(|b| {
+                b.chunks(d).all(|run| {
+                    let mut seen: Vec<u32> = run.iter().map(|e| e.expert).collect();
+                    seen.sort_unstable();
+                    seen.windows(2).all(|w| w[0] != w[1])
+                })
+            })
+        })
+        .map(|d| d as u32)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// What a simulated cache served.

@@ -238,3 +238,24 @@ fn top_k_comes_from_the_decode_steps_whatever_the_prompt_step_lists() {
     let trace = Trace::from_requests(s, reqs).unwrap();
     assert_eq!(infer_top_k(&trace), None);
 }
+
+#[test]
+fn top_k_survives_speculative_steps_that_run_several_positions() {
+    // tinyk3 with a draft: each layer's block lists every position's four
+    // experts (distinct within a position, two hot experts in all of them):
+    // a 26-position prompt step, then verify steps of 8 positions. No
+    // block is one position long, and the shortest (32) dominates, which
+    // the decode-step rule alone read as top-k = 32.
+    let s = shape(4, 32);
+    let position = |p: u32| [p % 5, 5 + p % 3, 10, 20];
+    let mut reqs = Vec::new();
+    for positions in [26u32, 8, 8, 8] {
+        for l in 0..4u32 {
+            for p in 0..positions {
+                reqs.extend(position(p).map(|x| e(l, x)));
+            }
+        }
+    }
+    let trace = Trace::from_requests(s, reqs).unwrap();
+    assert_eq!(infer_top_k(&trace), Some(4));
+}

@@ -118,6 +118,7 @@ async fn brain_against_real_tinyk3_serve() {
         experts: true,
     };
     let situation = Situation {
+        live_digest: None,
         token_shares: None,
         menu: &menu,
         stack: &stack,

@@ -264,6 +264,7 @@ async fn the_real_model_chooses_a_valid_entry_through_the_json_schema() {
     let stack = orchestrator::brain::StackDescription::of(&config, &menu);
     assert!(!stack.experts, "llama-server serves a dense model here");
     let situation = Situation {
+        live_digest: None,
         token_shares: None,
         menu: &menu,
         stack: &stack,

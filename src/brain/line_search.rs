@@ -1,0 +1,223 @@
+//! The bandit's default exploration: a line search along each knob, from
+//! what was measured on the live profile.
+//!
+//! Every menu entry with one number parameter is a line through the live
+//! value. Trying each of its grid points in turn (UCB1 plays every arm once)
+//! spends an A/B per point, most of them on moves too small to show, and
+//! starts over on each new live profile. A person tuning by hand does
+//! better: take the big step in the direction the token's parts point,
+//! halve it when it overshoots, and stop when even the big step changes
+//! nothing. That is what this does, per entry, each cycle:
+//!
+//! - **the favoured side** (more of the lever: a longer draft, a deeper warm
+//!   set, more pins; for the trunk/cache split, towards the larger measured
+//!   part of the token): the farthest untried value first; once a value on
+//!   that side lost, broke the output, failed or was refused by the planner,
+//!   the untried value nearest the midpoint between it and the last win (or
+//!   the live value): a bisection;
+//! - **the other side**, once the favoured one has nothing left: the nearest
+//!   untried value, one grid step at a time while each step wins;
+//! - a side whose move was within noise or inconclusive is done: on a knob
+//!   whose response is monotone near the live value, a smaller move shows
+//!   even less, and a farther one is the side's next line search on a new
+//!   live profile.
+//!
+//! What was measured on the live profile is the menu's exclusions (the cycle
+//! puts every value decided or refused on it there, with the experiment), and
+//! each decided experiment's verdict is read from the history, as are the
+//! live profile's failed experiments (an engine refusing a candidate is no
+//! decision, so no exclusion, but the line must not offer it again). Entries are
+//! ordered by [`levers::priority`]: the largest measured part of the token
+//! first, shared over the values of the entry already measured here.
+
+use super::levers::{self, TokenShares};
+use crate::ledger::ExperimentOutcome;
+use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Why};
+use crate::vocab::{Digest, VerdictKind};
+
+/// What one decided value says about its side of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// A win: the line goes on beyond it.
+    Passed,
+    /// A loss, a broken output, a failure or a planner refusal: the best
+    /// value on this side lies between the last win and it.
+    Wall,
+    /// Within noise or inconclusive: this side shows nothing worth a cycle.
+    Flat,
+}
+
+fn mark(why: &Why, history: &[ExperimentOutcome]) -> Option<Mark> {
+    match why {
+        Why::Live => None,
+        Why::RefusedByPlanner { .. } => Some(Mark::Wall),
+        Why::Decided { experiment } => {
+            let verdict = history
+                .iter()
+                .find(|e| e.experiment_id.0 == *experiment)?
+                .verdict?;
+            Some(match verdict {
+                VerdictKind::Win => Mark::Passed,
+                VerdictKind::Loss
+                | VerdictKind::HashMismatch
+                | VerdictKind::Failed
+                | VerdictKind::Rejected => Mark::Wall,
+                VerdictKind::WithinNoise | VerdictKind::Inconclusive => Mark::Flat,
+            })
+        }
+    }
+}
+
+/// How a side is searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stride {
+    /// The farthest value first, then bisection.
+    Leap,
+    /// The nearest value, one step at a time.
+    Step,
+}
+
+/// The next arm of every entry that has one on the live profile, with the
+/// entry's lead (larger first): indices into `arms`, which must be what
+/// [`super::bandit::arms`] made of `menu`.
+pub fn next_arms(
+    arms: &[Proposal],
+    menu: &Menu,
+    history: &[ExperimentOutcome],
+    live_digest: Option<&Digest>,
+    shares: Option<&TokenShares>,
+) -> Vec<(usize, f64)> {
+    let mut out = Vec::new();
+    for entry in menu.entries() {
+        let [param] = entry.params.as_slice() else {
+            continue;
+        };
+        if entry.id == MenuId::Remeasure || matches!(param.kind, ParamKind::Enum { .. }) {
+            continue;
+        }
+        let on_line = menu
+            .excluded()
+            .iter()
+            .filter(|x| x.experiment == entry.id && x.param == param.name);
+        let Some(live) = on_line
+            .clone()
+            .find(|x| x.why == Why::Live)
+            .and_then(|x| x.value.as_f64())
+        else {
+            continue;
+        };
+        let measured = on_line
+            .clone()
+            .filter(|x| matches!(x.why, Why::Decided { .. }))
+            .count() as u32;
+        let failed = history
+            .iter()
+            .filter(|e| Some(&e.base_digest) == live_digest && e.menu_id == entry.id)
+            .filter(|e| e.verdict == Some(VerdictKind::Failed))
+            .filter_map(|e| e.parameters.get(&param.name)?.as_f64())
+            .map(|x| (x, Mark::Wall));
+        let marks: Vec<(f64, Mark)> = on_line
+            .filter_map(|x| Some((x.value.as_f64()?, mark(&x.why, history)?)))
+            .chain(failed)
+            .collect();
+        let untried: Vec<(usize, f64)> = arms
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.experiment == entry.id)
+            .filter(|(_, a)| {
+                // A failed value is still an arm (no exclusion): not this line's.
+                let x = a.params.get(&param.name).and_then(ParamValue::as_f64);
+                !marks.iter().any(|(m, _)| Some(*m) == x)
+            })
+            .filter_map(|(i, a)| Some((i, a.params.get(&param.name).and_then(ParamValue::as_f64)?)))
+            .collect();
+        let up = favours_up(entry.id, shares);
+        let next = next_on_side(
+            live,
+            if up { 1.0 } else { -1.0 },
+            Stride::Leap,
+            &marks,
+            &untried,
+        )
+        .or_else(|| {
+            next_on_side(
+                live,
+                if up { -1.0 } else { 1.0 },
+                Stride::Step,
+                &marks,
+                &untried,
+            )
+        });
+        if let Some(i) = next {
+            out.push((i, levers::priority(shares, entry.id, measured)));
+        }
+    }
+    out
+}
+
+/// Which way "more of the lever" is. The split moves RAM towards the larger
+/// measured part of the token (without parts, towards the trunk, which every
+/// token reads whole); every other knob's larger value is its stronger move.
+fn favours_up(entry: MenuId, shares: Option<&TokenShares>) -> bool {
+    match (entry, shares) {
+        (MenuId::RebalanceTrunkCache, Some(s)) => s.trunk >= s.expert,
+        _ => true,
+    }
+}
+
+/// The next untried value on the side of `live` that `dir` (+1 or -1)
+/// points to, or `None` when that side is done.
+fn next_on_side(
+    live: f64,
+    dir: f64,
+    stride: Stride,
+    marks: &[(f64, Mark)],
+    untried: &[(usize, f64)],
+) -> Option<usize> {
+    // Distances from the live value along this side.
+    let mut seen: Vec<(f64, Mark)> = marks
+        .iter()
+        .map(|(x, m)| ((x - live) * dir, *m))
+        .filter(|(d, _)| *d > 0.0)
+        .collect();
+    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut from = 0.0;
+    let mut wall = None;
+    for (d, m) in seen {
+        match m {
+            Mark::Passed => from = d,
+            Mark::Wall => {
+                wall = Some(d);
+                break;
+            }
+            Mark::Flat => return None,
+        }
+    }
+    let open: Vec<(usize, f64)> = untried
+        .iter()
+        .map(|(i, x)| (*i, (x - live) * dir))
+        .filter(|(_, d)| *d > from && wall.is_none_or(|w| *d < w))
+        .collect();
+    let closest_to = |target: f64| {
+        open.iter()
+            .min_by(|a, b| {
+                (a.1 - target)
+                    .abs()
+                    .total_cmp(&(b.1 - target).abs())
+                    .then(a.1.total_cmp(&b.1))
+            })
+            .map(|(i, _)| *i)
+    };
+    match (stride, wall) {
+        (Stride::Step, _) => closest_to(from),
+        (Stride::Leap, Some(w)) => closest_to((from + w) / 2.0),
+        (Stride::Leap, None) => open
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(i, _)| *i),
+    }
+}
+
+#[cfg(test)]
+#[path = "line_search_tests.rs"]
+mod tests;
