@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
     let stack = orchestrator::brain::StackDescription::of(&config, &menu);
     let situation = Situation {
         token_shares: None,
+        live_digest: None,
         menu: &menu,
         stack: &stack,
         live_knobs: &[],

@@ -503,5 +503,8 @@ fn without_measured_parts_the_entries_take_turns() {
         // Before, an entry with many grid points (the split's 21 fractions)
         // took most of the first choices.
         assert_eq!(seen.len(), entries, "seed {seed}: {seen:?}");
+        // The draft acts on the whole token whatever its parts: first.
+        let first = choose_with_shares(&mut bandit(seed), &menu, &[], None);
+        assert_eq!(first.experiment, MenuId::StageSpeculative, "seed {seed}");
     }
 }

@@ -66,11 +66,24 @@ impl TokenShares {
     }
 }
 
-/// How far ahead an entry's unmeasured arms go: its reach (1 for every entry
-/// when the parts are unknown), shared out over the arms of it already
-/// measured, so one entry's many grid points do not crowd out the rest.
+/// The reach of an entry acting on one part of a token whose parts are
+/// unknown: less than the draft's whole token, the same for every part, so
+/// those entries take turns after the draft.
+pub const UNKNOWN_PART: f64 = 0.9;
+
+/// How far ahead an entry's unmeasured arms go: its reach, shared out over
+/// the arms of it already measured, so one entry's many grid points do not
+/// crowd out the rest. When the parts are unknown (a first cycle, a stack
+/// that reports none), the draft still acts on the whole token, whatever its
+/// parts, and every other entry on [`UNKNOWN_PART`] of it: a draft is tried
+/// first, which also makes every later run cheaper when it wins.
 pub fn priority(shares: Option<&TokenShares>, entry: MenuId, measured_arms: u32) -> f64 {
-    let reach = shares.map_or(1.0, |s| s.reach(entry));
+    let reach = match (shares, entry) {
+        (Some(s), _) => s.reach(entry),
+        (None, MenuId::StageSpeculative) => 1.0,
+        (None, MenuId::Remeasure) => 0.0,
+        (None, _) => UNKNOWN_PART,
+    };
     reach / f64::from(1 + measured_arms)
 }
 
@@ -164,8 +177,10 @@ mod tests {
         assert!(draft(0) > split(0));
         // Once one draft length was measured, the split's first arm comes next.
         assert!(split(0) > draft(1));
-        // Unknown parts: entries take turns.
-        assert_eq!(priority(None, MenuId::RerankPins, 0), 1.0);
-        assert_eq!(priority(None, MenuId::DeepenWarmSet, 1), 0.5);
+        // Unknown parts: the draft first, then the entries take turns.
+        assert_eq!(priority(None, MenuId::StageSpeculative, 0), 1.0);
+        assert_eq!(priority(None, MenuId::RerankPins, 0), UNKNOWN_PART);
+        assert_eq!(priority(None, MenuId::DeepenWarmSet, 1), UNKNOWN_PART / 2.0);
+        assert!(priority(None, MenuId::StageSpeculative, 1) < UNKNOWN_PART);
     }
 }

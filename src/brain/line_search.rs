@@ -11,10 +11,12 @@
 //!
 //! - **the favoured side** (more of the lever: a longer draft, a deeper warm
 //!   set, more pins; for the trunk/cache split, towards the larger measured
-//!   part of the token): the farthest untried value first; once a value on
-//!   that side lost, broke the output, failed or was refused by the planner,
-//!   the untried value nearest the midpoint between it and the last win (or
-//!   the live value): a bisection;
+//!   part of the token): the farthest untried value first, and after a
+//!   value the planner refused (it costs no engine time) the next one
+//!   inwards, so the first value measured is the largest the stack allows;
+//!   once a value on that side lost, broke the output or failed, the untried
+//!   value nearest the midpoint between it and the last win (or the live
+//!   value): a bisection;
 //! - **the other side**, once the favoured one has nothing left: the nearest
 //!   untried value, one grid step at a time while each step wins;
 //! - a side whose move was within noise or inconclusive is done: on a knob
@@ -40,9 +42,12 @@ use crate::vocab::{Digest, VerdictKind};
 enum Mark {
     /// A win: the line goes on beyond it.
     Passed,
-    /// A loss, a broken output, a failure or a planner refusal: the best
-    /// value on this side lies between the last win and it.
+    /// A loss, a broken output or a failure: the best value on this side
+    /// lies between the last win and it.
     Wall,
+    /// Refused by the planner: the stack cannot run it, and likely nothing
+    /// beyond it; the next value inwards costs no more than a cycle to ask.
+    Edge,
     /// Within noise or inconclusive: this side shows nothing worth a cycle.
     Flat,
 }
@@ -50,7 +55,7 @@ enum Mark {
 fn mark(why: &Why, history: &[ExperimentOutcome]) -> Option<Mark> {
     match why {
         Why::Live => None,
-        Why::RefusedByPlanner { .. } => Some(Mark::Wall),
+        Why::RefusedByPlanner { .. } => Some(Mark::Edge),
         Why::Decided { experiment } => {
             let verdict = history
                 .iter()
@@ -186,8 +191,8 @@ fn next_on_side(
     for (d, m) in seen {
         match m {
             Mark::Passed => from = d,
-            Mark::Wall => {
-                wall = Some(d);
+            Mark::Wall | Mark::Edge => {
+                wall = Some((d, m));
                 break;
             }
             Mark::Flat => return None,
@@ -196,7 +201,7 @@ fn next_on_side(
     let open: Vec<(usize, f64)> = untried
         .iter()
         .map(|(i, x)| (*i, (x - live) * dir))
-        .filter(|(_, d)| *d > from && wall.is_none_or(|w| *d < w))
+        .filter(|(_, d)| *d > from && wall.is_none_or(|(w, _)| *d < w))
         .collect();
     let closest_to = |target: f64| {
         open.iter()
@@ -210,8 +215,8 @@ fn next_on_side(
     };
     match (stride, wall) {
         (Stride::Step, _) => closest_to(from),
-        (Stride::Leap, Some(w)) => closest_to((from + w) / 2.0),
-        (Stride::Leap, None) => open
+        (Stride::Leap, Some((w, Mark::Wall))) => closest_to((from + w) / 2.0),
+        (Stride::Leap, _) => open
             .iter()
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(i, _)| *i),

@@ -175,13 +175,17 @@ fn the_big_step_on_the_favoured_side_comes_first() {
 }
 
 #[test]
-fn a_wall_is_bisected_towards_the_last_win() {
+fn a_refusal_steps_inwards_and_a_wall_is_bisected_towards_the_last_win() {
     let live = slow_start();
     let shares = Some(&TRUNK_BOUND);
     let id = MenuId::RebalanceTrunkCache;
-    // The planner refuses the whole RAM for the trunk: halfway between the
-    // live third and it.
+    // The planner refuses the whole RAM for the trunk: the next value
+    // inwards, as asking costs no engine time.
     let on = OnLive::default().refused(&split(1.0));
+    assert_eq!(on.next_of(&live, shares, id), Some(split(0.95)));
+    // The engine refused it (a failure, no exclusion): a wall, halfway
+    // between the live third and it, never offered again on this profile.
+    let on = OnLive::default().failed(&split(1.0));
     let next = on.next_of(&live, shares, id).unwrap();
     assert_eq!(next, split(0.65), "{next:?}");
     // That lost too: halfway again.
@@ -190,10 +194,6 @@ fn a_wall_is_bisected_towards_the_last_win() {
     // A win at 0.5 with the wall at 0.65: between them.
     let on = on.decided(&split(0.5), VerdictKind::Win);
     assert_eq!(on.next_of(&live, shares, id), Some(split(0.55)));
-    // The engine refused it (a failure, no exclusion): a wall all the same,
-    // never offered again on this live profile.
-    let on = OnLive::default().failed(&split(1.0));
-    assert_eq!(on.next_of(&live, shares, id), Some(split(0.65)));
     // A win beyond every mark goes on to the farthest untried value.
     let on = OnLive::default().decided(&split(0.5), VerdictKind::Win);
     assert_eq!(on.next_of(&live, shares, id), Some(split(1.0)));
