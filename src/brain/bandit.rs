@@ -1,5 +1,7 @@
 //! The non-model proposer: a multi-armed bandit over the menu, for stacks
-//! with no model and as a yardstick for the model's choices.
+//! with no model and as a yardstick for the model's choices. By default it
+//! plays the arms a line search along each knob picks on the live profile
+//! first ([`BanditAlgorithm::LineSearch`]), and UCB1's once no line has one.
 //!
 //! An arm is one menu entry with one value for each of its parameters, taken
 //! from the parameter's grid ([`grid`]). `remeasure` is not an arm: an A/A
