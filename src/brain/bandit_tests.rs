@@ -4,16 +4,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use serde_json::json;
 
 use super::*;
-use crate::brain::double::{Decided, repo_menu};
+use crate::brain::double::{Decided, measured_on, repo_menu};
 use crate::brain::levers::TokenShares;
 use crate::brain::{NoiseFloorState, params_value};
-use crate::ledger::{CycleId, ExperimentId};
 use crate::observe::LiveMetrics;
 use crate::vocab::Digest;
 
@@ -27,21 +25,7 @@ fn fresh_floor() -> NoiseFloorState {
 }
 
 fn measured(id: i64, p: &Proposal, verdict: VerdictKind) -> ExperimentOutcome {
-    ExperimentOutcome {
-        experiment_id: ExperimentId(id),
-        cycle_id: CycleId(id),
-        created_at: Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap(),
-        menu_id: p.experiment,
-        parameters: params_value(p),
-        base_digest: Digest::of(b"base"),
-        proposer: Some(ProposerKind::Bandit),
-        confirmation_of: None,
-        verdict: Some(verdict),
-        effect: None,
-        interval: None,
-        noise_floor: None,
-        pairs: None,
-    }
+    measured_on(id, p, verdict, Digest::of(b"base"))
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -1,6 +1,7 @@
 //! Test doubles and fixtures of the brain's tests: a scripted HTTP server in
 //! place of a served model (for faults a real model cannot produce on
-//! demand), a duplicate set, a log capture, and the repository's menu.
+//! demand), a duplicate set, a log capture, the repository's menu, and a
+//! measured experiment as the history holds it.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -16,8 +17,9 @@ use tracing_subscriber::fmt::MakeWriter;
 
 use super::DuplicateCheck;
 use crate::config;
-use crate::ledger::{ExperimentId, LedgerError};
+use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
 use crate::menu::{Menu, MenuId, Proposal};
+use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -204,6 +206,32 @@ pub(crate) fn model_config(
 pub(crate) fn repo_menu() -> Menu {
     Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
         .expect("the repository's menu loads")
+}
+
+/// Experiment `id` (also its cycle) of the bandit, measured on `base` with
+/// `verdict`, as [`crate::ledger::Ledger::recent_experiments`] returns it.
+pub(crate) fn measured_on(
+    id: i64,
+    p: &Proposal,
+    verdict: VerdictKind,
+    base: Digest,
+) -> ExperimentOutcome {
+    ExperimentOutcome {
+        experiment_id: ExperimentId(id),
+        cycle_id: CycleId(id),
+        created_at: chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 29, 8, 0, 0)
+            .unwrap(),
+        menu_id: p.experiment,
+        parameters: super::params_value(p),
+        base_digest: base,
+        proposer: Some(ProposerKind::Bandit),
+        confirmation_of: None,
+        verdict: Some(verdict),
+        effect: None,
+        interval: None,
+        noise_floor: None,
+        pairs: None,
+    }
 }
 
 /// Experiments already decided on the base profile, by (id, params JSON).

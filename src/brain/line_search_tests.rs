@@ -4,18 +4,15 @@
 
 use std::path::Path;
 
-use chrono::{TimeZone, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::*;
 use crate::brain::bandit::{BanditAlgorithm, BanditProposer, arms};
-use crate::brain::double::repo_menu;
-use crate::brain::params_value;
-use crate::ledger::{CycleId, ExperimentId};
+use crate::brain::double::{measured_on, repo_menu};
 use crate::menu::Excluded;
 use crate::profile::Profile;
-use crate::vocab::{Digest, ProposerKind};
+use crate::vocab::Digest;
 
 /// The demo's slow start in miniature: a third of the RAM for the trunk,
 /// nothing pinned or warm, no draft.
@@ -87,24 +84,8 @@ impl OnLive {
             p,
             &Why::Decided { experiment: id },
         ));
-        self.history.insert(
-            0,
-            ExperimentOutcome {
-                experiment_id: ExperimentId(id),
-                cycle_id: CycleId(id),
-                created_at: Utc.with_ymd_and_hms(2026, 12, 2, 8, 0, 0).unwrap(),
-                menu_id: p.experiment,
-                parameters: params_value(p),
-                base_digest: live_digest(),
-                proposer: Some(ProposerKind::Bandit),
-                confirmation_of: None,
-                verdict: Some(verdict),
-                effect: None,
-                interval: None,
-                noise_floor: None,
-                pairs: None,
-            },
-        );
+        self.history
+            .insert(0, measured_on(id, p, verdict, live_digest()));
         self
     }
 
