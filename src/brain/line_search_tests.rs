@@ -199,7 +199,7 @@ fn a_flat_side_is_left_and_the_other_side_is_stepped() {
 }
 
 #[test]
-fn a_draft_at_its_longest_is_only_shortened_one_step() {
+fn a_draft_at_its_longest_is_only_shortened_one_step_after_the_other_knobs_leaps() {
     let mut live = slow_start();
     live.speculative.draft_len = 8;
     let on = OnLive::default();
@@ -207,6 +207,10 @@ fn a_draft_at_its_longest_is_only_shortened_one_step() {
         on.next_of(&live, Some(&TRUNK_BOUND), MenuId::StageSpeculative),
         Some(draft(7))
     );
+    // That step goes after the split's leap, though the draft acts on the
+    // whole token and the split on its trunk part.
+    let next = on.next(&live, Some(&TRUNK_BOUND));
+    assert_eq!(&next[..2], &[split(1.0), draft(7)], "{next:?}");
     let on = on.decided(&draft(7), VerdictKind::WithinNoise);
     assert_eq!(
         on.next_of(&live, Some(&TRUNK_BOUND), MenuId::StageSpeculative),

@@ -1,6 +1,6 @@
 //! `[cycle]`: how the daemon paces its cycles (the interval, and the backoff
-//! after failures in a row) and who proposes each experiment from how much
-//! history. Its keys are units and closed sets, so the table needs no check
+//! after failures in a row), who proposes each experiment from how much
+//! history, and whether it builds on a win that waits for approval. Its keys are units and closed sets, so the table needs no check
 //! beyond deserializing.
 
 use serde::Deserialize;
@@ -29,6 +29,15 @@ pub struct CycleSettings {
     pub max_consecutive_failures: u32,
     #[serde(default = "default_backoff_max")]
     pub backoff_max_s: Seconds,
+    /// While exactly one confirmed win waits for approval on the profile
+    /// the loop works from, the next experiments are measured on top of it
+    /// (its candidate is their base), so the search does not stall on the
+    /// operator: an approval usually follows, and what was measured on the
+    /// old profile would expire with it. Only where the bench measures
+    /// every protocol and the stack has no `[stack] class` (see
+    /// `cycle/base.rs`).
+    #[serde(default = "default_build_on_staged")]
+    pub build_on_staged: bool,
 }
 
 impl Default for CycleSettings {
@@ -48,6 +57,9 @@ fn default_history() -> u32 {
 }
 fn default_failures() -> u32 {
     3
+}
+fn default_build_on_staged() -> bool {
+    true
 }
 fn default_backoff_max() -> Seconds {
     Seconds::from_secs(900)

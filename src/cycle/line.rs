@@ -31,6 +31,10 @@ pub struct CycleReport {
     pub floor: Option<f64>,
     pub reason: Option<String>,
     pub staged: Option<StageId>,
+    /// The waiting win whose candidate this cycle measured against, when
+    /// it built on one (`cycle/base.rs`): its runs' baseline is that
+    /// candidate, not the live profile.
+    pub built_on: Option<StageId>,
     /// Median seconds per token of the live profile's runs this cycle.
     pub live_measured: Option<f64>,
     /// The stack's own seconds-per-token metric, when scraped.
@@ -53,6 +57,7 @@ impl CycleReport {
             floor: None,
             reason: None,
             staged: None,
+            built_on: None,
             live_measured: None,
             live_metric: None,
             target: 1.0,
@@ -103,6 +108,9 @@ impl fmt::Display for CycleReport {
         if let Some(s) = self.scheduled {
             write!(f, " [{s}]")?;
         }
+        if let Some(on) = self.built_on {
+            write!(f, " [on top of #{on}]")?;
+        }
         // An interrupted cycle is `aborted`, as the ledger's cycle status and
         // the run's summary count it, though its verdict is `failed`.
         let verdict = match (self.status, self.verdict) {
@@ -117,7 +125,12 @@ impl fmt::Display for CycleReport {
         if let Some(fl) = self.floor {
             write!(f, "  floor {}", display::floor(fl))?;
         }
-        match self.live() {
+        // Built on a waiting win, the baseline measured is its candidate.
+        let (label, live) = match self.built_on {
+            Some(_) => ("base", self.live_measured),
+            None => ("live", self.live()),
+        };
+        match live {
             Some(live) => {
                 let gap = live - self.target;
                 let state = if gap <= 0.0 {
@@ -127,11 +140,11 @@ impl fmt::Display for CycleReport {
                 };
                 write!(
                     f,
-                    "  live {live:.4} s/token vs target {:.3} ({state})",
+                    "  {label} {live:.4} s/token vs target {:.3} ({state})",
                     self.target
                 )?;
             }
-            None => write!(f, "  live s/token unknown")?,
+            None => write!(f, "  {label} s/token unknown")?,
         }
         if let Some(stage) = self.staged {
             write!(f, "  STAGED #{stage} (orchestrator stage show {stage})")?;

@@ -20,6 +20,8 @@
 //!    yet, the cycle measures the combined candidate ([`composition`]);
 //! 4. else the proposer chooses one experiment from the menu ([`proposal`]).
 //!
+//! Every kind works from the live profile, or from the one confirmed win
+//! that waits for approval on it ([`base`], `[cycle] build_on_staged`).
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
 //! [`experiment`]; which floor is current in [`floor`]; the cycle's record
 //! and summary line in [`line`].
@@ -27,6 +29,7 @@
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
 
+mod base;
 mod classmate;
 mod composition;
 mod confirmation;
@@ -188,6 +191,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             })
             .await?;
         r.live_metric = obs.metrics.seconds_per_token;
+        // From here on, "live" is the profile the cycle builds on: the live
+        // profile, or a confirmed win that waits for approval ([`base`]).
+        let live = self.working_base(live, r).await?;
 
         // A win waiting for its confirmation needs a floor measured after
         // it: the two decisions must not share the noise of one floor.

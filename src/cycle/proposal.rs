@@ -142,8 +142,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 .map_err(|e| Stop::Failed(e.to_string()))?
                 .method;
             let scorer = self
-                .scorers
-                .for_live(method)
+                .floor_scorer(method, r.built_on.is_some())
                 .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
             return self.remeasure(id, last_proposal, live, &scorer, r).await;
         }

@@ -415,33 +415,63 @@ async fn settle(
     })
 }
 
+/// Expires every staged win whose base is neither `live` nor, through a
+/// chain of staged wins, built on it (`[cycle] build_on_staged`): a win
+/// measured on top of a waiting win stays while that one waits, and goes
+/// when it goes.
 async fn expire_stale(
-    c: Conn<'_>,
+    mut c: Conn<'_>,
     cx: &Ctx,
     live: &Digest,
     reason: &str,
     at: DateTime<Utc>,
 ) -> Result<Vec<StageId>> {
-    on_db!(c, |c, d| {
-        sqlx::query_scalar(d.pick(
-            "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
-         decided_at = max($3, created_at) \
-         WHERE state = 'staged' AND base_digest <> $1 \
-         AND (CAST($4 AS TEXT) IS NULL OR stack = $4) RETURNING id",
-            "UPDATE stages SET state = 'expired', decided_by = 'orchestrator', note = $2, \
-         decided_at = GREATEST($3, created_at) \
-         WHERE state = 'staged' AND base_digest <> $1 \
-         AND (CAST($4 AS TEXT) IS NULL OR stack = $4) RETURNING id",
-        ))
-        .bind(live)
-        .bind(reason)
-        .bind(ts(&at))
+    let staged: Vec<(StageId, Digest, Digest)> = on_db!(c.re(), |c| {
+        sqlx::query_as(
+            "SELECT id, base_digest, candidate_digest FROM stages WHERE state = 'staged' \
+             AND (CAST($1 AS TEXT) IS NULL OR stack = $1) ORDER BY id",
+        )
         // Another stack's live profile says nothing about this one's stages.
         .bind(cx.stack())
         .fetch_all(c)
         .await
-        .map_err(cx.err("expire stale stages"))
-    })
+        .map_err(cx.err("read the staged wins"))
+    })?;
+    let stale = stale_stages(live, &staged);
+    for &id in &stale {
+        settle(
+            c.re(),
+            cx,
+            id,
+            StageState::Expired,
+            "orchestrator",
+            Some(reason),
+            at,
+        )
+        .await?;
+    }
+    Ok(stale)
+}
+
+/// Of the staged wins `(id, base, candidate)`, those whose base is not
+/// reached from `live` through the candidates of other staged wins.
+pub(crate) fn stale_stages(live: &Digest, staged: &[(StageId, Digest, Digest)]) -> Vec<StageId> {
+    let mut reached: Vec<&Digest> = vec![live];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (_, base, candidate) in staged {
+            if reached.contains(&base) && !reached.contains(&candidate) {
+                reached.push(candidate);
+                grew = true;
+            }
+        }
+    }
+    staged
+        .iter()
+        .filter(|(_, base, _)| !reached.contains(&base))
+        .map(|(id, _, _)| *id)
+        .collect()
 }
 
 impl WriteTx {
@@ -502,7 +532,8 @@ impl WriteTx {
         .await
     }
 
-    /// Expires every staged win whose base is not `live`; returns their ids.
+    /// Expires every staged win whose base is not `live` (nor built on it
+    /// through waiting wins, see [`stale_stages`]); returns their ids.
     pub async fn expire_stale_stages(
         &mut self,
         live: &Digest,

@@ -609,3 +609,97 @@ fn a_missing_config_file_names_its_error_once() {
     assert!(err.contains(&missing.display().to_string()), "{err}");
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+#[test]
+fn a_win_measured_on_top_of_a_waiting_win_is_approved_after_it() {
+    let f = Fixture::new();
+    let under = f.stage_win(0.75);
+    // What the daemon stages while `under` waits (`[cycle] build_on_staged`).
+    let base = staged::variant(&f.base(), 0.75);
+    let mut top = base.clone();
+    top.memory.trunk_gb = 0.2;
+    let on_top = staged::stage_win(&f.path("ledger/orchestrator.db"), &base, &top);
+
+    let out = f.cmd().args(["stage", "list"]).output().unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "measured on top of stage {under}, which waits: approve {under} first"
+        )),
+        "{text}"
+    );
+
+    // Out of order: refused, nothing written, nothing expired.
+    let before = std::fs::read(f.path("ledger/profiles/live.toml")).unwrap();
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &on_top.0.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("approve stage {under} first")),
+        "{err}"
+    );
+    assert!(err.contains("Nothing was written"), "{err}");
+    assert_eq!(
+        std::fs::read(f.path("ledger/profiles/live.toml")).unwrap(),
+        before
+    );
+
+    // In order: the first approval keeps the win on top of it, which then
+    // applies on its own base.
+    for id in [under, on_top] {
+        let out = f
+            .cmd()
+            .args(["stage", "approve", &id.0.to_string(), "--by", "ada"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stdout(&out).contains("Expired"), "{}", stdout(&out));
+    }
+    assert_eq!(f.live(), top);
+    let states = staged::stages(&f.path("config.toml"));
+    assert!(states.iter().all(|(_, s, _)| s == "approved"), "{states:?}");
+}
+
+#[test]
+fn rejecting_a_waiting_win_expires_the_win_measured_on_top_of_it() {
+    let f = Fixture::new();
+    let under = f.stage_win(0.75);
+    let base = staged::variant(&f.base(), 0.75);
+    let mut top = base.clone();
+    top.memory.trunk_gb = 0.2;
+    let on_top = staged::stage_win(&f.path("ledger/orchestrator.db"), &base, &top);
+    let out = f
+        .cmd()
+        .args([
+            "stage",
+            "reject",
+            &under.0.to_string(),
+            "--reason",
+            "not now",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Another win approved on the live profile: the chain has no base left.
+    let other = f.stage_win(0.6);
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &other.0.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("{on_top}")),
+        "{}",
+        stdout(&out)
+    );
+    let states = staged::stages(&f.path("config.toml"));
+    assert!(
+        states.contains(&(on_top.0, "expired".into(), Some("orchestrator".into()))),
+        "{states:?}"
+    );
+}

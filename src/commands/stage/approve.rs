@@ -35,10 +35,38 @@ pub(super) async fn approve(
         Some(name) => ledger.clone().scoped(StackScope { name, class: None }),
         None => ledger.clone(),
     };
+    refuse_if_built_on_waiting(&ledger, id).await?;
     match ledger.backend() {
         Backend::Postgres => approve_for_daemon(config, &ledger, id, by, note, None).await,
         Backend::Sqlite => approve_and_write(config, &ledger, id, by, note).await,
     }
+}
+
+/// A win measured on top of another staged win (`[cycle] build_on_staged`)
+/// is approved after it: its evidence is against that win's profile, which
+/// is not live yet. Refused before anything is written, and not expired:
+/// it becomes approvable once the win under it is approved.
+async fn refuse_if_built_on_waiting(ledger: &Ledger, id: StageId) -> anyhow::Result<()> {
+    let stage = ledger.stage(id).await?;
+    if stage.state != StageState::Staged {
+        return Ok(());
+    }
+    for other in ledger.stages(Some(StageState::Staged)).await? {
+        if other.id == id {
+            continue;
+        }
+        let under = ledger.stage(other.id).await?;
+        if under.candidate_digest == stage.base_digest {
+            return Err(UsageError(format!(
+                "stage {id} was measured on top of stage {under_id}, which still waits for \
+                 approval: approve stage {under_id} first (then {id}), or reject {under_id}, which \
+                 expires {id}. Nothing was written.",
+                under_id = under.id
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// `stage approve ID --class`: approves the stage for every host of its

@@ -90,6 +90,7 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
         return Ok(());
     }
     let now = Utc::now();
+    let under = waiting_candidates(&ledger, &stages).await?;
     println!(
         "{:>4}  {:<9} {:<14} {:<22} {:<28} {:<30} {:>7} {:>5}  base",
         "id", "state", "stack", "experiment", "parameters", "effect [interval]", "floor", "age"
@@ -114,8 +115,26 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
         if let Some(on) = confirmed_on(s.confirmed_elsewhere(), s.confirmed_in_class.as_deref()) {
             println!("      {on}");
         }
+        if s.state == StageState::Staged
+            && let Some((id, _)) = under.iter().find(|(_, c)| *c == s.base_digest)
+        {
+            println!("      measured on top of stage {id}, which waits: approve {id} first");
+        }
     }
     Ok(())
+}
+
+/// The candidates of the listed wins that wait, to name the one a win was
+/// measured on top of (`[cycle] build_on_staged`).
+async fn waiting_candidates(
+    ledger: &Ledger,
+    stages: &[crate::ledger::StageSummary],
+) -> anyhow::Result<Vec<(crate::ledger::StageId, crate::vocab::Digest)>> {
+    let mut out = Vec::new();
+    for s in stages.iter().filter(|s| s.state == StageState::Staged) {
+        out.push((s.id, ledger.stage(s.id).await?.candidate_digest));
+    }
+    Ok(out)
 }
 
 /// A stage as JSON with its effect named both ways: the stored log ratio

@@ -182,10 +182,19 @@ pub(super) async fn abba(tx: &mut WriteTx, experiment_id: ExperimentId) {
 /// A win, its confirmation, and their stage, written as the loop would: one
 /// transaction for the whole change.
 pub(crate) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, ExperimentId, ExperimentId) {
+    staged_win_on(ledger, base, 200).await
+}
+
+/// A confirmed win from profile `base` to profile `candidate`, staged.
+pub(crate) async fn staged_win_on(
+    ledger: &Ledger,
+    base: u8,
+    candidate: u8,
+) -> (StageId, ExperimentId, ExperimentId) {
     let mut tx = ledger.begin_write().await.unwrap();
     let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
     let first = tx
-        .insert_experiment(&experiment(cycle, base, 200))
+        .insert_experiment(&experiment(cycle, base, candidate))
         .await
         .unwrap();
     abba(&mut tx, first).await;
@@ -195,7 +204,7 @@ pub(crate) async fn staged_win(ledger: &Ledger, base: u8) -> (StageId, Experimen
     let second = tx
         .insert_experiment(&NewExperiment {
             confirmation_of: Some(first),
-            ..experiment(cycle, base, 200)
+            ..experiment(cycle, base, candidate)
         })
         .await
         .unwrap();

@@ -230,3 +230,60 @@ async fn stages_on_an_old_base_expire() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_win_built_on_a_waiting_win_stays_while_it_waits_and_goes_with_it() {
+    for ledger in backends().await {
+        // Live is profile 1; the waiting win takes it to 3, and a win
+        // measured on top of that (`[cycle] build_on_staged`) to 4.
+        let (under, _, _) = staged_win_on(&ledger, 1, 3).await;
+        let (on_top, _, _) = staged_win_on(&ledger, 3, 4).await;
+        let (old, _, _) = staged_win_on(&ledger, 5, 6).await;
+        let expired = ledger
+            .expire_stale_stages(&digest(1), "the live profile changed", t(900))
+            .await
+            .unwrap();
+        assert_eq!(expired, vec![old]);
+        assert_eq!(
+            ledger.stage(on_top).await.unwrap().state,
+            StageState::Staged
+        );
+
+        // The waiting win approved: the one on top is now on the live base.
+        let expired = ledger
+            .expire_stale_stages(&digest(3), "the live profile changed", t(910))
+            .await
+            .unwrap();
+        assert_eq!(expired, vec![under]);
+        assert_eq!(
+            ledger.stage(on_top).await.unwrap().state,
+            StageState::Staged
+        );
+
+        // Another profile live: the chain has nothing to stand on.
+        let expired = ledger
+            .expire_stale_stages(&digest(7), "the live profile changed", t(920))
+            .await
+            .unwrap();
+        assert_eq!(expired, vec![on_top]);
+    }
+}
+
+#[test]
+fn only_chains_that_start_at_the_live_profile_are_kept() {
+    use crate::ledger::stages::stale_stages;
+    let d = |n| digest(n);
+    // 1 -> 2 -> 3 is a chain from live 1; 4 <-> 5 build on each other but on
+    // nothing live, so neither keeps the other.
+    let staged = vec![
+        (StageId(10), d(2), d(3)),
+        (StageId(11), d(1), d(2)),
+        (StageId(12), d(4), d(5)),
+        (StageId(13), d(5), d(4)),
+    ];
+    assert_eq!(stale_stages(&d(1), &staged), vec![StageId(12), StageId(13)]);
+    assert_eq!(
+        stale_stages(&d(9), &staged),
+        vec![StageId(10), StageId(11), StageId(12), StageId(13)]
+    );
+}
