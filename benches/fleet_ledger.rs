@@ -150,6 +150,7 @@ async fn cycle(ledger: &Ledger, n: u64) {
             metrics: json!({"seconds_per_token": 1.2, "far_hit_share": 0.1}),
             heat: None,
             live_profile_digest: Digest::of(b"live"),
+            base_profile_digest: Digest::of(b"live"),
         })
         .await
         .unwrap();

@@ -85,6 +85,7 @@ async fn cycle(
         metrics: json!({"seconds_per_token": 1.2, "far_hit_share": 0.1}),
         heat: None,
         live_profile_digest: live.clone(),
+        base_profile_digest: live.clone(),
     })
     .await
     .unwrap();

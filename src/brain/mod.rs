@@ -316,7 +316,8 @@ mod tests {
                         observed_at: at,
                         metrics: serde_json::json!({}),
                         heat: None,
-                        live_profile_digest: digest,
+                        live_profile_digest: digest.clone(),
+                        base_profile_digest: digest,
                     })
                     .await
                     .unwrap();
@@ -452,12 +453,34 @@ mod tests {
         }
     }
 
+    /// A cycle opened and observed on `live`, building on `base`.
+    async fn observed_cycle(
+        ledger: &Ledger,
+        at: DateTime<Utc>,
+        proposer: ProposerKind,
+        live: &Digest,
+        base: &Digest,
+    ) -> crate::ledger::CycleId {
+        let cycle = ledger.open_cycle(at, proposer).await.unwrap();
+        ledger
+            .insert_observation(&crate::ledger::NewObservation {
+                cycle_id: cycle,
+                observed_at: at,
+                metrics: serde_json::json!({}),
+                heat: None,
+                live_profile_digest: live.clone(),
+                base_profile_digest: base.clone(),
+            })
+            .await
+            .unwrap();
+        cycle
+    }
+
     /// An answer the planner refused inside the proposer's loop (stored
     /// `not_measured`) is excluded on that live profile in later cycles,
     /// and only there.
     #[tokio::test]
     async fn a_refusal_inside_the_loop_is_excluded_on_that_live_profile() {
-        use crate::ledger::NewObservation;
         let ledger = Ledger::open_in_memory().await.unwrap();
         let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
         let menu = repo_menu();
@@ -467,17 +490,7 @@ mod tests {
                 r#"{"experiment":"stage_speculative","params":{"draft_len":0},"rationale":""}"#,
             )
             .unwrap();
-        let cycle = ledger.open_cycle(at, ProposerKind::Model).await.unwrap();
-        ledger
-            .insert_observation(&NewObservation {
-                cycle_id: cycle,
-                observed_at: at,
-                metrics: serde_json::json!({}),
-                heat: None,
-                live_profile_digest: live.clone(),
-            })
-            .await
-            .unwrap();
+        let cycle = observed_cycle(&ledger, at, ProposerKind::Model, &live, &live).await;
         let attempt = Attempt {
             number: 1,
             prompt: Some("[user]\nchoose\n".into()),
@@ -520,6 +533,61 @@ mod tests {
             base_digest: &other,
         };
         assert!(elsewhere.refused(&menu).await.unwrap().is_empty());
+    }
+
+    /// A cycle that built on a win waiting for approval files what the
+    /// planner refused under that win's candidate: the next cycle on the
+    /// same base finds it (so the line search steps inwards instead of
+    /// proposing it again every cycle while the win waits), and the live
+    /// profile the cycle observed does not inherit it.
+    #[tokio::test]
+    async fn a_refusal_on_a_waiting_wins_candidate_is_filed_under_that_base() {
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 8, 0, 0).unwrap();
+        let menu = repo_menu();
+        let (live, waiting) = (
+            Digest::of(b"live"),
+            Digest::of(b"a waiting win's candidate"),
+        );
+        let split = menu
+            .validate(
+                r#"{"experiment":"rebalance_trunk_cache","params":{"trunk_fraction":0.9},"rationale":""}"#,
+            )
+            .unwrap();
+        let cycle = observed_cycle(&ledger, at, ProposerKind::Bandit, &live, &waiting).await;
+        let outcome = Outcome {
+            proposer: ProposerKind::Bandit,
+            attempts: vec![Attempt {
+                number: 1,
+                prompt: None,
+                raw_answer: None,
+                parsed: Some(proposal_value(&split)),
+                rejection: None,
+            }],
+            decision: Decision::Chosen(split.clone()),
+            note: None,
+        };
+        for row in outcome.new_proposals(cycle, at) {
+            ledger.insert_proposal(&row).await.unwrap();
+        }
+        let v = NewVerdict::refusal(VerdictKind::Rejected, "not measured: too few slots", at);
+        ledger.insert_cycle_verdict(cycle, &v).await.unwrap();
+
+        let on_base = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &waiting,
+        };
+        assert_eq!(
+            on_base.refused_by_planner(&split).await.unwrap(),
+            Some(cycle)
+        );
+        assert_eq!(on_base.refused(&menu).await.unwrap().len(), 1);
+        let on_live = LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &live,
+        };
+        assert_eq!(on_live.refused_by_planner(&split).await.unwrap(), None);
+        assert!(on_live.refused(&menu).await.unwrap().is_empty());
     }
 
     /// The rows an outcome produces satisfy the ledger's schema, and the

@@ -27,8 +27,9 @@ use crate::menu::MenuId;
 use crate::profile::{Profile, ProfileFile};
 use crate::vocab::{Digest, Method, StageState};
 
-/// How far a chain of waiting wins is followed: a person approving once a
-/// day still finds a short list, and a runaway chain cannot form.
+/// How many waiting wins a chain follows (a win staged on the last makes one
+/// more): a person approving once a day still finds a short list, and a
+/// runaway chain cannot form.
 const MAX_CHAIN: usize = 4;
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
@@ -46,6 +47,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(live);
         }
         let staged = self.ledger.stages(Some(StageState::Staged)).await?;
+        let mut visited = vec![live.profile.digest()];
         let mut base = live;
         for _ in 0..MAX_CHAIN {
             let digest = base.profile.digest();
@@ -54,9 +56,16 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 break;
             };
             let stage = self.ledger.stage(only.id).await?;
+            // A win back to a profile already on the chain (the live one, or
+            // one between) would walk in a circle: the chain ends before it.
+            if visited.contains(&stage.candidate_digest) {
+                break;
+            }
+            visited.push(stage.candidate_digest.clone());
             match self.staged_profile(&stage.candidate_digest, &stage.candidate_profile) {
                 Ok(next) => {
-                    tracing::info!(
+                    // Every cycle while it waits: the cycle line says it too.
+                    tracing::debug!(
                         stage = %stage.id,
                         "building on the staged win that waits for approval (profile {})",
                         stage.candidate_digest.short()
@@ -107,12 +116,21 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// own A/B wrote it (the planner names candidates by digest; written
     /// again when it is gone), so the bench runs it and its relative paths
     /// mean the same.
+    ///
+    /// Refused when its pin list is gone: every A/B on it would fail, and
+    /// approving it would be refused for the same reason (`apply`).
     fn staged_profile(&self, digest: &Digest, text: &str) -> Result<ProfileFile, String> {
         let path = profiles_dir(&self.config.stack.live_profile).join(format!("{digest}.toml"));
+        let pins_missing = |profile: &Profile| {
+            profile
+                .pins_path(&path)
+                .filter(|pins| !pins.exists())
+                .map(|pins| format!("its pin list {} is missing", pins.display()))
+        };
         if let Ok(file) = ProfileFile::load(&path)
             && file.profile.digest() == *digest
         {
-            return Ok(file);
+            return pins_missing(&file.profile).map_or(Ok(file), Err);
         }
         let profile = Profile::parse(text, &path).map_err(|e| e.to_string())?;
         if profile.digest() != *digest {
@@ -120,6 +138,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 "its stored profile does not match its digest {}; the ledger may be damaged",
                 digest.short()
             ));
+        }
+        if let Some(why) = pins_missing(&profile) {
+            return Err(why);
         }
         crate::atomic_file::write(&path, profile.canonical().as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

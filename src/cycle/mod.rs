@@ -181,6 +181,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
         warn_new_gaps(&obs.gaps);
+        // From here on, "live" is the profile the cycle builds on: the live
+        // profile, or a confirmed win that waits for approval ([`base`]).
+        // The observation records both: what the planner refuses in this
+        // cycle is filed under the base.
+        let live = self.working_base(live, r).await?;
         self.ledger
             .insert_observation(&NewObservation {
                 cycle_id: id,
@@ -188,12 +193,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 metrics: obs.metrics_json(),
                 heat: obs.heat_json(),
                 live_profile_digest: live_digest.clone(),
+                base_profile_digest: live.profile.digest(),
             })
             .await?;
         r.live_metric = obs.metrics.seconds_per_token;
-        // From here on, "live" is the profile the cycle builds on: the live
-        // profile, or a confirmed win that waits for approval ([`base`]).
-        let live = self.working_base(live, r).await?;
 
         // A win waiting for its confirmation needs a floor measured after
         // it: the two decisions must not share the noise of one floor.

@@ -68,6 +68,10 @@ pub struct NewObservation {
     /// The heat summary, when the stack exposes one.
     pub heat: Option<Value>,
     pub live_profile_digest: Digest,
+    /// The profile the cycle's experiments were measured against: the live
+    /// profile, or the candidate of a win that waits for approval
+    /// (`cycle/base.rs`). What the planner refused is filed under it.
+    pub base_profile_digest: Digest,
 }
 
 // Hand-written for the JSON columns, as [`super::NewExperiment`]'s.
@@ -77,6 +81,12 @@ from_row!(NewObservation, |row| {
         observed_at: row.try_get("observed_at")?,
         metrics: json_col(row, "metrics")?,
         heat: opt_json_col(row, "heat")?,
+        // Rows from before the column have none; they built on the live
+        // profile (the migration fills them in, this is belt and braces).
+        base_profile_digest: match row.try_get::<Option<Digest>, _>("base_profile_digest")? {
+            Some(d) => d,
+            None => row.try_get("live_profile_digest")?,
+        },
         live_profile_digest: row.try_get("live_profile_digest")?,
     })
 });
@@ -273,14 +283,16 @@ async fn insert_observation(c: Conn<'_>, cx: &Ctx, o: &NewObservation) -> Result
     on_db!(c, |c| {
         require_object("an observation's metrics", &o.metrics)?;
         sqlx::query_scalar(
-            "INSERT INTO observations (cycle_id, observed_at, metrics, heat, live_profile_digest) \
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            "INSERT INTO observations \
+             (cycle_id, observed_at, metrics, heat, live_profile_digest, base_profile_digest) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
         )
         .bind(o.cycle_id)
         .bind(ts(&o.observed_at))
         .bind(canonical_json(&o.metrics))
         .bind(o.heat.as_ref().map(canonical_json))
         .bind(&o.live_profile_digest)
+        .bind(&o.base_profile_digest)
         .fetch_one(c)
         .await
         .map_err(cx.err("record an observation"))

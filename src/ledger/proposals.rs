@@ -107,8 +107,8 @@ async fn of_cycle(c: Conn<'_>, cx: &Ctx, cycle_id: CycleId) -> Result<Vec<Propos
 
 /// The latest cycle whose valid proposal was exactly `parsed` and which the
 /// planner refused before any experiment existed (a `rejected` verdict with
-/// no experiment, on a proposal nobody refused), while the live profile was
-/// `live_digest`.
+/// no experiment, on a proposal nobody refused), while the cycle built on
+/// `live_digest` (its base: the live profile, or a waiting win's candidate).
 ///
 /// The proposal comes first (`CROSS JOIN` fixes the order) through its
 /// partial index, newest first: left to itself SQLite starts from every
@@ -120,7 +120,7 @@ pub(crate) const SQL_PLANNER_REFUSED: &str = "SELECT p.cycle_id \
      CROSS JOIN cycles c ON c.id = p.cycle_id \
      WHERE p.parsed = $1 AND p.rejection IS NULL \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
-       AND o.live_profile_digest = $2 \
+       AND o.base_profile_digest = $2 \
        AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
      ORDER BY p.id DESC LIMIT 1";
 
@@ -133,20 +133,20 @@ pub(crate) const SQL_PLANNER_REFUSED_PG: &str = "SELECT p.cycle_id \
      JOIN cycles c ON c.id = p.cycle_id \
      WHERE p.parsed = $1 AND p.rejection IS NULL \
        AND v.experiment_id IS NULL AND v.kind = 'rejected' \
-       AND o.live_profile_digest = $2 \
+       AND o.base_profile_digest = $2 \
        AND (CAST($3 AS TEXT) IS NULL OR c.stack = $3) \
      ORDER BY p.id DESC LIMIT 1";
 
-/// Every valid proposal the planner refused while the live profile was
-/// `$1`: refused in the proposer's own loop (`not_measured`), or, before
+/// Every valid proposal the planner refused while the cycle's base (the live
+/// profile, or a waiting win's candidate) was `$1`: refused in the proposer's own loop (`not_measured`), or, before
 /// that loop asked the planner, accepted and then refused (a `rejected`
-/// verdict with no experiment). From the cycles observed on that profile.
+/// verdict with no experiment). From the cycles that built on that profile.
 pub(crate) const SQL_PLANNER_REFUSALS_ON: &str = "SELECT p.cycle_id, p.parsed \
      FROM observations o \
      JOIN cycles c ON c.id = o.cycle_id \
      JOIN proposals p ON p.cycle_id = o.cycle_id \
      LEFT JOIN verdicts v ON v.cycle_id = o.cycle_id AND v.experiment_id IS NULL \
-     WHERE o.live_profile_digest = $1 AND p.parsed IS NOT NULL \
+     WHERE o.base_profile_digest = $1 AND p.parsed IS NOT NULL \
        AND (p.rejection_kind = 'not_measured' OR (p.rejection IS NULL AND v.kind = 'rejected')) \
        AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2)";
 
@@ -166,36 +166,37 @@ impl Ledger {
 
     /// The duplicate check's second half: the latest cycle in which the
     /// planner refused exactly this proposal (`parsed`, as stored) while the
-    /// live profile was `live_digest`. Such a proposal was decided without a
+    /// cycle built on `base_digest` (the live profile, or the candidate of a
+    /// win that waits for approval). Such a proposal was decided without a
     /// measurement ("not predicted to help", "does not fit"), and proposing
     /// it again on the same profile only wastes a cycle.
     pub async fn planner_refused(
         &self,
         parsed: &Value,
-        live_digest: &crate::vocab::Digest,
+        base_digest: &crate::vocab::Digest,
     ) -> Result<Option<CycleId>> {
         let mut c = self.conn("look for an identical refused proposal").await?;
         on_db!(c.conn(), |c, db| sqlx::query_scalar(
             db.pick(SQL_PLANNER_REFUSED, SQL_PLANNER_REFUSED_PG)
         )
         .bind(canonical_json(parsed))
-        .bind(live_digest)
+        .bind(base_digest)
         .bind(self.ctx.stack())
         .fetch_optional(c)
         .await
         .map_err(self.ctx.err("look for an identical refused proposal")))
     }
 
-    /// Every proposal the planner refused on `live_digest`, newest first:
-    /// (cycle, parsed proposal as stored).
+    /// Every proposal the planner refused on `base_digest` (a cycle's base),
+    /// newest first: (cycle, parsed proposal as stored).
     pub async fn planner_refusals_on(
         &self,
-        live_digest: &crate::vocab::Digest,
+        base_digest: &crate::vocab::Digest,
     ) -> Result<Vec<(CycleId, Value)>> {
         let op = "list the proposals the planner refused on a profile";
         let mut c = self.conn(op).await?;
         let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_PLANNER_REFUSALS_ON)
-            .bind(live_digest)
+            .bind(base_digest)
             .bind(self.ctx.stack())
             .fetch_all(c)
             .await

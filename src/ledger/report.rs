@@ -85,6 +85,10 @@ pub struct ReportRun {
     pub created_at: DateTime<Utc>,
     pub menu_id: MenuId,
     pub base_digest: Digest,
+    /// The live profile its cycle observed (none for a cycle without an
+    /// observation): not `base_digest` when the cycle built on a win that
+    /// waited for approval (`cycle/base.rs`).
+    pub live_digest: Option<Digest>,
     pub arm: Arm,
     pub seconds_per_token: Option<f64>,
     pub refused: bool,
@@ -219,15 +223,18 @@ per_stack!(
 // Experiments carry no stack: they are walked by time and their cycle (by
 // primary key) says whose they are. CROSS JOIN keeps SQLite to that order
 // (PostgreSQL reads it as a plain join), so the rows still come in
-// experiment time order without a sort.
+// experiment time order without a sort. The cycle's observation (by its
+// unique cycle id) is looked up once per experiment, before its runs.
 per_stack!(
     SQL_REPORT_RUNS,
     SQL_REPORT_UNOWNED_RUNS,
     "c.stack",
-    "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, r.arm, \
+    "SELECT e.id AS experiment_id, e.created_at, e.menu_id, e.base_digest, \
+            o.live_profile_digest AS live_digest, r.arm, \
             r.seconds_per_token, r.refused, r.trunk_seconds_per_token, \
             r.expert_seconds_per_token, r.far_hit_share, r.draft_acceptance \
-     FROM experiments e CROSS JOIN cycles c CROSS JOIN runs r \
+     FROM experiments e CROSS JOIN cycles c \
+     LEFT JOIN observations o ON o.cycle_id = c.id CROSS JOIN runs r \
      WHERE c.id = e.cycle_id AND r.experiment_id = e.id AND ",
     "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
      ORDER BY e.created_at"

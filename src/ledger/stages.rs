@@ -426,7 +426,15 @@ async fn expire_stale(
     reason: &str,
     at: DateTime<Utc>,
 ) -> Result<Vec<StageId>> {
-    let staged: Vec<(StageId, Digest, Digest)> = on_db!(c.re(), |c| {
+    let staged = staged_edges(c.re(), cx).await?;
+    let stale = stale_stages(live, &staged);
+    settle_all(c, cx, &stale, reason, at).await?;
+    Ok(stale)
+}
+
+/// This stack's staged wins as `(id, base, candidate)`, oldest first.
+async fn staged_edges(c: Conn<'_>, cx: &Ctx) -> Result<Vec<(StageId, Digest, Digest)>> {
+    on_db!(c, |c| {
         sqlx::query_as(
             "SELECT id, base_digest, candidate_digest FROM stages WHERE state = 'staged' \
              AND (CAST($1 AS TEXT) IS NULL OR stack = $1) ORDER BY id",
@@ -436,9 +444,18 @@ async fn expire_stale(
         .fetch_all(c)
         .await
         .map_err(cx.err("read the staged wins"))
-    })?;
-    let stale = stale_stages(live, &staged);
-    for &id in &stale {
+    })
+}
+
+/// Expires each of `ids` with `reason`, decided by `orchestrator`.
+async fn settle_all(
+    mut c: Conn<'_>,
+    cx: &Ctx,
+    ids: &[StageId],
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    for &id in ids {
         settle(
             c.re(),
             cx,
@@ -450,7 +467,35 @@ async fn expire_stale(
         )
         .await?;
     }
-    Ok(stale)
+    Ok(())
+}
+
+/// Of the staged wins `(id, base, candidate)`, those measured on top of
+/// `candidate` (the candidate of a win whose base was `base`, just
+/// rejected), directly or through other staged wins. The walk never comes
+/// back through `base`: a win measured there is not built on the rejected
+/// one.
+pub(crate) fn built_on(
+    base: &Digest,
+    candidate: &Digest,
+    staged: &[(StageId, Digest, Digest)],
+) -> Vec<StageId> {
+    let mut reached: Vec<&Digest> = vec![candidate];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (_, from, to) in staged {
+            if reached.contains(&from) && to != base && !reached.contains(&to) {
+                reached.push(to);
+                grew = true;
+            }
+        }
+    }
+    staged
+        .iter()
+        .filter(|(_, from, _)| reached.contains(&from))
+        .map(|(id, _, _)| *id)
+        .collect()
 }
 
 /// Of the staged wins `(id, base, candidate)`, those whose base is not
@@ -530,6 +575,24 @@ impl WriteTx {
             at,
         )
         .await
+    }
+
+    /// Expires every staged win measured on top of stage `id` (decided
+    /// already), directly or through other waiting wins ([`built_on`]), with
+    /// `reason`; returns their ids. Used when `id` is rejected: what was
+    /// measured on its candidate can never be approved.
+    pub async fn expire_built_on(
+        &mut self,
+        id: StageId,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Vec<StageId>> {
+        let (mut c, cx) = self.parts();
+        let under = get(c.re(), cx, id).await?;
+        let staged = staged_edges(c.re(), cx).await?;
+        let on_top = built_on(&under.base_digest, &under.candidate_digest, &staged);
+        settle_all(c, cx, &on_top, reason, at).await?;
+        Ok(on_top)
     }
 
     /// Expires every staged win whose base is not `live` (nor built on it

@@ -116,9 +116,18 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         .next_back();
     let live = speed_by_base.live(since);
     let stage_counts = stage_counts(&stages, &o.period, &o.redactor);
+    // Of the wins a person can approve now: one measured on top of a win
+    // that waits ([cycle] build_on_staged) has its effect against that
+    // win's candidate, and `stage approve` refuses it until that one is.
     let best_staged = stage_counts
         .open_at_end
         .iter()
+        .filter(|s| {
+            speed_by_base
+                .live_base
+                .as_ref()
+                .is_none_or(|l| *l == s.base_digest)
+        })
         .min_by(|a, b| a.effect.total_cmp(&b.effect))
         .map(|s| BestStaged {
             stage: s.clone(),
@@ -213,6 +222,11 @@ impl Speeds {
         let mut parts = Vec::new();
         for r in runs {
             if r.arm != Arm::Baseline || r.refused {
+                continue;
+            }
+            // Built on a win that waited for approval, the baseline was that
+            // win's candidate: not a speed the live profile ever served.
+            if r.live_digest.as_ref().is_some_and(|l| *l != r.base_digest) {
                 continue;
             }
             let Some(s) = r.seconds_per_token else {
@@ -718,4 +732,43 @@ fn failures(cycles: &[CycleRecord], verdicts: &[ReportVerdict], r: &Redactor) ->
         .collect();
     out.sort_by(|a, b| b.cycles.cmp(&a.cycles).then(a.cause.cmp(&b.cause)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn baseline(id: i64, base: &Digest, live: &Digest, spt: f64) -> ReportRun {
+        ReportRun {
+            experiment_id: ExperimentId(id),
+            created_at: Utc.with_ymd_and_hms(2026, 12, 2, 8, 0, 0).unwrap()
+                + chrono::Duration::seconds(id),
+            menu_id: MenuId::StageSpeculative,
+            base_digest: base.clone(),
+            live_digest: Some(live.clone()),
+            arm: Arm::Baseline,
+            seconds_per_token: Some(spt),
+            refused: false,
+            parts: TokenParts::default(),
+        }
+    }
+
+    #[test]
+    fn the_live_speed_is_never_a_waiting_wins_candidate() {
+        let live = Digest::of(b"live");
+        let waiting = Digest::of(b"waiting win's candidate");
+        // The last experiments built on a win that waits: their baseline is
+        // its candidate, twice as fast as anything the live profile served.
+        let runs = [
+            baseline(1, &live, &live, 1.0),
+            baseline(2, &live, &live, 1.2),
+            baseline(3, &waiting, &live, 0.5),
+            baseline(4, &waiting, &live, 0.5),
+        ];
+        let speeds = Speeds::from_runs(&runs);
+        assert_eq!(speeds.live_base.as_ref(), Some(&live));
+        let median = speeds.live(None).unwrap().value;
+        assert!((median - 1.1).abs() < 1e-12, "{median}");
+    }
 }

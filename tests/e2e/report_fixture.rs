@@ -112,6 +112,7 @@ impl Fill<'_> {
                 }),
                 heat: None,
                 live_profile_digest: live(),
+                base_profile_digest: live(),
             })
             .await
             .unwrap();

@@ -672,6 +672,8 @@ fn rejecting_a_waiting_win_expires_the_win_measured_on_top_of_it() {
     let mut top = base.clone();
     top.memory.trunk_gb = 0.2;
     let on_top = staged::stage_win(&f.path("ledger/orchestrator.db"), &base, &top);
+    // A win on the live profile itself is no part of the chain.
+    let beside = f.stage_win(0.6);
     let out = f
         .cmd()
         .args([
@@ -684,22 +686,59 @@ fn rejecting_a_waiting_win_expires_the_win_measured_on_top_of_it() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    // Another win approved on the live profile: the chain has no base left.
-    let other = f.stage_win(0.6);
+    assert!(
+        stdout(&out).contains(&format!(
+            "Expired the stage(s) measured on top of it: {on_top}."
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // By the rejection itself: nothing else ran since.
+    let states = staged::stages(&f.path("config.toml"));
+    assert!(
+        states.contains(&(on_top.0, "expired".into(), Some("orchestrator".into()))),
+        "{states:?}"
+    );
+    assert!(
+        states.contains(&(beside.0, "staged".into(), None)),
+        "{states:?}"
+    );
     let out = f
         .cmd()
-        .args(["stage", "approve", &other.0.to_string()])
+        .args(["stage", "show", &on_top.to_string()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains(&format!("{on_top}")),
+        stdout(&out).contains(&format!("measured on top of stage {under}, rejected by")),
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn a_win_on_the_live_profile_is_approved_though_a_win_on_top_of_it_comes_back() {
+    let f = Fixture::new();
+    let under = f.stage_win(0.75);
+    // Measured on top of `under`, it goes back to the live profile: each
+    // of the two is then "built on" the other's candidate.
+    let there = staged::variant(&f.base(), 0.75);
+    let back = staged::stage_win(&f.path("ledger/orchestrator.db"), &there, &f.base());
+    let out = f
+        .cmd()
+        .args(["stage", "approve", &under.0.to_string(), "--by", "ada"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(f.live(), there);
     let states = staged::stages(&f.path("config.toml"));
     assert!(
-        states.contains(&(on_top.0, "expired".into(), Some("orchestrator".into()))),
+        states.contains(&(under.0, "approved".into(), Some("ada".into()))),
+        "{states:?}"
+    );
+    // Now an ordinary win on the live profile.
+    assert!(
+        states.contains(&(back.0, "staged".into(), None)),
         "{states:?}"
     );
 }

@@ -35,7 +35,7 @@ pub(super) async fn approve(
         Some(name) => ledger.clone().scoped(StackScope { name, class: None }),
         None => ledger.clone(),
     };
-    refuse_if_built_on_waiting(&ledger, id).await?;
+    refuse_if_built_on_waiting(config, &ledger, id).await?;
     match ledger.backend() {
         Backend::Postgres => approve_for_daemon(config, &ledger, id, by, note, None).await,
         Backend::Sqlite => approve_and_write(config, &ledger, id, by, note).await,
@@ -46,9 +46,22 @@ pub(super) async fn approve(
 /// is approved after it: its evidence is against that win's profile, which
 /// is not live yet. Refused before anything is written, and not expired:
 /// it becomes approvable once the win under it is approved.
-async fn refuse_if_built_on_waiting(ledger: &Ledger, id: StageId) -> anyhow::Result<()> {
+///
+/// A stage measured on the live profile itself is never refused, even when
+/// another waiting win's candidate happens to be that profile too (a chain
+/// that came back to where it started): that one is built on this one, not
+/// the other way round. Where the live profile cannot be read here (a
+/// PostgreSQL ledger approved from another machine), the chain alone says.
+async fn refuse_if_built_on_waiting(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+) -> anyhow::Result<()> {
     let stage = ledger.stage(id).await?;
     if stage.state != StageState::Staged {
+        return Ok(());
+    }
+    if Profile::load(&config.stack.live_profile).is_ok_and(|p| p.digest() == stage.base_digest) {
         return Ok(());
     }
     for other in ledger.stages(Some(StageState::Staged)).await? {

@@ -521,13 +521,28 @@ async fn reject(ledger: &Ledger, id: StageId, by: &str, reason: &str) -> anyhow:
         let why = format!("its part stage {id} was rejected by {by}: {reason}");
         tx.expire_stage(composite, &why, now).await?;
     }
+    // A win measured on top of it ([cycle] build_on_staged) can never be
+    // approved now: its base will not be live.
+    let why = format!("it was measured on top of stage {id}, rejected by {by}: {reason}");
+    let on_top = tx.expire_built_on(id, &why, now).await?;
     tx.commit().await?;
     println!("stage {id} rejected by {by}: {reason}");
+    let list = |ids: &[StageId]| {
+        ids.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if !composites.is_empty() {
-        let ids: Vec<String> = composites.iter().map(ToString::to_string).collect();
         println!(
             "Expired the composite stage(s) that apply it: {}.",
-            ids.join(", ")
+            list(&composites)
+        );
+    }
+    if !on_top.is_empty() {
+        println!(
+            "Expired the stage(s) measured on top of it: {}.",
+            list(&on_top)
         );
     }
     Ok(())

@@ -190,32 +190,9 @@ async fn of_two_daemons_racing_to_apply_one_stage_exactly_one_settles_it() {
 
 #[tokio::test]
 async fn stages_approved_before_applies_were_recorded_read_as_applied() {
-    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("orchestrator.db");
     // The schema as it was before 20261201220002.
-    let before = dir.path().join("migrations");
-    std::fs::create_dir(&before).unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    for entry in std::fs::read_dir(&repo).unwrap() {
-        let p = entry.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if p.is_file() && name.as_str() < "20261201220002" {
-            std::fs::copy(&p, before.join(&name)).unwrap();
-        }
-    }
-    // Foreign keys off: the stages need no experiments for this.
-    let options = SqliteConnectOptions::new()
-        .filename(&path)
-        .create_if_missing(true)
-        .foreign_keys(false);
-    let pool = SqlitePool::connect_with(options).await.unwrap();
-    sqlx::migrate::Migrator::new(before.as_path())
-        .await
-        .unwrap()
-        .run(&pool)
-        .await
-        .unwrap();
+    let (path, pool) = sqlite_before(dir.path(), "20261201220002").await;
     let (base, candidate) = ("1".repeat(64), "2".repeat(64));
     for (e, state, decided) in [
         (1, "approved", "'2026-12-01T01:00:00.000000Z', 'alice'"),

@@ -38,6 +38,40 @@ pub(crate) const PG_PASSWORD_VAR: &str = "ORCH_TEST_PG_PASSWORD";
 /// PostgreSQL, and said out loud. Without it a missing PostgreSQL fails.
 const NO_PG_VAR: &str = "ORCH_TEST_NO_PG";
 
+/// A SQLite file in `dir` migrated only up to (not including) the migration
+/// `version`: the schema an older daemon left, for tests of what a newer
+/// migration makes of its rows. Foreign keys are off, so a test inserts only
+/// the rows it is about.
+pub(super) async fn sqlite_before(
+    dir: &std::path::Path,
+    version: &str,
+) -> (std::path::PathBuf, sqlx::SqlitePool) {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let path = dir.join("orchestrator.db");
+    let before = dir.join("migrations");
+    std::fs::create_dir(&before).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    for entry in std::fs::read_dir(&repo).unwrap() {
+        let p = entry.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_file() && name.as_str() < version {
+            std::fs::copy(&p, before.join(&name)).unwrap();
+        }
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .foreign_keys(false);
+    let pool = SqlitePool::connect_with(options).await.unwrap();
+    sqlx::migrate::Migrator::new(before.as_path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    (path, pool)
+}
+
 /// A fresh, migrated ledger on each backend: an in-memory SQLite one, then
 /// a new database on the test PostgreSQL. Each says which it is on stderr
 /// (shown with a failing test's output).

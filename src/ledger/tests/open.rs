@@ -190,7 +190,7 @@ async fn named_queries_use_indexes() {
         .query_plan(NamedQuery::PlannerRefusalsOn)
         .await
         .unwrap();
-    assert!(on.contains("observations_by_live_profile"), "{on}");
+    assert!(on.contains("observations_by_base_profile"), "{on}");
     let decided = ledger.query_plan(NamedQuery::DecidedOn).await.unwrap();
     assert!(decided.contains("experiments_by_identity"), "{decided}");
     let floor = ledger

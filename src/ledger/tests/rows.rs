@@ -96,6 +96,7 @@ async fn observation_round_trip() {
             metrics: json!({"seconds_per_token": 1.7, "tier_hits": {"ram": 0.5}}),
             heat: Some(json!({"coverage": 0.9})),
             live_profile_digest: digest(1),
+            base_profile_digest: digest(1),
         };
         let id = ledger.insert_observation(&new).await.unwrap();
         let got = ledger.observation(cycle).await.unwrap().unwrap();
@@ -559,6 +560,7 @@ async fn a_proposal_the_planner_refused_on_a_profile_is_found_again() {
                 metrics: json!({}),
                 heat: None,
                 live_profile_digest: digest(1),
+                base_profile_digest: digest(1),
             })
             .await
             .unwrap();
@@ -597,4 +599,34 @@ async fn a_proposal_the_planner_refused_on_a_profile_is_found_again() {
             "on another live profile it is not"
         );
     }
+}
+
+#[tokio::test]
+async fn observations_from_before_the_base_column_built_on_the_live_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, pool) = sqlite_before(dir.path(), "20261203100001").await;
+    let live = "3".repeat(64);
+    sqlx::query(&format!(
+        "INSERT INTO observations (cycle_id, observed_at, metrics, heat, live_profile_digest) \
+         VALUES (1, '2026-12-01T00:00:00.000000Z', '{{}}', NULL, '{live}')"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let ledger = Ledger::open(&path).await.unwrap();
+    let seen = ledger.observation(CycleId(1)).await.unwrap().unwrap();
+    assert_eq!(seen.recorded.base_profile_digest.to_string(), live);
+    // Filled in by the migration itself, where the refusal queries look.
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let filled: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM observations WHERE base_profile_digest = $1")
+            .bind(&live)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(filled, 1);
 }

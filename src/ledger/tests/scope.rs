@@ -123,6 +123,7 @@ async fn history(l: &Ledger, at: i64, load: f64) -> History {
         metrics: json!({}),
         heat: None,
         live_profile_digest: digest(1),
+        base_profile_digest: digest(1),
     };
     let proposal = |cycle_id, parsed| NewProposal {
         cycle_id,

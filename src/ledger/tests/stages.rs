@@ -287,3 +287,59 @@ fn only_chains_that_start_at_the_live_profile_are_kept() {
         vec![StageId(10), StageId(11), StageId(12), StageId(13)]
     );
 }
+
+#[test]
+fn a_rejected_win_takes_the_wins_built_on_it_and_no_other() {
+    use crate::ledger::stages::built_on;
+    let d = |n| digest(n);
+    // Rejected: 1 -> 2. Built on it: 2 -> 3 and 3 -> 4. Beside it on the
+    // live profile: 1 -> 5. Back to the rejected win's base, 3 -> 1, is
+    // built on it; 1 -> 5 is not, though 3 -> 1 leads there.
+    let staged = vec![
+        (StageId(20), d(2), d(3)),
+        (StageId(21), d(3), d(4)),
+        (StageId(22), d(1), d(5)),
+        (StageId(23), d(3), d(1)),
+    ];
+    assert_eq!(
+        built_on(&d(1), &d(2), &staged),
+        vec![StageId(20), StageId(21), StageId(23)]
+    );
+    // A win with nothing on top of it takes nothing.
+    assert_eq!(built_on(&d(1), &d(5), &staged), Vec::<StageId>::new());
+}
+
+#[tokio::test]
+async fn rejecting_a_waiting_win_expires_what_was_measured_on_top_of_it() {
+    for ledger in backends().await {
+        let (under, _, _) = staged_win_on(&ledger, 1, 3).await;
+        let (on_top, _, _) = staged_win_on(&ledger, 3, 4).await;
+        let (beside, _, _) = staged_win_on(&ledger, 1, 5).await;
+        let mut tx = ledger.begin_write().await.unwrap();
+        tx.decide_stage(
+            under,
+            crate::ledger::StageDecision::Rejected,
+            "a person",
+            Some("not now"),
+            t(900),
+        )
+        .await
+        .unwrap();
+        let expired = tx
+            .expire_built_on(under, "measured on top of a rejected win", t(900))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(expired, vec![on_top]);
+        let on_top = ledger.stage(on_top).await.unwrap();
+        assert_eq!(on_top.state, StageState::Expired);
+        assert_eq!(
+            on_top.note.as_deref(),
+            Some("measured on top of a rejected win")
+        );
+        assert_eq!(
+            ledger.stage(beside).await.unwrap().state,
+            StageState::Staged
+        );
+    }
+}
