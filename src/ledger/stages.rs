@@ -480,17 +480,7 @@ pub(crate) fn built_on(
     candidate: &Digest,
     staged: &[(StageId, Digest, Digest)],
 ) -> Vec<StageId> {
-    let mut reached: Vec<&Digest> = vec![candidate];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for (_, from, to) in staged {
-            if reached.contains(&from) && to != base && !reached.contains(&to) {
-                reached.push(to);
-                grew = true;
-            }
-        }
-    }
+    let reached = reached(candidate, Some(base), staged);
     staged
         .iter()
         .filter(|(_, from, _)| reached.contains(&from))
@@ -498,20 +488,31 @@ pub(crate) fn built_on(
         .collect()
 }
 
-/// Of the staged wins `(id, base, candidate)`, those whose base is not
-/// reached from `live` through the candidates of other staged wins.
-pub(crate) fn stale_stages(live: &Digest, staged: &[(StageId, Digest, Digest)]) -> Vec<StageId> {
-    let mut reached: Vec<&Digest> = vec![live];
+/// The profiles reached from `start` through the candidates of staged wins
+/// `(id, base, candidate)`, `start` included, never stepping onto `avoid`.
+fn reached<'a>(
+    start: &'a Digest,
+    avoid: Option<&Digest>,
+    staged: &'a [(StageId, Digest, Digest)],
+) -> Vec<&'a Digest> {
+    let mut reached = vec![start];
     let mut grew = true;
     while grew {
         grew = false;
-        for (_, base, candidate) in staged {
-            if reached.contains(&base) && !reached.contains(&candidate) {
-                reached.push(candidate);
+        for (_, from, to) in staged {
+            if reached.contains(&from) && Some(to) != avoid && !reached.contains(&to) {
+                reached.push(to);
                 grew = true;
             }
         }
     }
+    reached
+}
+
+/// Of the staged wins `(id, base, candidate)`, those whose base is not
+/// reached from `live` through the candidates of other staged wins.
+pub(crate) fn stale_stages(live: &Digest, staged: &[(StageId, Digest, Digest)]) -> Vec<StageId> {
+    let reached = reached(live, None, staged);
     staged
         .iter()
         .filter(|(_, base, _)| !reached.contains(&base))
