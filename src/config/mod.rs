@@ -85,12 +85,32 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
     }
 
+    /// Loads and validates the file, and withholds the secrets it names
+    /// from every child process started after it
+    /// ([`crate::process::secrets`]): every command that can start a child
+    /// loads its config first, so none can forget to.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(&text, path)
+        let config = Config::parse(&text, path)?;
+        crate::process::secrets::withhold(config.secret_vars());
+        Ok(config)
+    }
+
+    /// The environment variables this config names as holding a secret:
+    /// the PostgreSQL ledger's password and the model's API key.
+    pub fn secret_vars(&self) -> Vec<String> {
+        let ledger = self
+            .ledger_postgres
+            .as_ref()
+            .and_then(|pg| pg.password_env());
+        ledger
+            .into_iter()
+            .chain(self.model.api_key_env.as_deref())
+            .map(str::to_string)
+            .collect()
     }
 
     /// Parses config text as if it were the file at `path`; the first

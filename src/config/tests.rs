@@ -95,6 +95,23 @@ fn a_pasted_api_key_is_refused_without_echoing_it() {
 }
 
 #[test]
+fn the_secret_variables_are_the_ledger_password_and_the_model_key() {
+    assert!(parse(&default_text()).unwrap().secret_vars().is_empty());
+    let text = default_text()
+        .replace(
+            "# api_key_env = \"ORCHESTRATOR_API_KEY\"",
+            "api_key_env = \"ORCHESTRATOR_API_KEY\"",
+        )
+        .replace(
+            "path = \"ledger/orchestrator.db\"\n",
+            "url = \"postgres://orch@127.0.0.1:5432/orch\"\npassword_env = \"ORCH_LEDGER_PASSWORD\"\n",
+        );
+    let mut vars = parse(&text).unwrap().secret_vars();
+    vars.sort();
+    assert_eq!(vars, ["ORCHESTRATOR_API_KEY", "ORCH_LEDGER_PASSWORD"]);
+}
+
+#[test]
 fn min_pairs_above_max_pairs_is_refused() {
     let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 60"));
     assert!(msg.contains("min_pairs (60)"), "{msg}");

@@ -207,6 +207,10 @@ impl Group {
         if let Some((name, value)) = CHILD_TAG.read().expect("child tag lock").as_ref() {
             cmd.env(name, value);
         }
+        // After `envs`: a secret is withheld even where a template passes it on.
+        for name in super::secrets::withheld() {
+            cmd.env_remove(name);
+        }
         if let Some(procs) = &spec.cgroup_procs {
             let path = CString::new(procs.as_os_str().as_bytes()).map_err(|_| {
                 spawn_err(std::io::Error::new(

@@ -8,8 +8,10 @@
 //! - [`cancel`]: the shutdown signal every child's wait listens to.
 //! - [`group`]: children in their own process group, timeout, group kill, stderr tail.
 //! - [`orphans`]: finding and killing the children a dead daemon left behind.
+//! - [`secrets`]: the variables no child may inherit.
 
 pub mod cancel;
 pub mod group;
 pub mod orphans;
+pub mod secrets;
 pub mod template;

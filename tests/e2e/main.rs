@@ -18,6 +18,7 @@ mod approve_anywhere;
 mod bound_win;
 mod brain_tinyk3;
 mod check_cli;
+mod child_environment;
 mod class_confirm;
 mod compose_wins;
 mod confirm_unsupported;
