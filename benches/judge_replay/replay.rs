@@ -137,6 +137,26 @@ pub struct Outcome {
     pub runs: f64,
     /// The runs of its A/Bs alone (first and confirmation), floors left out.
     pub ab_runs: f64,
+    /// The intervals its A/Bs reported (first and confirmation), and how
+    /// many of them held the injected effect.
+    pub intervals: usize,
+    pub covered: usize,
+}
+
+/// Tally of reported intervals against the injected effect `theta`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Coverage {
+    intervals: usize,
+    covered: usize,
+}
+
+impl Coverage {
+    fn add(&mut self, reported: Option<(f64, f64)>, theta: f64) {
+        if let Some((lo, hi)) = reported {
+            self.intervals += 1;
+            self.covered += usize::from(lo <= theta && theta <= hi);
+        }
+    }
 }
 
 /// The replay of `decisions` consecutive A/Bs of a candidate `theta` on one
@@ -188,12 +208,16 @@ fn replay_floor_first(
                 noisy: true,
                 runs: 0.0,
                 ab_runs: 0.0,
+                intervals: 0,
+                covered: 0,
             });
             floor = measure_floor(stream, policy, warmups);
             continue;
         };
         let before = stream.taken;
-        let (single, noisy) = ab(stream, judge, policy, warmups, f, theta);
+        let mut coverage = Coverage::default();
+        let (single, noisy, reported) = ab(stream, judge, policy, warmups, f, theta);
+        coverage.add(reported, theta);
         let mut ab_runs = stream.taken - before;
         let confirmed = if single == VerdictKind::Win {
             // The confirmation must not inherit the first A/B's floor.
@@ -201,7 +225,8 @@ fn replay_floor_first(
             match floor {
                 Some(f2) => {
                     let before = stream.taken;
-                    let second = ab(stream, judge, policy, warmups, f2, theta).0;
+                    let (second, _, reported) = ab(stream, judge, policy, warmups, f2, theta);
+                    coverage.add(reported, theta);
                     ab_runs += stream.taken - before;
                     confirm(single, second)
                 }
@@ -216,6 +241,8 @@ fn replay_floor_first(
             noisy,
             runs: 0.0,
             ab_runs: ab_runs as f64,
+            intervals: coverage.intervals,
+            covered: coverage.covered,
         });
     }
     share_runs(&mut out, stream.taken - start);
@@ -242,6 +269,8 @@ fn replay_bound_first(
         if let Some(measured) = first.measured {
             floor = measured;
         }
+        let mut coverage = Coverage::default();
+        coverage.add(first.reported, theta);
         let mut ab_runs = first.ab_runs;
         let confirmed = if first.kind == VerdictKind::Win {
             let second = bounded_ab(stream, policy, warmups, None, theta);
@@ -249,6 +278,7 @@ fn replay_bound_first(
                 floor = measured;
             }
             ab_runs += second.ab_runs;
+            coverage.add(second.reported, theta);
             confirm(first.kind, second.kind)
         } else {
             first.kind
@@ -259,6 +289,8 @@ fn replay_bound_first(
             noisy: first.noisy,
             runs: 0.0,
             ab_runs: ab_runs as f64,
+            intervals: coverage.intervals,
+            covered: coverage.covered,
         });
     }
     share_runs(&mut out, stream.taken - start);
@@ -282,6 +314,8 @@ struct Bounded {
     measured: Option<Option<Floor>>,
     /// Its runs, the floor's left out.
     ab_runs: usize,
+    /// The interval it reported, if it measured a block.
+    reported: Option<(f64, f64)>,
 }
 
 /// An A/B judged against `floor` when there is a valid one, else against
@@ -320,6 +354,9 @@ fn bounded_ab(
                             noisy: true,
                             measured,
                             ab_runs: stream.taken - before - floor_runs,
+                            // As the daemon records it: where the pairs
+                            // stood against the bound.
+                            reported: s.without_floor().map(|d| d.reported),
                         };
                     }
                 }
@@ -332,6 +369,7 @@ fn bounded_ab(
                 noisy: d.too_noisy.is_some(),
                 measured,
                 ab_runs: stream.taken - before - floor_runs,
+                reported: (d.pairs > 0).then_some(d.reported),
             };
         }
     }
@@ -364,7 +402,9 @@ fn measure_floor(
     }
 }
 
-/// One A/B: its verdict, and whether the machine decided it.
+/// One A/B: its verdict, whether the machine decided it, and the interval
+/// it reported (our judge's only: the fixed protocols are compared on
+/// verdicts and cost).
 fn ab(
     stream: &mut Stream,
     judge: Judge,
@@ -372,7 +412,7 @@ fn ab(
     warmups: usize,
     (floor, contention): (Floor, Option<f64>),
     theta: f64,
-) -> (VerdictKind, bool) {
+) -> (VerdictKind, bool, Option<(f64, f64)>) {
     match judge {
         Judge::Ours(p) => {
             let mut s = AbSchedule::new(p.against_floor(contention), floor, warmups);
@@ -380,7 +420,11 @@ fn ab(
                 let slot = s.slot();
                 let t = stream.timed(slot.profile, theta);
                 if let Next::Decided(d) = s.record(t).expect("trace times are valid") {
-                    return (d.kind, d.too_noisy.is_some());
+                    return (
+                        d.kind,
+                        d.too_noisy.is_some(),
+                        (d.pairs > 0).then_some(d.reported),
+                    );
                 }
             }
         }
@@ -415,7 +459,7 @@ fn ab(
                     block.clear();
                 }
             }
-            (t_interval(&x, alpha, floor), false)
+            (t_interval(&x, alpha, floor), false, None)
         }
         Judge::MedianOf { runs } => {
             let b: Vec<f64> = (0..runs)
@@ -433,7 +477,7 @@ fn ab(
             } else {
                 VerdictKind::WithinNoise
             };
-            (kind, false)
+            (kind, false, None)
         }
     }
 }

@@ -18,6 +18,9 @@ pub struct Cell {
     noisy: usize,
     runs: f64,
     ab_runs: f64,
+    /// Reported intervals, and those that held the injected effect.
+    intervals: usize,
+    covered: usize,
 }
 
 /// Index of a statistical verdict in the tallies.
@@ -41,6 +44,8 @@ impl Cell {
             noisy: 0,
             runs: 0.0,
             ab_runs: 0.0,
+            intervals: 0,
+            covered: 0,
         }
     }
 
@@ -51,6 +56,19 @@ impl Cell {
         self.noisy += usize::from(o.noisy);
         self.runs += o.runs;
         self.ab_runs += o.ab_runs;
+        self.intervals += o.intervals;
+        self.covered += o.covered;
+    }
+
+    /// The share of reported intervals that held the injected effect, and
+    /// its Wilson interval; `None` when no A/B reported one.
+    pub fn coverage(&self) -> Option<(f64, (f64, f64))> {
+        (self.intervals > 0).then(|| {
+            (
+                self.covered as f64 / self.intervals as f64,
+                wilson(self.covered, self.intervals),
+            )
+        })
     }
 
     pub fn rate(&self, kind: VerdictKind) -> f64 {
@@ -101,6 +119,9 @@ pub struct Targets {
     pub single_false_win: f64,
     pub false_loss: f64,
     pub power_two_floors: f64,
+    /// The least share of reported intervals that hold the injected
+    /// effect: the level they claim.
+    pub coverage: f64,
 }
 
 impl Default for Targets {
@@ -111,6 +132,7 @@ impl Default for Targets {
             single_false_win: 0.05,
             false_loss: 0.05,
             power_two_floors: 0.90,
+            coverage: orchestrator::judge::interval::REPORTED_CONFIDENCE,
         }
     }
 }
@@ -130,6 +152,18 @@ impl Targets {
             .is_some_and(|max| true_floor(t) > max.get())
             || contended_block_share(t, policy.max_contention_rise) > 0.5;
         for c in cells {
+            if let Some((share, (lo, hi))) = c.coverage()
+                && share < self.coverage
+            {
+                missed.push(format!(
+                    "{trace}, {}: the reported intervals held the injected effect in {:.1}% [{:.1}, {:.1}] of A/Bs < {:.0}%, the level they claim",
+                    c.label,
+                    100.0 * share,
+                    100.0 * lo,
+                    100.0 * hi,
+                    100.0 * self.coverage
+                ));
+            }
             if c.is_aa() {
                 let cw = c.confirmed_win();
                 let (_, up) = c.wilson(c.confirmed_win);
@@ -285,12 +319,12 @@ fn pct_ci(c: &Cell, count: usize) -> String {
 pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
     println!("### {} ({label})\n", trace.name);
     println!(
-        "| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | runs per decision (A/B runs) |"
+        "| candidate | win | loss | within noise | inconclusive (too noisy) | confirmed win | 90% interval holds the effect | runs per decision (A/B runs) |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for c in cells {
         println!(
-            "| {} | {} | {} | {} | {} ({}) | {} | {:.1} ({:.1}) |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {} | {:.1} ({:.1}) |",
             c.label,
             pct_ci(c, c.single[0]),
             pct_ci(c, c.single[1]),
@@ -298,6 +332,16 @@ pub fn cells(trace: &Trace, label: &str, cells: &[Cell]) {
             pct(c.rate(VerdictKind::Inconclusive)),
             pct(c.noisy as f64 / c.n as f64),
             pct_ci(c, c.confirmed_win),
+            match c.coverage() {
+                Some((share, (lo, hi))) => format!(
+                    "{:.1}% [{:.1}, {:.1}] of {}",
+                    100.0 * share,
+                    100.0 * lo,
+                    100.0 * hi,
+                    c.intervals
+                ),
+                None => "none reported".into(),
+            },
             c.runs_per_decision(),
             c.ab_runs_per_decision()
         );

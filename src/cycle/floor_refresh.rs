@@ -11,8 +11,8 @@ use crate::clock::Clock;
 use crate::judge::Floor;
 use crate::judge::{self, Policy, Step};
 use crate::ledger::{CycleId, ExperimentId, Interval, NewVerdict, ProposalId};
+use crate::measure::ab::NoiseOutcome;
 use crate::measure::ab::RecordedRun;
-use crate::measure::ab::{AbVerdict, NoiseOutcome};
 use crate::measure::by_protocol::StackScorer;
 use crate::measure::scorer::Scorer;
 use crate::menu::MenuId;
@@ -200,9 +200,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     }
 }
 
-/// The verdict of an A/A's pairs under `floor`; with `too_noisy`, it is
-/// `inconclusive` with that reason whatever the interval says (the machine
-/// decided it), and keeps the interval for the record.
+/// The verdict of an A/A's pairs under `floor`: never a direction. Both
+/// arms ran the same profile, so a `win` or `loss` could only be noise
+/// mistaken for an effect, and it would exclude that value on this live
+/// profile for good. What an A/A yields is its floor: `within_noise` with
+/// the A/A's interval for the record, or, with `too_noisy`, `inconclusive`
+/// with that reason.
 fn aa_verdict(
     pairs: &[(f64, f64)],
     floor: judge::Floor,
@@ -210,34 +213,73 @@ fn aa_verdict(
     now: chrono::DateTime<chrono::Utc>,
     too_noisy: Option<&str>,
 ) -> NewVerdict {
-    let mut v = match judge::decide(pairs, floor, policy) {
-        Ok(Step::Decided(d)) => AbVerdict::Decided(d).to_new_verdict(now),
-        Ok(Step::Continue {
-            pairs,
-            estimate: Some(e),
-        }) => NewVerdict {
-            kind: VerdictKind::Inconclusive,
-            decided_at: now,
-            effect: Some(e.log_ratio),
-            interval: Some(Interval {
-                low: e.interval.0,
-                high: e.interval.1,
-            }),
-            noise_floor: Some(floor.get()),
-            floor_is_bound: false,
-            pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
-            method: Some(judge::sequential::METHOD.to_string()),
-            reason: None,
-        },
-        // `decide` reports where it stands as `Continue`, never `Discarded`.
-        Ok(_) => NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now),
-        Err(e) => NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
-    };
-    if let Some(why) = too_noisy
-        && v.effect.is_some()
-    {
-        v.kind = VerdictKind::Inconclusive;
-        v.reason = Some(why.to_string());
+    let mut test = judge::SequentialTest::new(*policy, floor);
+    for &(b, c) in pairs {
+        match test.push(b, c) {
+            Ok(Step::Decided(_)) => break,
+            Ok(_) => {}
+            Err(e) => return NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
+        }
     }
-    v
+    let (Some(e), Some(reported)) = (test.estimate(), test.reported()) else {
+        return NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now);
+    };
+    let (kind, reason) = match too_noisy {
+        Some(why) => (VerdictKind::Inconclusive, Some(why.to_string())),
+        None => (
+            VerdictKind::WithinNoise,
+            Some(
+                "an A/A of the live profile: it measures the noise floor and has no direction; \
+                 its interval is for the record"
+                    .to_string(),
+            ),
+        ),
+    };
+    NewVerdict {
+        kind,
+        decided_at: now,
+        effect: Some(e.log_ratio),
+        interval: Some(Interval {
+            low: reported.0,
+            high: reported.1,
+        }),
+        noise_floor: Some(floor.get()),
+        floor_is_bound: false,
+        pairs: u32::try_from(test.pairs()).unwrap_or(u32::MAX),
+        method: Some(judge::sequential::METHOD.to_string()),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pairs whose candidate arm ran 13% slower every time, as a burst
+    /// that covered one arm of every pair would make them: the sequential
+    /// test calls that a loss, the A/A may not.
+    #[test]
+    fn an_aa_is_never_a_win_or_a_loss() {
+        let policy = Policy::default();
+        let floor = judge::Floor::try_from(0.02).unwrap();
+        let now = chrono::Utc::now();
+        for factor in [1.13, 1.0 / 1.13] {
+            let pairs: Vec<(f64, f64)> = (0..8)
+                .map(|i| {
+                    let b = 1.0 + 0.001 * f64::from(i % 3);
+                    (b, b * factor)
+                })
+                .collect();
+            let step = judge::decide(&pairs, floor, &policy).unwrap();
+            assert!(
+                matches!(step, Step::Decided(d) if d.kind != VerdictKind::WithinNoise),
+                "premise: the test alone would take a direction: {step:?}"
+            );
+            let v = aa_verdict(&pairs, floor, &policy, now, None);
+            assert_eq!(v.kind, VerdictKind::WithinNoise, "{v:?}");
+            assert!(v.interval.is_some() && v.effect.is_some());
+            let noisy = aa_verdict(&pairs, floor, &policy, now, Some("too noisy"));
+            assert_eq!(noisy.kind, VerdictKind::Inconclusive);
+        }
+    }
 }

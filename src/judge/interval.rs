@@ -23,6 +23,16 @@ use super::policy::Floor;
 /// covered part of the block.
 pub const DISCORDANT_FLOORS: f64 = 4.0;
 
+/// The level of the interval every verdict reports (stage list and show, the
+/// report, the projection): a 90% repeated confidence interval. The test
+/// decides on a narrower interval at the policy's `confidence` (a wrong
+/// verdict needs that one to miss the truth by a whole floor), but people
+/// read a printed interval as "the effect lies here, at 90%", so the one
+/// shown is computed over the same blocks at this level, with Pocock's
+/// constant for the same looks: it covers the effect at every look at
+/// once, so also at the look where the test stopped.
+pub const REPORTED_CONFIDENCE: f64 = 0.90;
+
 /// A point estimate and interval on the log-ratio scale.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
@@ -95,6 +105,15 @@ impl Blocks {
     /// spread yet and only the floor's width applies, which is why no
     /// policy decides on one block ([`super::Policy::LEAST_MIN_PAIRS`]).
     pub(crate) fn estimate(&self, floor: Floor, boundary: f64) -> Option<Estimate> {
+        let interval = self.interval(floor, boundary)?;
+        Some(Estimate {
+            log_ratio: self.mean,
+            interval,
+        })
+    }
+
+    /// The interval of [`Self::estimate`] alone, at `boundary`.
+    pub(crate) fn interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
         if self.n == 0 {
             return None;
         }
@@ -107,10 +126,7 @@ impl Blocks {
             0.0
         };
         let half = own.max(by_floor) / m.sqrt();
-        Some(Estimate {
-            log_ratio: self.mean,
-            interval: (self.mean - half, self.mean + half),
-        })
+        Some((self.mean - half, self.mean + half))
     }
 }
 

@@ -125,6 +125,9 @@ pub struct Policy {
     /// Pocock's constant for these looks and this confidence
     /// ([`super::pocock::constant`]), computed once here.
     boundary: f64,
+    /// Pocock's constant for these looks at the reported level
+    /// ([`super::interval::REPORTED_CONFIDENCE`]).
+    report_boundary: f64,
 }
 
 impl Policy {
@@ -182,6 +185,11 @@ impl Policy {
             floor_contention: None,
             max_discarded_blocks: 8,
             boundary: super::pocock::constant(min_pairs / 2, max_pairs / 2, confidence.alpha()),
+            report_boundary: super::pocock::constant(
+                min_pairs / 2,
+                max_pairs / 2,
+                1.0 - super::interval::REPORTED_CONFIDENCE,
+            ),
         })
     }
 
@@ -202,6 +210,12 @@ impl Policy {
     /// with probability `confidence`.
     pub fn boundary(&self) -> f64 {
         self.boundary
+    }
+
+    /// Pocock's constant of the interval a verdict reports: the same looks
+    /// at [`super::interval::REPORTED_CONFIDENCE`].
+    pub fn report_boundary(&self) -> f64 {
+        self.report_boundary
     }
 }
 

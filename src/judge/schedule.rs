@@ -296,6 +296,7 @@ impl AbSchedule {
         Some(Decision {
             kind: VerdictKind::Inconclusive,
             estimate,
+            reported: self.test.reported()?,
             pairs: self.test.pairs(),
             floor: self.policy.max_floor?,
             method: super::sequential::METHOD,

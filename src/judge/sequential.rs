@@ -23,13 +23,20 @@ use crate::vocab::{Arm, VerdictKind};
 /// with a run above an absolute PSI share (`max_pressure`). v2 verdicts
 /// kept an arm's faster run and pooled the floor into the variance; v1 ran
 /// ABBA blocks only.
-pub const METHOD: &str = "pocock-rci-own-spread-v4";
+/// v5 is v4 with the stored interval at the reported level
+/// ([`super::interval::REPORTED_CONFIDENCE`]), not the decision's.
+pub const METHOD: &str = "pocock-rci-own-spread-v5";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Decision {
     pub kind: VerdictKind,
+    /// The estimate and the interval the decision was taken on (at the
+    /// policy's confidence).
     pub estimate: Estimate,
+    /// The interval shown and stored: over the same blocks, at
+    /// [`super::interval::REPORTED_CONFIDENCE`] for the same looks.
+    pub reported: (f64, f64),
     /// Pairs of the blocks the decision used (discarded blocks excluded);
     /// for a too-noisy one, every pair run, and `estimate` is over all of
     /// them, for the record only.
@@ -201,6 +208,13 @@ impl SequentialTest {
         self.blocks.estimate(self.floor, self.policy.boundary())
     }
 
+    /// The interval a verdict on the accepted blocks so far would report
+    /// ([`Decision::reported`]).
+    pub fn reported(&self) -> Option<(f64, f64)> {
+        self.blocks
+            .interval(self.floor, self.policy.report_boundary())
+    }
+
     /// The noise floor the accepted blocks' own spread implies, on the
     /// floor's scale: a block's variance is `floor² / 2` on clean runs
     /// ([`Blocks::estimate`]), so `√2` times their spread, taken robustly
@@ -310,7 +324,8 @@ impl SequentialTest {
             let kind = classify(est.interval, self.floor)
                 .or((pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive));
             if let Some(kind) = kind {
-                return Ok(Step::Decided(self.decide(kind, est, None)));
+                let reported = self.reported().expect("a block was accepted");
+                return Ok(Step::Decided(self.decide(kind, est, reported, None)));
             }
         }
         Ok(Step::Continue { pairs, estimate })
@@ -320,11 +335,13 @@ impl SequentialTest {
         &mut self,
         kind: VerdictKind,
         estimate: Estimate,
+        reported: (f64, f64),
         noisy: Option<Discards>,
     ) -> Decision {
         let d = Decision {
             kind,
             estimate,
+            reported,
             pairs: self.pairs,
             floor: self.floor,
             method: METHOD,
@@ -345,7 +362,16 @@ impl SequentialTest {
                 .all
                 .estimate(self.floor, self.policy.boundary())
                 .expect("a discarded block was pushed to `all`");
-            let mut d = self.decide(VerdictKind::Inconclusive, estimate, Some(discards));
+            let reported = self
+                .all
+                .interval(self.floor, self.policy.report_boundary())
+                .expect("a discarded block was pushed to `all`");
+            let mut d = self.decide(
+                VerdictKind::Inconclusive,
+                estimate,
+                reported,
+                Some(discards),
+            );
             d.pairs = 2 * self.all.n;
             self.decided = Some(d);
             return Ok(Step::Decided(d));

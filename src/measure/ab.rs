@@ -92,9 +92,10 @@ impl AbVerdict {
                     kind: d.kind,
                     decided_at,
                     effect: measured.then_some(d.estimate.log_ratio),
+                    // What people read: the interval at the reported level.
                     interval: measured.then_some(Interval {
-                        low: d.estimate.interval.0,
-                        high: d.estimate.interval.1,
+                        low: d.reported.0,
+                        high: d.reported.1,
                     }),
                     noise_floor: Some(d.floor.get()),
                     floor_is_bound: d.against_bound,
