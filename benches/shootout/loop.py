@@ -53,7 +53,7 @@ def substitute(text, pairs):
 
 
 # The machine check the repository's own tests loosen on a loaded machine
-# (tests/e2e/report_cli.rs). Until #16 this also lifted the absolute
+# (tests/e2e/report_cli.rs). Before the contention gate this also lifted the absolute
 # `max_pressure` 0.97: at load 15 on 2 cores every run was "under pressure"
 # (PSI near 100%), every block was discarded and every floor ended
 # `inconclusive` (2026-12-01, --quick at load 15: both loops spent their whole

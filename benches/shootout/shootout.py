@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does the loop find the fast settings? The side-by-side of issue #16.
+"""Does the loop find the fast settings? The side-by-side of the loop and the tuners.
 
     bash benches/shootout/run.sh            # default: 3 seeds, under an hour
     bash benches/shootout/run.sh --quick    # 1 seed, a tiny budget: a smoke run
@@ -274,7 +274,7 @@ def summarize(results, ev, gt, grid, opt_key, start, a, loads, wall):
             ok_t = not math.isinf(s["t90_median"]) and s["t90_median"] <= 0.5 * tpe
             lines.append("")
             lines.append(
-                f"Goal 4, {c}: 90% of the optimum's gain in <= 1/2 of TPE's engine time "
+                f"Time target, {c}: 90% of the optimum's gain in <= 1/2 of TPE's engine time "
                 f"({secs(s['t90_median'])} vs TPE {secs(tpe)}): {'met' if ok_t else 'NOT met'}; "
                 f"nothing truly slower than the start: {'met' if s['slower_than_start'] == 0 else 'NOT met'}; "
                 f"claim within its interval of the truth: {'met' if s['slower_than_claimed'] == 0 else 'NOT met'}.")

@@ -23,6 +23,7 @@ mod class_confirm;
 mod compose_wins;
 mod confirm_unsupported;
 mod crash_consistency;
+mod doc_links;
 mod fault_matrix_engine;
 mod fault_matrix_metrics;
 mod fault_matrix_model;
