@@ -12,12 +12,15 @@ mod common;
 mod demo;
 mod faults;
 mod report_fixture;
+#[path = "../support/skip.rs"]
+mod skip;
 mod staged;
 
 mod approve_anywhere;
 mod bound_win;
 mod brain_tinyk3;
 mod check_cli;
+mod ci_skips;
 mod class_confirm;
 mod compose_wins;
 mod confirm_unsupported;
