@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
+use orchestrator::ledger::Ledger;
 use serde_json::Value;
 
 use super::common;
@@ -107,6 +108,20 @@ impl Demo {
         c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.timeout(Duration::from_secs(900));
         c
+    }
+
+    /// `read` on the demo's SQLite ledger, opened through the crate's own
+    /// [`Ledger`] API (never a shell, whose absence would read as nothing).
+    pub fn read_ledger<T>(&self, read: impl AsyncFnOnce(&Ledger) -> T) -> T {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let ledger = Ledger::open_existing(self.path("ledger/orchestrator.db"))
+                .await
+                .unwrap();
+            let out = read(&ledger).await;
+            ledger.close().await;
+            out
+        })
     }
 
     pub fn ledger(&self) -> Vec<Value> {

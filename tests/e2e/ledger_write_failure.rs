@@ -6,7 +6,8 @@
 //! Three ways: SQLite's `max_page_count` (through `[ledger] max_size_mb`),
 //! a read-only ledger, and a small tmpfs filled up. The last two mount a
 //! tmpfs, which needs root; without it the read-only case uses file modes
-//! and the full-disk case is skipped (and says so).
+//! and the full-disk case is skipped through [`crate::skip`] (a failure
+//! under `CI=true`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,23 +60,38 @@ fn assert_stopped_naming(out: &std::process::Output, file: &Path, what: &str) {
     );
 }
 
-/// A tmpfs of `size` mounted on `dir`, unmounted on drop; `None` when this
-/// process may not mount (not root, or no CAP_SYS_ADMIN).
+/// A tmpfs of `size` mounted on `dir`, unmounted on drop.
 struct Tmpfs(PathBuf);
 
+/// How to give the tests what mounting needs.
+const MOUNT_HOW: &str = "run the e2e tests as root (or with CAP_SYS_ADMIN), as CI's container does";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid(2) cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            return None;
+    /// Mounted, or why this process may not mount (not root, or no
+    /// CAP_SYS_ADMIN).
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        if !is_root() {
+            return Err("mounting a tmpfs needs root, and the tests do not run as root".into());
         }
         std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
+        let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Tmpfs(dir.to_path_buf()))
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs(dir.to_path_buf()))
     }
 
     fn remount(&self, how: &str) {
@@ -123,7 +139,18 @@ fn a_ledger_at_its_size_cap_stops_the_daemon_and_closes_the_cycle() {
 fn a_read_only_ledger_stops_the_daemon_naming_the_file() {
     let _heavy = crate::common::heavy();
     let demo = demo();
-    let mount = Tmpfs::mount(&demo.path("ro"), "16m");
+    // Without a mount, file modes make the ledger read-only, which root
+    // ignores: as root the mount is the only way.
+    let mount = match Tmpfs::mount(&demo.path("ro"), "16m") {
+        Ok(m) => Some(m),
+        Err(why) if is_root() => {
+            return crate::skip::skip(
+                &format!("{why}, and file modes do not stop root"),
+                "give the tests CAP_SYS_ADMIN (a privileged container), or run them as a user who is not root",
+            );
+        }
+        Err(_) => None,
+    };
     let dir = match &mount {
         Some(_) => demo.path("ro"),
         None => demo.path("ledger"),
@@ -174,9 +201,14 @@ fn a_read_only_ledger_stops_the_daemon_naming_the_file() {
 fn a_full_disk_stops_the_daemon_and_the_next_start_recovers() {
     let _heavy = crate::common::heavy();
     let demo = demo();
-    let Some(_mount) = Tmpfs::mount(&demo.path("small"), "4m") else {
-        eprintln!("SKIPPED: mounting a small tmpfs needs root");
-        return;
+    let _mount = match Tmpfs::mount(&demo.path("small"), "4m") {
+        Ok(m) => m,
+        Err(why) => {
+            return crate::skip::skip(
+                &format!("a full disk needs a small tmpfs: {why}"),
+                MOUNT_HOW,
+            );
+        }
     };
     let db = demo.path("small/orchestrator.db");
     set_ledger(&demo, &db, "");

@@ -12,6 +12,8 @@ mod common;
 mod demo;
 mod faults;
 mod report_fixture;
+#[path = "../support/skip.rs"]
+mod skip;
 mod staged;
 
 mod approve_anywhere;
@@ -19,6 +21,7 @@ mod bound_win;
 mod brain_tinyk3;
 mod check_cli;
 mod child_environment;
+mod ci_skips;
 mod class_confirm;
 mod compose_wins;
 mod confirm_unsupported;

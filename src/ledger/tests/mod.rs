@@ -25,6 +25,10 @@ mod scope;
 mod stages;
 mod verdicts;
 
+/// The tests' one skip helper, shared with `tests/e2e/` (it needs only `std`).
+#[path = "../../../tests/support/skip.rs"]
+pub(crate) mod skip;
+
 pub(super) use super::*;
 use crate::menu::MenuId;
 use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, VerdictKind};
@@ -90,7 +94,13 @@ pub(crate) async fn fresh_postgres() -> Option<Ledger> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     if std::env::var(NO_PG_VAR).as_deref() == Ok("1") {
-        eprintln!("-- {NO_PG_VAR}=1: the PostgreSQL half of this test is skipped");
+        skip::skip(
+            &format!("{NO_PG_VAR}=1, so the PostgreSQL half of this test is not run"),
+            &format!(
+                "unset {NO_PG_VAR} and run through scripts/test.sh, or first \
+                 `eval \"$(bash scripts/postgres.sh start)\"`"
+            ),
+        );
         return None;
     }
     let url = std::env::var(PG_URL_VAR).unwrap_or_else(|_| {

@@ -460,3 +460,47 @@ async fn a_stack_lock_whose_session_ended_is_regained_unless_the_stack_was_taken
         "another daemon's stack is not waited out"
     );
 }
+
+/// Opting out of PostgreSQL is a counted skip, and under `CI=true` a
+/// failure: a PostgreSQL test run again as a child of this test program
+/// with `ORCH_TEST_NO_PG=1`, as a developer and as CI.
+#[test]
+fn opting_out_of_postgres_is_a_counted_skip_and_fails_under_ci() {
+    const TEST: &str =
+        "ledger::tests::open::the_postgres_password_never_reaches_the_ledger_or_its_messages";
+    let dir = tempfile::tempdir().unwrap();
+    let run = |ci: bool| {
+        let log = dir.path().join(format!("skips-{ci}.log"));
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([TEST, "--exact", "--nocapture"])
+            .env("ORCH_TEST_NO_PG", "1")
+            .env("ORCH_TEST_SKIP_LOG", &log);
+        if ci {
+            cmd.env("CI", "true");
+        } else {
+            cmd.env_remove("CI");
+        }
+        let out = cmd.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            out.status.success(),
+            said,
+            std::fs::read_to_string(&log).unwrap(),
+        )
+    };
+    let (passed, said, logged) = run(false);
+    assert!(passed && said.contains("1 passed"), "{said}");
+    assert!(
+        said.contains("*** SKIPPED") && said.contains("ORCH_TEST_NO_PG=1"),
+        "{said}"
+    );
+    assert!(logged.starts_with(&format!("{TEST}\t")), "{logged}");
+    let (passed, said, logged) = run(true);
+    assert!(!passed && said.contains("1 failed"), "{said}");
+    assert!(said.contains("CI=true"), "{said}");
+    assert!(logged.contains("FAILED under CI=true"), "{logged}");
+}

@@ -141,8 +141,10 @@ mod tests {
         // the whole time, so the mean count rises by about that many.
         let path = Path::new("/proc/loadavg");
         if runnable_now(path).is_none() {
-            eprintln!("skipped: no /proc/loadavg");
-            return;
+            return crate::ledger::tests::skip::skip(
+                "/proc/loadavg has no runnable count (not Linux, or /proc not mounted)",
+                "run the tests on Linux with /proc mounted",
+            );
         }
         let before = Sampler::start(path);
         std::thread::sleep(Duration::from_millis(200));
