@@ -108,7 +108,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             // PostgreSQL stack lock, the fix is in the config, not a retry.
             || matches!(
                 e.downcast_ref::<crate::daemon::lock::LockError>(),
-                Some(crate::daemon::lock::LockError::Held { .. })
+                Some(
+                    crate::daemon::lock::LockError::Held { .. }
+                        | crate::daemon::lock::LockError::HeldHere { .. }
+                )
             )
             || matches!(
                 e.downcast_ref::<ProfileError>(),

@@ -26,6 +26,18 @@ pub enum LockError {
         ledger.display()
     )]
     Held { ledger: PathBuf, pid: String },
+    /// On a PostgreSQL ledger the file lock guards this host's children of
+    /// the daemons started from one directory, not the ledger: its message
+    /// names the directory, never `ledger.path` (refused beside `url`).
+    #[error(
+        "another orchestrator daemon (pid {pid}) is running from {} (it holds {}, this host's lock on the children of a daemon started there); stop it first, or start this one from a config in a directory of its own",
+        dir.display(), lock.display()
+    )]
+    HeldHere {
+        dir: PathBuf,
+        lock: PathBuf,
+        pid: String,
+    },
     #[error(
         "cannot create the daemon lock {} next to the ledger: {source}; the ledger's directory must be writable",
         path.display()
@@ -35,6 +47,25 @@ pub enum LockError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl LockError {
+    /// The refusal as a daemon on a PostgreSQL ledger says it: the lock
+    /// file is beside `ledger.path`'s default place, which is not its ledger.
+    pub fn on_postgres(self) -> LockError {
+        match self {
+            LockError::Held { ledger, pid } => LockError::HeldHere {
+                dir: ledger
+                    .parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(Path::new("."))
+                    .to_path_buf(),
+                lock: lock_path(&ledger),
+                pid,
+            },
+            other => other,
+        }
+    }
 }
 
 /// The lock file of a ledger.
@@ -150,6 +181,16 @@ mod tests {
         let ledger = dir.path().join("l.db");
         assert_eq!(holder(&ledger).unwrap(), None, "no lock file yet");
         let lock = DaemonLock::acquire(&ledger).unwrap();
+        let here = LockError::Held {
+            ledger: ledger.clone(),
+            pid: "7".into(),
+        }
+        .on_postgres()
+        .to_string();
+        assert!(
+            here.contains("running from") && !here.contains("ledger.path"),
+            "{here}"
+        );
         assert_eq!(
             holder(&ledger).unwrap(),
             Some(std::process::id().to_string())

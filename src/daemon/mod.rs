@@ -114,7 +114,13 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             .with_context(|| format!("creating the ledger's directory {}", dir.display()))?;
     }
     // Held until this function returns (or the process dies).
-    let _lock = lock::DaemonLock::acquire(&config.ledger_path)?;
+    let _lock = lock::DaemonLock::acquire(&config.ledger_path).map_err(|e| {
+        if config.ledger_postgres.is_some() {
+            e.on_postgres()
+        } else {
+            e
+        }
+    })?;
     reap_orphans(&config.ledger_path)?;
     let ledger = match &config.ledger_postgres {
         Some(pg) => pg.open(crate::ledger::DEFAULT_BUSY_TIMEOUT).await?,

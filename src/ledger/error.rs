@@ -36,10 +36,11 @@ pub enum LedgerError {
     )]
     Open { path: PathBuf, source: sqlx::Error },
 
-    #[error(
-        "cannot connect to the PostgreSQL ledger {url}: {source}; check that the server is up and the URL's user, host, port and database in `[ledger] url`, and that the variable named by `[ledger] password_env` holds this user's password"
-    )]
-    OpenPostgres { url: String, source: sqlx::Error },
+    #[error("cannot connect to the PostgreSQL ledger {url}: {source}")]
+    OpenPostgres {
+        url: String,
+        source: super::connect::ConnectError,
+    },
 
     #[error(
         "another orchestrator daemon is running the stack {stack:?} on this PostgreSQL ledger ({holder}); stop it first, or give this host's stack its own `[stack] name`"

@@ -52,7 +52,9 @@
 //! # Files
 //!
 //! `error` (typed errors), `ids` (row id newtypes), `codec` (stored forms),
-//! `backend` (the two pools), `target` (a PostgreSQL URL), `scope` (the
+//! `backend` (the two pools), `target` (a PostgreSQL URL), `connect`
+//! (connecting to PostgreSQL, and why it failed), `schema` (whether the
+//! schema is migrated, read only), `scope` (the
 //! stack a handle writes and reads for), `stack_lock` (PostgreSQL's
 //! one-daemon-per-stack lock), then one file per table family: `cycles`
 //! (cycles, observations, the `orchestrator ledger` listing), `proposals`,
@@ -129,6 +131,7 @@ mod claims;
 mod class_applies;
 mod codec;
 mod compositions;
+mod connect;
 mod costs;
 mod cycles;
 mod error;
@@ -141,6 +144,7 @@ mod proposals;
 mod references;
 mod report;
 mod runs;
+mod schema;
 mod scope;
 mod stack_lock;
 mod stages;
@@ -156,12 +160,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sqlx::Connection;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{Connection, Row};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 pub use backend::Backend;
 pub(crate) use backend::Conn;
@@ -172,6 +173,7 @@ pub use check::{CheckContext, Rule, Violation};
 pub use claims::ConfirmationClaim;
 pub use class_applies::HostApply;
 pub use compositions::{Composition, NewComposition, StagePart, stage_label};
+pub use connect::{CONNECT_TIMEOUT, ConnectError};
 pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
@@ -189,6 +191,7 @@ pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
+pub use schema::SchemaState;
 pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
@@ -369,52 +372,35 @@ impl Ledger {
     /// Opens the PostgreSQL ledger at `url` (which must carry no password:
     /// it is passed apart, from the environment) and applies pending
     /// migrations. `busy_timeout` bounds how long a writer waits for
-    /// another (`lock_timeout`).
+    /// another (`lock_timeout`). A failed connection says why
+    /// ([`ConnectError`]), at once when nothing listens.
     pub async fn open_postgres(
         url: &str,
         password: Option<&str>,
         busy_timeout: Duration,
     ) -> Result<Ledger> {
-        let ctx = Ctx {
-            path: Arc::from(Path::new(url)),
+        let login = connect::Login {
+            url,
+            password,
+            password_env: None,
             busy_timeout,
-            backend: Backend::Postgres,
-            scope: None,
         };
-        let open_err = |source| LedgerError::OpenPostgres {
-            url: url.to_string(),
-            source,
-        };
-        let mut options = PgConnectOptions::from_str(url)
-            .map_err(open_err)?
-            // Names this process to the server, so a held stack lock says
-            // whose it is (`pg_stat_activity`).
-            .application_name(&application_name());
-        if let Some(password) = password {
-            options = options.password(password);
+        Ledger::open_login(&login, true).await
+    }
+
+    /// Connects to a PostgreSQL ledger, migrating it when `migrate` (else
+    /// only connecting, for `check`).
+    async fn open_login(login: &connect::Login<'_>, migrate: bool) -> Result<Ledger> {
+        let (ledger, mut first) = connect::connect(login).await?;
+        if migrate {
+            // sqlx's migrator takes its own advisory lock on PostgreSQL, so
+            // hosts starting at once apply each migration exactly once.
+            let ran = PG_MIGRATOR.run(&mut first).await;
+            let _ = first.close().await;
+            ran.map_err(|source| ledger.migrate_error(source))?;
+        } else {
+            let _ = first.close().await;
         }
-        let lock_ms = busy_timeout.as_millis();
-        let pool = PgPoolOptions::new()
-            .max_connections(PG_POOL_SIZE)
-            .acquire_timeout(busy_timeout + Duration::from_secs(1))
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // A writer waiting for the writer lock (or a row another
-                    // writer holds) gives up as SQLite's busy timeout does.
-                    sqlx::query(&format!("SET lock_timeout = {lock_ms}"))
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            })
-            .connect_with(options)
-            .await
-            .map_err(open_err)?;
-        let ledger = Ledger {
-            pool: Pool::Postgres(pool),
-            ctx,
-        };
-        ledger.migrate().await?;
         Ok(ledger)
     }
 
@@ -506,25 +492,17 @@ impl Ledger {
     /// inside one `IMMEDIATE` transaction, so two processes opening a fresh
     /// ledger at once apply them exactly once.
     async fn migrate(&self) -> Result<()> {
-        let pool = match &self.pool {
-            Pool::Sqlite(pool) => pool,
-            // sqlx's migrator takes its own advisory lock on PostgreSQL, so
-            // hosts starting at once apply each migration exactly once.
-            Pool::Postgres(pool) => {
-                return PG_MIGRATOR.run(pool).await.map_err(|source| match source {
-                    sqlx::migrate::MigrateError::Execute(e) => self.ctx.classify("migrate", e),
-                    source => LedgerError::Migrate {
-                        path: self.ctx.path.to_path_buf(),
-                        source,
-                    },
-                });
-            }
+        let Pool::Sqlite(pool) = &self.pool else {
+            unreachable!("a PostgreSQL ledger migrates on its first connection");
         };
         let mut conn = pool
             .acquire()
             .await
             .map_err(self.ctx.err("read the schema version"))?;
-        if self.up_to_date(&mut conn).await? {
+        if schema::state(Conn::Sqlite(&mut *conn), &self.ctx, &MIGRATOR)
+            .await?
+            .is_current()
+        {
             return Ok(());
         }
         let mut tx = conn
@@ -534,52 +512,20 @@ impl Ledger {
         MIGRATOR
             .run_direct(&mut *tx)
             .await
-            .map_err(|source| match source {
-                sqlx::migrate::MigrateError::Execute(e) => self.ctx.classify("migrate", e),
-                source => LedgerError::Migrate {
-                    path: self.ctx.path.to_path_buf(),
-                    source,
-                },
-            })?;
+            .map_err(|source| self.migrate_error(source))?;
         tx.commit()
             .await
             .map_err(self.ctx.err("commit the migrations"))
     }
 
-    /// Whether every embedded migration is applied, unchanged, and nothing
-    /// else is: then there is nothing to do.
-    async fn up_to_date(&self, conn: &mut SqliteConnection) -> Result<bool> {
-        let op = "read the schema version";
-        let has_table: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-        )
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.ctx.err(op))?;
-        if has_table.is_none() {
-            return Ok(false);
+    fn migrate_error(&self, source: sqlx::migrate::MigrateError) -> LedgerError {
+        match source {
+            sqlx::migrate::MigrateError::Execute(e) => self.ctx.classify("migrate", e),
+            source => LedgerError::Migrate {
+                path: self.ctx.path.to_path_buf(),
+                source,
+            },
         }
-        let applied = sqlx::query("SELECT version, checksum, success FROM _sqlx_migrations")
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(self.ctx.err(op))?;
-        let known: Vec<_> = MIGRATOR.iter().collect();
-        if applied.len() != known.len() {
-            return Ok(false);
-        }
-        for row in applied {
-            let version: i64 = row.try_get("version").map_err(self.ctx.err(op))?;
-            let checksum: Vec<u8> = row.try_get("checksum").map_err(self.ctx.err(op))?;
-            let success: bool = row.try_get("success").map_err(self.ctx.err(op))?;
-            let same = known
-                .iter()
-                .any(|m| m.version == version && *m.checksum == *checksum);
-            if !same || !success {
-                // Let the migrator produce its precise error (edited, newer, dirty).
-                return Ok(false);
-            }
-        }
-        Ok(true)
     }
 }
 

@@ -75,13 +75,36 @@ impl PostgresTarget {
     /// Opens (and migrates) the ledger, reading the password from the
     /// environment now; a configured variable that is unset is refused.
     pub async fn open(&self, busy_timeout: Duration) -> Result<Ledger> {
-        let password = match &self.password_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| LedgerError::PasswordUnset {
-                url: self.url.clone(),
-                var: var.clone(),
-            })?),
+        self.login(busy_timeout, true).await
+    }
+
+    /// Connects without migrating (and so without writing anything): for
+    /// `orchestrator check`, which reports the schema's state instead.
+    pub async fn connect_unmigrated(&self, busy_timeout: Duration) -> Result<Ledger> {
+        self.login(busy_timeout, false).await
+    }
+
+    async fn login(&self, busy_timeout: Duration, migrate: bool) -> Result<Ledger> {
+        let password = self.password()?;
+        let login = super::connect::Login {
+            url: &self.url,
+            password: password.as_deref(),
+            password_env: self.password_env.as_deref(),
+            busy_timeout,
         };
-        Ledger::open_postgres(&self.url, password.as_deref(), busy_timeout).await
+        Ledger::open_login(&login, migrate).await
+    }
+
+    /// The password from its variable, if one is configured.
+    fn password(&self) -> Result<Option<String>> {
+        match &self.password_env {
+            None => Ok(None),
+            Some(var) => std::env::var(var)
+                .map(Some)
+                .map_err(|_| LedgerError::PasswordUnset {
+                    url: self.url.clone(),
+                    var: var.clone(),
+                }),
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! answer and files not made yet are expected there and only reported.
 
 mod argv_files;
+mod postgres;
 
 use std::path::Path;
 use std::time::Duration;
@@ -28,7 +29,7 @@ pub struct ChecksFailed(pub Vec<String>);
 
 /// The failing checks so far, by name.
 #[derive(Debug, Default)]
-struct Findings(Vec<String>);
+struct Findings(Vec<String>, bool);
 
 impl Findings {
     /// Prints a failing check; `text` says what is wrong and how to fix it.
@@ -114,6 +115,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
             pg.password_env()
                 .map_or("no variable: none sent".into(), |v| format!("${v}"))
         );
+        postgres::check(&config, pg, &mut found)?;
     } else {
         println!(
             "ledger   {}: {}",
@@ -153,6 +155,10 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     probe_endpoints(&config, &mut found)?;
     if found.0.is_empty() {
         Ok(())
+    } else if found.1 {
+        // A variable the config names is unset: a configuration problem,
+        // exit 2, as for every other command.
+        Err(super::UsageError(ChecksFailed(found.0).to_string()).into())
     } else {
         Err(ChecksFailed(found.0).into())
     }

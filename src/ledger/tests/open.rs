@@ -504,3 +504,80 @@ fn opting_out_of_postgres_is_a_counted_skip_and_fails_under_ci() {
     assert!(said.contains("CI=true"), "{said}");
     assert!(logged.contains("FAILED under CI=true"), "{logged}");
 }
+
+/// A refused port, a service that is not PostgreSQL and a wrong password
+/// each name their cause; the refused port at once, not after the pool's
+/// 11 s timeout.
+#[tokio::test]
+async fn a_failed_postgres_connection_names_its_cause() {
+    // Nothing listening: a port bound and released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let err = Ledger::open_postgres(
+        &format!("postgres://orchestrator@127.0.0.1:{port}/ledger"),
+        None,
+        DEFAULT_BUSY_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("nothing is listening") && text.contains("connection refused"),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A service that answers garbage (an HTTP server's reply).
+    let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = garbage.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        loop {
+            let (mut s, _) = garbage.accept().await.unwrap();
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let err = Ledger::open_postgres(
+        &format!("postgres://orchestrator@{addr}/ledger"),
+        None,
+        DEFAULT_BUSY_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("did not speak the PostgreSQL protocol"),
+        "{text}"
+    );
+
+    // A wrong password, through the config's variable.
+    if std::env::var(NO_PG_VAR).as_deref() == Ok("1") {
+        return;
+    }
+    let url = std::env::var(PG_URL_VAR).expect("the test cluster");
+    let var = "ORCH_TEST_WRONG_PG_PASSWORD";
+    // SAFETY: a variable only this test reads.
+    unsafe { std::env::set_var(var, "not-the-password") };
+    let target = PostgresTarget::new(&url, Some(var.into())).unwrap();
+    let err = target.open(DEFAULT_BUSY_TIMEOUT).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("password authentication failed for user \"orchestrator\"")
+            && text.contains(var),
+        "{text}"
+    );
+    assert!(
+        matches!(&err, LedgerError::OpenPostgres { source, .. } if source.reached()),
+        "{err:?}"
+    );
+}
