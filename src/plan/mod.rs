@@ -280,7 +280,7 @@ pub fn cache_slots(cache_gb: f64, expert_bytes: u64) -> u64 {
 /// under in float, and the engine's floor would then lose a whole expert
 /// slot, so it is raised by the smallest steps until the engine's formula
 /// gives `bytes / expert_bytes` slots.
-fn cache_gb_holding(bytes: u64, expert_bytes: Option<u64>) -> f64 {
+pub fn cache_gb_holding(bytes: u64, expert_bytes: Option<u64>) -> f64 {
     let mut gb = bytes as f64 / GB;
     if let Some(eb) = expert_bytes {
         let want = bytes / eb;
