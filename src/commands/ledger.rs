@@ -9,8 +9,18 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, Rule, StackScope, Violation};
+use crate::ledger::{CheckContext, StackScope, Violation};
 use crate::profile::Profile;
+
+/// A live profile file that does not parse, found by `ledger --check`:
+/// the file's fault, not the ledger's, so it is no rule the ledger breaks.
+#[derive(Debug, thiserror::Error)]
+#[error("the live profile {path} is not whole (see above); {ledger}")]
+pub struct BadLiveProfile {
+    pub path: String,
+    /// What the check says of the ledger itself.
+    pub ledger: String,
+}
 
 /// The violations found, as the error that makes the command exit 1.
 #[derive(Debug, thiserror::Error)]
@@ -124,17 +134,12 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
     };
     let mut violations: Vec<Violation> = Vec::new();
     let live = &config.stack.live_profile;
-    let live_digest = match Profile::load(live) {
-        Ok(p) => Some(p.digest()),
-        Err(_) if !live.exists() => None,
-        Err(e) => {
-            violations.push(Violation {
-                rule: Rule::LiveProfile,
-                id: None,
-                message: format!("the live profile {} is not whole: {e}", live.display()),
-            });
-            None
-        }
+    // The profile is the stack's file, not a row: one that does not parse
+    // is said apart from the ledger's rules, with how to mend the file.
+    let (live_digest, bad_profile) = match Profile::load(live) {
+        Ok(p) => (Some(p.digest()), None),
+        Err(_) if !live.exists() => (None, None),
+        Err(e) => (None, Some(e.to_string())),
     };
     let (found, holder) = super::runtime()?
         .block_on(async {
@@ -171,6 +176,20 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
         })
         .with_context(|| format!("checking the ledger {name}"))?;
     violations.extend(found);
+    // The parser's message spans lines (a TOML excerpt): it goes under the
+    // fix, indented, so the first line says whose fault it is.
+    let profile_fix = bad_profile.as_ref().map(|e| {
+        let why: Vec<String> = e.lines().map(|l| format!("          {l}")).collect();
+        format!(
+            "the live profile {} is not whole. This is the profile file, not the ledger: \
+             correct the line named below, or write back the settings your stack runs with \
+             (the candidates it was measured with are kept in {} by digest; `orchestrator \
+             stage list --all` names them), then run `orchestrator check`\n{}",
+            live.display(),
+            crate::cycle::profiles_dir(live).display(),
+            why.join("\n")
+        )
+    });
     if json {
         println!(
             "{}",
@@ -180,6 +199,11 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
                 "daemon_pid": holder,
                 "consistent": violations.is_empty(),
                 "violations": violations,
+                "live_profile": {
+                    "path": live,
+                    "whole": bad_profile.is_none(),
+                    "error": bad_profile,
+                },
             }))?
         );
     } else {
@@ -199,15 +223,24 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
         }
+        if let Some(fix) = &profile_fix {
+            println!("PROFILE   {fix}");
+        }
     }
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(Inconsistent {
+    if !violations.is_empty() {
+        return Err(Inconsistent {
             path: name,
             n: violations.len(),
         }
-        .into())
+        .into());
+    }
+    match bad_profile {
+        None => Ok(()),
+        Some(_) => Err(BadLiveProfile {
+            path: live.display().to_string(),
+            ledger: format!("the ledger {name} itself is consistent"),
+        }
+        .into()),
     }
 }
 

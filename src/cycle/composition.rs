@@ -136,6 +136,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             trace: obs.trace.as_ref(),
             current_pins: pins.as_ref(),
             top_k: None,
+            menu: Some(self.menu),
         };
         let as_parts: Vec<Part<'_>> = parts
             .iter()

@@ -90,6 +90,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             trace: obs.trace.as_ref(),
             current_pins: current_pins.as_ref(),
             top_k: None,
+            menu: Some(self.menu),
         };
         let screen = screen::Screen::new(duplicates, &ctx);
         tracing::debug!(cycle = %id, "phase propose");

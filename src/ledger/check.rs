@@ -51,8 +51,6 @@ pub enum Rule {
     /// A stage still `staged` although the live profile already is its
     /// candidate: an approval wrote the file and died before recording it.
     StageLive,
-    /// The live profile file does not parse (torn, or edited badly).
-    LiveProfile,
     /// A win's confirmation claim names an experiment that does not
     /// confirm that win.
     ConfirmationClaim,

@@ -31,6 +31,7 @@ fn ctx(live: &Profile) -> PlanContext<'_> {
         trace: None,
         current_pins: None,
         top_k: Some(4),
+        menu: None,
     }
 }
 

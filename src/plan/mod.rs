@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::heat::{Heat, Trace};
-use crate::menu::{MenuId, ParamValue, Proposal};
+use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal};
 use crate::profile::Profile;
 
 pub use pin_list::PinList;
@@ -53,6 +53,9 @@ pub struct PlanContext<'a> {
     pub current_pins: Option<&'a PinList>,
     /// Experts each token uses per layer, when the caller knows it.
     pub top_k: Option<u32>,
+    /// The menu the proposal was validated against: its parameters' grids
+    /// (`step`), so a refusal names a value a search would propose.
+    pub menu: Option<&'a Menu>,
 }
 
 impl PlanContext<'_> {
@@ -67,6 +70,20 @@ impl PlanContext<'_> {
                     .and_then(replay::infer_top_k)
                     .map(|k| (k, "the trace"))
             })
+    }
+
+    /// The grid of a number parameter (its menu entry's `min`, `max` and
+    /// `step`), when the menu is known and gives it a step.
+    fn grid(&self, id: MenuId, param: &str) -> Option<Grid> {
+        let entry = self.menu?.entry(id).ok()?;
+        match entry.params.iter().find(|p| p.name == param)?.kind {
+            ParamKind::Number {
+                min,
+                max,
+                step: Some(step),
+            } if step > 0.0 => Some(Grid { min, max, step }),
+            _ => None,
+        }
     }
 
     /// The fewest expert-cache slots the engine runs with for top-k = `k`,
@@ -108,6 +125,39 @@ impl PlanContext<'_> {
             notes,
             candidate_is_live: false,
         })
+    }
+}
+
+/// The values a search walks for a number parameter: `min + n × step`, up
+/// to `max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Grid {
+    min: f64,
+    max: f64,
+    step: f64,
+}
+
+impl Grid {
+    /// The largest value on the grid no greater than `x` for which `works`
+    /// holds, walking down from there; `None` when none does.
+    fn largest_working(&self, x: f64, works: impl Fn(f64) -> bool) -> Option<f64> {
+        let top = x.min(self.max);
+        if top < self.min {
+            return None;
+        }
+        // A hair of slack: 0.95 / 0.05 is 18.999999999999996 in floats.
+        let n = ((top - self.min) / self.step + 1e-9).floor() as u64;
+        (0..=n)
+            .rev()
+            .map(|i| self.value(i))
+            .filter(|&v| v <= self.max)
+            .find(|&v| works(v))
+    }
+
+    /// The `i`-th value, rounded as people and the menu write it (nine
+    /// decimals): 0.95, not 0.9500000000000001.
+    fn value(&self, i: u64) -> f64 {
+        ((self.min + i as f64 * self.step) * 1e9).round() / 1e9
     }
 }
 
@@ -280,7 +330,7 @@ pub fn cache_slots(cache_gb: f64, expert_bytes: u64) -> u64 {
 /// under in float, and the engine's floor would then lose a whole expert
 /// slot, so it is raised by the smallest steps until the engine's formula
 /// gives `bytes / expert_bytes` slots.
-fn cache_gb_holding(bytes: u64, expert_bytes: Option<u64>) -> f64 {
+pub fn cache_gb_holding(bytes: u64, expert_bytes: Option<u64>) -> f64 {
     let mut gb = bytes as f64 / GB;
     if let Some(eb) = expert_bytes {
         let want = bytes / eb;

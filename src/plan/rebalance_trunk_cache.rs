@@ -32,8 +32,10 @@ impl Planner for RebalanceTrunkCache {
         }
         let live = ctx.live;
         let total = gb_to_bytes(live.memory.trunk_gb) + gb_to_bytes(live.memory.cache_gb);
-        let trunk =
-            ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB);
+        let trunk_of = |fraction: f64| {
+            ((fraction * total as f64 / MB as f64).round() as u64 * MB).min(total / MB * MB)
+        };
+        let trunk = trunk_of(fraction);
         let cache = total - trunk;
         let eb = ctx.expert_bytes;
         // Unknown top-k (no pin list, a trace it cannot be read from) is
@@ -42,16 +44,14 @@ impl Planner for RebalanceTrunkCache {
         let top_k = ctx.top_k().unwrap_or((1, "the least any router picks"));
         if let (Some(eb), (k, _)) = (eb, top_k) {
             let (min_slots, min_said) = ctx.min_cache_slots(k);
-            let need = min_slots * eb;
             if cache / eb < min_slots {
-                let largest = total.saturating_sub(need) / MB * MB;
+                let works = |f: f64| (total - trunk_of(f)) / eb >= min_slots;
                 return Err(PlanRefusal::Invalid {
                     why: format!(
                         "trunk_fraction {fraction} leaves {} GB of cache, fewer than {min_said} \
-                         experts of {eb} bytes, which the engine refuses; the largest trunk_fraction \
-                         that works is {:.3}",
+                         experts of {eb} bytes, which the engine refuses; {}",
                         cache as f64 / 1e9,
-                        (largest as f64 / total.max(1) as f64 * 1000.0).floor() / 1000.0
+                        what_works(ctx, total, min_slots * eb, eb, works)
                     ),
                 });
             }
@@ -83,6 +83,52 @@ impl Planner for RebalanceTrunkCache {
         let fraction = gb_to_bytes(live.memory.trunk_gb) as f64 / total as f64;
         let rounded = (fraction * 1e9).round() / 1e9;
         Some(("trunk_fraction", ParamValue::Number(rounded)))
+    }
+}
+
+/// The largest `trunk_fraction` that leaves the engine its cache, said as a
+/// search would propose it: on the menu entry's grid when the menu gives
+/// one (a refusal naming 0.975 sends a search off its 0.05 grid), else to
+/// three decimals; or that none does, when even all of the RAM as cache
+/// holds too few experts (a wrong `[stack] expert_bytes`, most likely).
+fn what_works(
+    ctx: &PlanContext<'_>,
+    total: u64,
+    need: u64,
+    eb: u64,
+    works: impl Fn(f64) -> bool,
+) -> String {
+    if total < need || !works(0.0) {
+        return format!(
+            "no trunk_fraction works: all {} GB as cache holds {} of them (check [stack] \
+             expert_bytes against the checkpoint with `orchestrator check`)",
+            total as f64 / 1e9,
+            total / eb
+        );
+    }
+    let exact = (total - need) as f64 / total as f64;
+    match ctx.grid(MenuId::RebalanceTrunkCache, "trunk_fraction") {
+        Some(grid) => match grid.largest_working(exact, &works) {
+            Some(v) => format!(
+                "the largest trunk_fraction on the menu's grid (steps of {} from {}) that works \
+                 is {v}",
+                grid.step, grid.min
+            ),
+            None => format!(
+                "no trunk_fraction on the menu's grid (steps of {} from {}) works; the largest \
+                 that does is {:.3}",
+                grid.step,
+                grid.min,
+                (exact * 1000.0).floor() / 1000.0
+            ),
+        },
+        None => {
+            let largest = (total - need) / MB * MB;
+            format!(
+                "the largest trunk_fraction that works is {:.3}",
+                (largest as f64 / total as f64 * 1000.0).floor() / 1000.0
+            )
+        }
     }
 }
 

@@ -82,6 +82,7 @@ impl Fixture {
             trace: Some(&self.trace),
             current_pins: self.current.as_ref(),
             top_k: Some(1),
+            menu: None,
         }
     }
 }

@@ -30,6 +30,7 @@ fn ctx<'a>(live: &'a Profile, dir: &'a Path) -> PlanContext<'a> {
         trace: None,
         current_pins: None,
         top_k: Some(4),
+        menu: None,
     }
 }
 
@@ -184,6 +185,56 @@ fn rebalance_keeps_the_spare_slots_the_engine_needs() {
             && err.contains("largest trunk_fraction that works is 0.989"),
         "{err}"
     );
+}
+
+/// Found on the real kimi-k3-in-c engine: the refusal named 0.975, a value
+/// off the menu's 0.05 grid that no search proposes; it names the largest
+/// value on the grid that works instead.
+#[test]
+fn a_rebalance_refusal_names_the_largest_value_on_the_menus_grid() {
+    let live = live();
+    let dir = Path::new("/ledger");
+    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")).unwrap();
+    let c = PlanContext {
+        menu: Some(&menu),
+        ..ctx(&live, dir)
+    };
+    // 0.75 GB in all, 4 slots of 1.57 MB kept: 0.9916 exactly, 0.95 on the grid.
+    let err = plan(&c, &fraction(1.0)).unwrap_err().to_string();
+    assert!(
+        err.contains("the largest trunk_fraction on the menu's grid (steps of 0.05 from 0) that works is 0.95"),
+        "{err}"
+    );
+    let on_grid = fraction(0.95);
+    assert!(plan(&c, &on_grid).is_ok(), "the value named works");
+}
+
+/// Found on the real kimi-k3-in-c engine: with the full model's slot size
+/// against a tiny checkpoint's RAM every rebalance was refused with "the
+/// largest trunk_fraction that works is 0.000", which did not work either.
+#[test]
+fn a_rebalance_no_split_can_serve_says_none_works() {
+    // The real engine's test profile: 0.05 GB of trunk and cache.
+    let mut live = live();
+    live.memory.trunk_gb = 0.02;
+    live.memory.cache_gb = 0.03;
+    let dir = Path::new("/ledger");
+    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")).unwrap();
+    for menu in [None, Some(&menu)] {
+        let c = PlanContext {
+            expert_bytes: Some(17_555_456),
+            cache_spare_slots: 1,
+            menu,
+            ..ctx(&live, dir)
+        };
+        let err = plan(&c, &fraction(0.5)).unwrap_err().to_string();
+        assert!(
+            err.contains("no trunk_fraction works: all 0.05 GB as cache holds 2 of them")
+                && err.contains("[stack] expert_bytes")
+                && !err.contains("0.000"),
+            "{err}"
+        );
+    }
 }
 
 fn plan_err_or(live: &Profile, dir: &Path, p: &Proposal) -> Plan {

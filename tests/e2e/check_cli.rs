@@ -199,3 +199,133 @@ fn a_config_error_still_exits_2() {
     let out = check(&config);
     assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
 }
+
+/// The example with its checkpoint paths pointing at `model` and `trunk`,
+/// its live profile at `live`, written into `dir`.
+fn kimi_config(dir: &Path, model: &Path, trunk: &Path, live: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(repo().join("examples/kimi-k3-in-c.toml"))
+        .unwrap()
+        .replace("/srv/k3model", &model.display().to_string())
+        .replace("/srv/k3trunk", &trunk.display().to_string())
+        .replace(
+            "\"../experiments\"",
+            &format!("{:?}", repo().join("experiments")),
+        )
+        .replace(
+            "\"profiles/kimi-k3-in-c.toml\"",
+            &format!("{:?}", live.display().to_string()),
+        );
+    let config = dir.join("config.toml");
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// Seen on the real engine: the example's `expert_bytes = 17555456` (the
+/// full model's slot) against a tiny checkpoint whose slot is a few KB
+/// passed `check`, and every rebalance was then refused. The checkpoint
+/// our writer makes declares its slot (`orchestrator.env`): `check` reads
+/// it and fails the config, naming the value to set.
+#[test]
+fn check_fails_an_expert_bytes_the_checkpoint_contradicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, trunk) = (dir.path().join("model"), dir.path().join("trunk"));
+    let made = std::process::Command::new("python3")
+        .arg(repo().join("scripts/k3_checkpoint.py"))
+        .args([&model, &trunk])
+        .args(["--layers", "3", "--experts", "8"])
+        .output()
+        .expect("python3 runs scripts/k3_checkpoint.py");
+    assert!(made.status.success(), "{:?}", made);
+    let env = std::fs::read_to_string(model.join("orchestrator.env")).unwrap();
+    let slot = env
+        .lines()
+        .find_map(|l| l.strip_prefix("K3_EXPERT_BYTES="))
+        .unwrap()
+        .to_string();
+    let live = dir.path().join("live.toml");
+    std::fs::copy(repo().join("examples/profiles/kimi-k3-in-c.toml"), &live).unwrap();
+    let config = kimi_config(dir.path(), &model, &trunk, &live);
+    let out = check(&config);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("slots"))
+        .unwrap_or_else(|| panic!("no slots line: {stdout}"));
+    assert!(
+        line.contains("FAILED [stack] expert_bytes = 17555456")
+            && line.contains("orchestrator.env K3_EXPERT_BYTES")
+            && line.contains(&format!("set expert_bytes = {slot}")),
+        "{line}"
+    );
+    assert!(stderr.contains("expert_bytes"), "{stderr}");
+
+    // With the checkpoint's own value the slot line passes.
+    let text_in = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("expert_bytes = 17555456", &format!("expert_bytes = {slot}"));
+    std::fs::write(&config, text_in).unwrap();
+    let (stdout, _) = text(&check(&config));
+    assert!(
+        stdout.contains(&format!("slots    [stack] expert_bytes = {slot}: as ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cache    24 GB holds"), "{stdout}");
+}
+
+/// A live profile whose cache holds fewer slots than top-k +
+/// `cache_spare_slots` is one the engine refuses to start with (every run
+/// would fail): `check` says so, with the smallest cache that works.
+#[test]
+fn check_fails_a_live_cache_below_top_k_and_the_spare_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, trunk) = (dir.path().join("model"), dir.path().join("trunk"));
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::create_dir_all(&trunk).unwrap();
+    // As scripts/k3_checkpoint.py writes it for a top-4 model.
+    std::fs::write(
+        model.join("orchestrator.env"),
+        "K3_TOP_K=4\nK3_EXPERT_BYTES=24576\n",
+    )
+    .unwrap();
+    let live = dir.path().join("live.toml");
+    // 0.0001 GB = 100,000 bytes: 4 slots of 24,576, one short of top-4 + 1.
+    std::fs::write(
+        &live,
+        "[memory]\nbudget_gb = 0.5\ntrunk_gb = 0.02\ncache_gb = 0.0001\n\n[compute]\nthreads = 2\n",
+    )
+    .unwrap();
+    let config = kimi_config(dir.path(), &model, &trunk, &live);
+    let text_in = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("expert_bytes = 17555456", "expert_bytes = 24576");
+    std::fs::write(&config, text_in).unwrap();
+    let out = check(&config);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("cache"))
+        .unwrap_or_else(|| panic!("no cache line: {stdout}"));
+    assert!(
+        line.contains("FAILED")
+            && line.contains("holds 4 slot(s) of 24576 bytes")
+            && line.contains("top-k = 4")
+            && line.contains("+ 1 spare ([stack] cache_spare_slots)")
+            && line.contains("raise memory.cache_gb to at least 0.00012288"),
+        "{line}"
+    );
+    assert!(stderr.contains("cache slots"), "{stderr}");
+
+    // Five slots are enough.
+    std::fs::write(
+        &live,
+        "[memory]\nbudget_gb = 0.5\ntrunk_gb = 0.02\ncache_gb = 0.000123\n\n[compute]\nthreads = 2\n",
+    )
+    .unwrap();
+    let (stdout, _) = text(&check(&config));
+    assert!(
+        stdout.contains("cache    0.000123 GB holds 5 slots of 24576 bytes: ok"),
+        "{stdout}"
+    );
+}

@@ -128,6 +128,7 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
         trace: Some(&trace),
         current_pins: None,
         top_k: Some(top_k),
+        menu: None,
     };
     let proposal = Proposal {
         experiment: MenuId::RerankPins,

@@ -742,3 +742,40 @@ fn a_win_on_the_live_profile_is_approved_though_a_win_on_top_of_it_comes_back() 
         "{states:?}"
     );
 }
+
+/// Seen on the real engine: a live profile that does not parse was listed
+/// as `VIOLATION LiveProfile` and counted as a rule the ledger breaks. It
+/// is the profile file's fault: `ledger --check` says so, with the fix, and
+/// calls the ledger itself consistent; the exit is still 1.
+#[test]
+fn ledger_check_blames_a_torn_live_profile_on_the_file_not_the_ledger() {
+    let f = Fixture::new();
+    f.stage_win(0.75);
+    let live = f.path("ledger/profiles/live.toml");
+    std::fs::write(&live, "[memory\nbudget_gb = 1.0\n").unwrap();
+    let out = f.cmd().args(["ledger", "--check"]).output().unwrap();
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{text}\n{err}");
+    assert!(!text.contains("VIOLATION"), "{text}");
+    assert!(text.contains("is consistent"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("PROFILE"))
+        .unwrap_or_else(|| panic!("no PROFILE line: {text}"));
+    assert!(
+        line.contains(&format!("the live profile {} is not whole", live.display()))
+            && line.contains("This is the profile file, not the ledger")
+            && line.contains("`orchestrator check`"),
+        "{line}"
+    );
+    assert!(
+        !err.contains("breaks") && err.contains("itself is consistent"),
+        "{err}"
+    );
+
+    let (code, report) = staged::check(&f.path("config.toml"));
+    assert_eq!(code, 1);
+    assert_eq!(report["consistent"], true, "{report}");
+    assert_eq!(report["violations"].as_array().unwrap().len(), 0);
+    assert_eq!(report["live_profile"]["whole"], false, "{report}");
+}

@@ -2,13 +2,15 @@
 //! (a problem there is a configuration error, exit 2), then checks what a
 //! run needs from this machine: the bench and shadow programs, the files
 //! their command lines name, the memory pre-flight for the live profile and
-//! the endpoints. Each of those that fails is printed `FAILED` with its fix,
+//! the endpoints, and the expert cache against the checkpoint's slot size
+//! and top-k (`slots`). Each of those that fails is printed `FAILED` with its fix,
 //! and the command exits 1. On the embedded default, `orchestrator run`
 //! starts the stack and makes its checkpoint, so endpoints that do not
 //! answer and files not made yet are expected there and only reported.
 
 mod argv_files;
 mod postgres;
+mod slots;
 
 use std::path::Path;
 use std::time::Duration;
@@ -107,6 +109,13 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     {
         check_memory(&config, profile, path, &mut found);
     }
+    slots::check(
+        &config,
+        profile_for_memory
+            .as_ref()
+            .map(|(p, path)| (p, path.as_path())),
+        &mut found,
+    );
 
     if let Some(pg) = &config.ledger_postgres {
         println!(
