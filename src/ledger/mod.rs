@@ -499,7 +499,7 @@ impl Ledger {
             .acquire()
             .await
             .map_err(self.ctx.err("read the schema version"))?;
-        if schema::state(Conn::Sqlite(&mut *conn), &self.ctx, &MIGRATOR)
+        if schema::state(Conn::Sqlite(&mut conn), &self.ctx, &MIGRATOR)
             .await?
             .is_current()
         {
