@@ -297,6 +297,21 @@ fn main() -> ExitCode {
         }
     }
     println!("### Cost against the cheapest fixed protocol\n");
+    // The cost goal counts in the exit status like every other target.
+    const COST_GOAL: f64 = 0.5;
+    match best {
+        Some((_, cost)) if our_cost.ab / cost.ab > COST_GOAL => missed.push(format!(
+            "cost: {:.1} A/B runs per decision against the cheapest fixed protocol's {:.1}, ratio {:.2} > {COST_GOAL}",
+            our_cost.ab,
+            cost.ab,
+            our_cost.ab / cost.ab
+        )),
+        None => missed.push(
+            "cost: no fixed protocol of the grid meets the targets, so the cost goal cannot be judged"
+                .to_string(),
+        ),
+        Some(_) => {}
+    }
     match best {
         Some((judge, cost)) => {
             println!(
