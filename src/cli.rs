@@ -68,7 +68,8 @@ pub enum StageCommand {
     /// Approve a staged win: on SQLite, write the staged profile to the live
     /// profile path; on PostgreSQL, record the approval for the stack's
     /// daemon to write on its host. Prints the command line to restart the
-    /// stack with (the restart is yours)
+    /// stack with (the restart is yours), or runs `[stack] restart` with
+    /// --restart
     Approve {
         /// The stage id (from `stage list`)
         id: i64,
@@ -83,6 +84,11 @@ pub enum StageCommand {
         /// profile is the stage's base applies it to its own
         #[arg(long)]
         class: bool,
+        /// After writing the live profile, run `[stack] restart` and wait
+        /// (bounded by `[stack] restart_timeout_s`) until the live server
+        /// answers its health path (SQLite ledgers: the CLI writes the file)
+        #[arg(long, conflicts_with = "class")]
+        restart: bool,
     },
     /// Refuse a staged win
     Reject {
@@ -94,6 +100,24 @@ pub enum StageCommand {
         /// Who rejects [default: $USER, else the login name, else this user's passwd name]
         #[arg(long, value_name = "NAME")]
         by: Option<String>,
+    },
+    /// Put back the profile an approved, applied stage replaced: refused
+    /// when the live profile is no longer the stage's. Expires the staged
+    /// wins measured on top of the reverted profile. On PostgreSQL the
+    /// stack's daemon writes it on its host
+    Revert {
+        /// The stage id (from `stage list --all`)
+        id: i64,
+        /// Why it is reverted (recorded with who asked)
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Who reverts [default: $USER, else the login name, else this user's passwd name]
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+        /// After writing the live profile, run `[stack] restart` and wait
+        /// for the live server's health path (SQLite ledgers)
+        #[arg(long)]
+        restart: bool,
     },
 }
 

@@ -10,6 +10,7 @@
 //! stack's own daemon applies it when it next sees it.
 
 pub mod restart;
+pub mod revert;
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +18,8 @@ use crate::ledger::Stage;
 use crate::profile::{Profile, ProfileError};
 use crate::vocab::Digest;
 
-pub use restart::restart_lines;
+pub use restart::{restart, restart_command, restart_lines};
+pub use revert::{RevertCheck, RevertRefusal, check_revert};
 
 /// What the live profile says about applying a stage.
 #[derive(Debug)]
@@ -147,6 +149,7 @@ mod tests {
             apply_refused_at: None,
             confirmed_by_stack: None,
             approved_for_class: None,
+            restarted_at: None,
         }
     }
 

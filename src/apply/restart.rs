@@ -1,14 +1,186 @@
-//! The command line that runs the stack with a profile, rendered from the
-//! config's own argv templates, for the person who restarts the stack after
-//! approving a stage (the orchestrator never restarts it): the serve command
-//! of a served stack (its `[stack.shadow]` argv on the live port), else the
-//! bench command of a command-line engine.
+//! Restarting the stack on a written profile. Without `--restart`: the
+//! command line that runs the stack with it, rendered from the config's own
+//! argv templates, for the person who restarts it (the serve command of a
+//! served stack, its `[stack.shadow]` argv on the live port, else the bench
+//! command of a command-line engine). With `stage approve|revert
+//! --restart`: the configured `[stack] restart` command, run through
+//! [`crate::process::group`] (never a shell), then a bounded wait for the
+//! live server's health path. The daemon never calls [`restart`].
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::process::cancel::Cancel;
+use crate::process::group::{self, Spec};
 use crate::process::template::{ArgvTemplate, RenderContext};
 use crate::profile::Profile;
+
+/// Pause between two probes of the live server's health path.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Why `--restart` did not bring the stack back on the written profile.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error(
+        "{} has no [stack] restart, so --restart has nothing to run: add the command that restarts \
+         the stack (an argument list such as [\"systemctl\", \"restart\", \"my-stack\"]), or leave \
+         out --restart and restart it yourself",
+        .0.display()
+    )]
+    NotConfigured(PathBuf),
+    #[error(
+        "the embedded stack is a child of `orchestrator run`, which starts it on the live profile: \
+         restart `orchestrator run` instead of passing --restart"
+    )]
+    Embedded,
+    #[error("the restart command `{command}` {why}")]
+    Failed { command: String, why: String },
+    #[error(
+        "the restart command `{command}` ran, but the live server's {url} did not answer 200 within \
+         {secs}s (last: {last}); check the stack's own logs"
+    )]
+    Unhealthy {
+        command: String,
+        url: String,
+        secs: u64,
+        last: String,
+    },
+}
+
+impl RestartError {
+    /// A configuration or usage problem (exit 2), not a failed restart.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            RestartError::NotConfigured(_) | RestartError::Embedded
+        )
+    }
+}
+
+/// A restart that brought the live server back.
+#[derive(Debug, Clone)]
+pub struct RestartDone {
+    /// The command as run, for people.
+    pub command: String,
+    /// The health URL that answered, when the stack has a live server.
+    pub healthy: Option<String>,
+    pub took: Duration,
+}
+
+/// Runs `[stack] restart` for `profile` (just written to the live profile)
+/// and waits, bounded by `restart_timeout_s`, until the live server's
+/// health path answers 200. Whatever the command leaves running in its own
+/// process group is killed when it exits, as for every child: a restart
+/// command hands the server to its supervisor (`systemctl restart`), it is
+/// not the server.
+pub async fn restart(config: &Config, profile: &Profile) -> Result<RestartDone, RestartError> {
+    let restart = restart_command(config)?;
+    let live = &config.stack.live_profile;
+    let ctx = RenderContext {
+        out: None,
+        profile: Some(live.clone()),
+        port: None,
+    };
+    let argv = restart
+        .argv
+        .render(profile, live.parent().unwrap_or(Path::new(".")), &ctx);
+    let command = argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+    let started = Instant::now();
+    let spec = Spec {
+        program: argv[0].clone(),
+        args: argv[1..].to_vec(),
+        env: Default::default(),
+        cwd: config.base_dir.clone(),
+        timeout: restart.timeout.duration(),
+        capture_stdout: false,
+        cgroup_procs: None,
+    };
+    let failed = |why: String| RestartError::Failed {
+        command: command.clone(),
+        why,
+    };
+    let exit = group::run(&spec, &Cancel::never())
+        .await
+        .map_err(|e| failed(format!("did not complete: {e}")))?;
+    if exit.code != Some(0) {
+        let how = match (exit.code, exit.signal) {
+            (Some(code), _) => format!("exited {code}"),
+            (None, Some(sig)) => format!("was killed by signal {sig}"),
+            (None, None) => "ended without an exit status".to_string(),
+        };
+        return Err(failed(format!(
+            "{how}: {}",
+            group::last_line(&exit.stderr_tail)
+        )));
+    }
+    let healthy = match health_url(config) {
+        Some(url) => Some(wait_healthy(&command, url, restart.timeout.duration()).await?),
+        None => None,
+    };
+    Ok(RestartDone {
+        command,
+        healthy,
+        took: started.elapsed(),
+    })
+}
+
+/// The configured `[stack] restart`, or why `--restart` cannot be used
+/// (checked before anything is written).
+pub fn restart_command(config: &Config) -> Result<&crate::config::Restart, RestartError> {
+    if config.embedded.is_some() {
+        return Err(RestartError::Embedded);
+    }
+    config
+        .stack
+        .restart
+        .as_ref()
+        .ok_or_else(|| RestartError::NotConfigured(config.path.clone()))
+}
+
+/// The live server's health URL: `[stack.surface] base_url` with the
+/// shadow's health path (the same server binary), else `/health`.
+fn health_url(config: &Config) -> Option<reqwest::Url> {
+    let surface = config.stack.surface.as_ref()?;
+    let path = config
+        .stack
+        .shadow
+        .as_ref()
+        .map_or("/health", |s| s.health_path.as_str());
+    surface.base_url.join(path).ok()
+}
+
+async fn wait_healthy(
+    command: &str,
+    url: reqwest::Url,
+    within: Duration,
+) -> Result<String, RestartError> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| RestartError::Failed {
+            command: command.to_string(),
+            why: format!("ran, but no HTTP client could be built to probe the server: {e}"),
+        })?;
+    let deadline = Instant::now() + within;
+    loop {
+        let last = match client.get(url.clone()).send().await {
+            Ok(r) if r.status().is_success() => return Ok(url.to_string()),
+            Ok(r) => format!("HTTP {}", r.status()),
+            Err(e) => e.without_url().to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(RestartError::Unhealthy {
+                command: command.to_string(),
+                url: url.to_string(),
+                secs: within.as_secs(),
+                last,
+            });
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+}
 
 /// How to run the stack with `profile` once it is the live profile, as
 /// lines to print, or `None` when the config has no command to show.

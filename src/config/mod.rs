@@ -37,7 +37,7 @@ pub use error::ConfigError;
 pub use measure::Measure;
 pub use model::{DEFAULT_MAX_TOKENS, Model};
 pub use objective::Objective;
-pub use stack::{Bench, BenchOutput, Metrics, Shadow, Stack, Surface};
+pub use stack::{Bench, BenchOutput, Metrics, Restart, Shadow, Stack, Surface};
 pub use units::{Fraction, LedgerSizeMb, Seconds, SecondsPerToken};
 
 use crate::judge::Policy;

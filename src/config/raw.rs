@@ -94,6 +94,14 @@ pub(super) struct RawStack {
     pub shadow: Option<RawShadow>,
     #[serde(default)]
     pub unsupported: Vec<String>,
+    /// `stage approve|revert --restart`'s command (argv, never a shell).
+    pub restart: Option<Vec<String>>,
+    #[serde(default = "default_restart_timeout")]
+    pub restart_timeout_s: Seconds,
+}
+
+fn default_restart_timeout() -> Seconds {
+    Seconds::from_secs(120)
 }
 
 fn default_work_dir() -> PathBuf {

@@ -46,6 +46,19 @@ pub struct Stack {
     /// Menu entries this stack cannot carry out (`[stack] unsupported`):
     /// refused when proposed, never silently skipped (see [`crate::stack_support`]).
     pub unsupported: Vec<MenuId>,
+    /// `[stack] restart`: what `stage approve|revert --restart` runs after
+    /// writing the live profile; never run by the daemon.
+    pub restart: Option<Restart>,
+}
+
+/// `[stack] restart` and `restart_timeout_s`.
+#[derive(Debug, Clone)]
+pub struct Restart {
+    /// May name profile knobs and `{profile}` (the live profile's path).
+    pub argv: ArgvTemplate,
+    /// Bounds the command and then the wait for the live server's health
+    /// path, each.
+    pub timeout: Seconds,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -151,6 +164,21 @@ impl TryFrom<(RawStack, &Path)> for Stack {
             .transpose()?;
         let shadow = rs.shadow.map(Shadow::try_from).transpose()?;
         let unsupported = parse_unsupported(&rs.unsupported)?;
+        let restart = rs
+            .restart
+            .map(|argv| {
+                ArgvTemplate::parse(&argv, &[], &[Special::Profile])
+                    .map(|argv| Restart {
+                        argv,
+                        timeout: rs.restart_timeout_s,
+                    })
+                    .map_err(|e| {
+                        format!(
+                            "[stack] restart: {e} (an argument list such as [\"systemctl\", \"restart\", \"my-stack\"])"
+                        )
+                    })
+            })
+            .transpose()?;
         if bench.is_none() && surface.is_none() {
             return Err(
                 "[stack] has neither [stack.bench] nor [stack.surface]: the orchestrator needs one way to measure"
@@ -170,6 +198,7 @@ impl TryFrom<(RawStack, &Path)> for Stack {
             metrics,
             shadow,
             unsupported,
+            restart,
         })
     }
 }

@@ -204,6 +204,35 @@ fn the_class_confirm_wait_defaults_to_none_and_needs_a_class() {
 }
 
 #[test]
+fn the_restart_command_is_an_optional_argv_template_of_knobs_and_the_profile() {
+    assert!(parse(&default_text()).unwrap().stack.restart.is_none());
+    let with = |lines: &str| default_text().replacen("[stack]\n", &format!("[stack]\n{lines}"), 1);
+    let restart = parse(&with(
+        "restart = [\"systemctl\", \"restart\", \"tinyk3\", \"{profile}\"]\nrestart_timeout_s = 30\n",
+    ))
+    .unwrap()
+    .stack
+    .restart
+    .unwrap();
+    assert_eq!(
+        restart.timeout.duration(),
+        std::time::Duration::from_secs(30)
+    );
+    assert!(
+        restart
+            .argv
+            .uses(crate::process::template::Special::Profile)
+    );
+    // A shadow's port means nothing to a restart.
+    let msg = err(&with("restart = [\"serve\", \"--port\", \"{port}\"]\n"));
+    assert!(
+        msg.contains("[stack] restart:") && msg.contains("{port}"),
+        "{msg}"
+    );
+    assert!(err(&with("restart = []\n")).contains("[stack] restart: the command is empty"));
+}
+
+#[test]
 fn a_non_loopback_metrics_address_needs_allow_remote() {
     let msg = err(&default_text().replace("127.0.0.1:9464", "0.0.0.0:9464"));
     assert!(msg.contains("not loopback"), "{msg}");

@@ -22,6 +22,7 @@ pub mod lock;
 pub mod metrics;
 mod outage;
 pub mod proposer;
+mod reverter;
 
 use std::time::Duration;
 
@@ -167,6 +168,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     }
     crate::atomic_file::remove_stale_temps(&crate::cycle::profiles_dir(&config.stack.live_profile));
     applier::apply_approved(&config, &ledger).await;
+    reverter::revert_requested(&config, &ledger).await;
 
     let (handle, cancel) = Cancel::new();
     let signals = tokio::spawn(watch_signals(handle));
@@ -358,6 +360,7 @@ async fn run_loop(
         // before the cycle observes it (and only while this daemon holds
         // its stack, checked just above).
         applier::apply_approved(config, ledger).await;
+        reverter::revert_requested(config, ledger).await;
         let mut cycle = CycleRunner {
             config,
             policy,

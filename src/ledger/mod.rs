@@ -63,7 +63,8 @@
 //! `references`, `stages`, `claims` (which stack confirms a win),
 //! `class_applies` (a stage approved for its class, applied by each
 //! classmate), `applies` (whether an approved stage reached its stack's
-//! live profile), `compositions` (which staged wins a composite applies),
+//! live profile), `reverts` (a stage's replaced profile put back, and
+//! the restarts run after a write), `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
 //! --check`), `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
@@ -143,6 +144,7 @@ mod plan;
 mod proposals;
 mod references;
 mod report;
+mod reverts;
 mod runs;
 mod schema;
 mod scope;
@@ -190,6 +192,7 @@ pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
+pub use reverts::{Restarted, RevertStatus, StageRevert};
 pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use schema::SchemaState;
 pub use scope::{Adopted, StackScope};

@@ -80,6 +80,9 @@ pub struct Stage {
     /// The class it was approved for (`stage approve --class`): each of the
     /// class's daemons applies it to its own live profile.
     pub approved_for_class: Option<String>,
+    /// When `stage approve --restart` restarted the stack on its profile
+    /// and the live server answered again.
+    pub restarted_at: Option<DateTime<Utc>>,
 }
 
 impl Stage {
@@ -121,6 +124,7 @@ from_row!(Stage, |row| {
         apply_refused_at: row.try_get("apply_refused_at")?,
         confirmed_by_stack: row.try_get("confirmed_by_stack")?,
         approved_for_class: row.try_get("approved_for_class")?,
+        restarted_at: row.try_get("restarted_at")?,
     })
 });
 

@@ -2,7 +2,8 @@
 //! the approval's own transaction (the CLI runs on the stack's host); on a
 //! shared PostgreSQL ledger it records the approval only, and the stack's
 //! daemon writes the file on its host (`daemon/applier.rs`). Either way the
-//! approval expires the stages it makes moot, and nothing is restarted.
+//! approval expires the stages it makes moot; nothing is restarted unless
+//! `--restart` asks for `[stack] restart` (SQLite, after the write).
 
 use std::path::Path;
 
@@ -13,7 +14,8 @@ use crate::apply::{Check, Refusal};
 use crate::commands::UsageError;
 use crate::config::Config;
 use crate::ledger::{
-    ApplyOutcome, Backend, Ledger, LedgerError, StackScope, StageDecision, StageId, WriteTx,
+    ApplyOutcome, Backend, Ledger, LedgerError, Restarted, StackScope, StageDecision, StageId,
+    WriteTx,
 };
 use crate::profile::Profile;
 use crate::vocab::{Digest, StageState};
@@ -28,7 +30,12 @@ pub(super) async fn approve(
     id: StageId,
     by: &str,
     note: Option<&str>,
+    restart: bool,
 ) -> anyhow::Result<()> {
+    if restart {
+        crate::apply::restart_command(config)
+            .map_err(|e| UsageError(format!("{e}. Nothing was written.")))?;
+    }
     // The approval expires only the stage's own stack's other staged wins:
     // another stack's live profile does not change.
     let ledger = match ledger.stage(id).await?.stack {
@@ -37,8 +44,15 @@ pub(super) async fn approve(
     };
     refuse_if_built_on_waiting(config, &ledger, id).await?;
     match ledger.backend() {
+        Backend::Postgres if restart => Err(UsageError(format!(
+            "--restart runs [stack] restart after this command writes the live profile, but on a \
+             PostgreSQL ledger the stack's daemon writes it on its host: approve without --restart, \
+             and restart the stack once `orchestrator stage show {id}` says it is applied. \
+             Nothing was recorded."
+        ))
+        .into()),
         Backend::Postgres => approve_for_daemon(config, &ledger, id, by, note, None).await,
-        Backend::Sqlite => approve_and_write(config, &ledger, id, by, note).await,
+        Backend::Sqlite => approve_and_write(config, &ledger, id, by, note, restart).await,
     }
 }
 
@@ -189,6 +203,7 @@ async fn approve_and_write(
     id: StageId,
     by: &str,
     note: Option<&str>,
+    restart: bool,
 ) -> anyhow::Result<()> {
     let live_path = &config.stack.live_profile;
     // The IMMEDIATE transaction is held across the file write, so a racing
@@ -267,6 +282,10 @@ async fn approve_and_write(
     for change in live.diff(&candidate) {
         println!("  {change}");
     }
+    print_superseded(&expired);
+    if restart {
+        return run_restart(config, ledger, id, Restarted::Approval, &candidate).await;
+    }
     println!(
         "The serving stack reads its profile at start: restart it for this to take effect. \
          Nothing was restarted or signalled."
@@ -276,7 +295,45 @@ async fn approve_and_write(
             println!("{line}");
         }
     }
-    print_superseded(&expired);
+    Ok(())
+}
+
+/// `--restart`, after the live profile was written and recorded: runs
+/// `[stack] restart`, waits for the live server, and records the restart.
+/// A failed restart is exit 1 naming the command; the profile stays written.
+pub(super) async fn run_restart(
+    config: &Config,
+    ledger: &Ledger,
+    id: StageId,
+    what: Restarted,
+    profile: &Profile,
+) -> anyhow::Result<()> {
+    let live = config.stack.live_profile.display();
+    let done = match crate::apply::restart(config, profile).await {
+        Ok(done) => done,
+        Err(e) if e.is_usage() => return Err(UsageError(format!("{e}")).into()),
+        Err(e) => anyhow::bail!(
+            "{e}. The live profile {live} IS written and stage {id}'s {} is recorded; restart the \
+             stack by hand once the command is fixed",
+            match what {
+                Restarted::Approval => "approval",
+                Restarted::Revert => "revert",
+            }
+        ),
+    };
+    ledger.record_restart(id, what, Utc::now()).await?;
+    match &done.healthy {
+        Some(url) => println!(
+            "Restarted the stack with `{}`: {url} answered after {:.1}s, on the profile in {live}.",
+            done.command,
+            done.took.as_secs_f64()
+        ),
+        None => println!(
+            "Restarted the stack with `{}` ({:.1}s); it has no live server to wait for.",
+            done.command,
+            done.took.as_secs_f64()
+        ),
+    }
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `orchestrator stage list|show|approve|reject`: a person inspects and
+//! `orchestrator stage list|show|approve|reject|revert`: a person inspects and
 //! decides staged wins, from any machine with the ledger. Approving
 //! (`approve`) writes the live profile file, or on PostgreSQL has the
 //! stack's daemon write it, and nothing else: it never restarts, signals or
@@ -10,13 +10,15 @@ use chrono::Utc;
 use serde_json::json;
 
 mod approve;
+mod reject;
+mod revert;
 
 use super::UsageError;
 use crate::cli::StageCommand;
 use crate::config::Config;
 use crate::display;
 use crate::ledger::{
-    Ledger, Run, StackScope, StageApply, StageDecision, StageDetail, StageId, StagePart,
+    Ledger, Run, StackScope, StageApply, StageDetail, StageId, StagePart, StageRevert,
 };
 use crate::profile::Profile;
 use crate::vocab::StageState;
@@ -35,18 +37,28 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
                 by,
                 note,
                 class,
+                restart,
             } => {
                 let by = super::decider::decider(by)?;
                 let id = StageId(id);
                 if class {
                     approve::approve_for_class(&config, &ledger, id, &by, note.as_deref()).await
                 } else {
-                    approve::approve(&config, &ledger, id, &by, note.as_deref()).await
+                    approve::approve(&config, &ledger, id, &by, note.as_deref(), restart).await
                 }
+            }
+            StageCommand::Revert {
+                id,
+                reason,
+                by,
+                restart,
+            } => {
+                let by = super::decider::decider(by)?;
+                revert::revert(&config, &ledger, StageId(id), &by, &reason, restart).await
             }
             StageCommand::Reject { id, reason, by } => {
                 let by = super::decider::decider(by)?;
-                reject(&ledger, StageId(id), &by, &reason).await
+                reject::reject(&ledger, StageId(id), &by, &reason).await
             }
         };
         ledger.close().await;
@@ -68,8 +80,17 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
         None => ledger.clone(),
     };
     let stages = ledger.stages(state).await?;
+    let reverts = ledger.stage_reverts().await?;
+    let revert_of = |id: StageId| reverts.iter().find(|r| r.stage_id == id);
     if json {
-        let labelled: Vec<serde_json::Value> = stages.iter().map(labelled_json).collect();
+        let labelled: Vec<serde_json::Value> = stages
+            .iter()
+            .map(|s| {
+                let mut v = labelled_json(s);
+                v["revert"] = json!(revert_of(s.id));
+                v
+            })
+            .collect();
         println!("{}", serde_json::to_string_pretty(&labelled)?);
         return Ok(());
     }
@@ -99,7 +120,7 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
         println!(
             "{:>4}  {:<9} {:<14} {:<22} {:<28} {:<30} {:>7} {:>5}  {}",
             s.id.0,
-            s.state.as_str(),
+            revert_of(s.id).map_or(s.state.as_str(), |r| r.status().as_str()),
             s.stack.as_deref().unwrap_or("-"),
             crate::ledger::stage_label(s.menu_id, &s.parts),
             parameters(&s.parameters, &s.parts),
@@ -114,6 +135,9 @@ async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> an
         );
         if let Some(on) = confirmed_on(s.confirmed_elsewhere(), s.confirmed_in_class.as_deref()) {
             println!("      {on}");
+        }
+        if let Some(r) = revert_of(s.id) {
+            println!("      {}", revert_line(r));
         }
         if s.state == StageState::Staged
             && let Some((id, _)) = under.iter().find(|(_, c)| *c == s.base_digest)
@@ -236,9 +260,12 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         .flatten();
     let apply = apply_line(&detail.stage);
     let hosts = class_hosts(ledger, &detail.stage).await?;
+    let revert = ledger.stage_revert(id).await?;
     if json {
         let out = json!({
             "detail": detail,
+            "revert": revert,
+            "revert_summary": revert.as_ref().map(revert_line),
             "apply": detail.stage.apply().status(),
             "apply_summary": apply,
             "approved_for_class": detail.stage.approved_for_class,
@@ -263,6 +290,10 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         return Ok(());
     }
     print_detail(config, &detail, here, live.as_ref(), &diff);
+    if let Some(r) = &revert {
+        println!();
+        println!("revert   {}", revert_line(r));
+    }
     if let Some(class) = &detail.stage.approved_for_class {
         println!();
         println!(
@@ -354,6 +385,32 @@ async fn class_hosts(
         .collect())
 }
 
+/// A revert in one line: who asked, why, and whether it was written.
+fn revert_line(r: &StageRevert) -> String {
+    let asked = format!(
+        "{} by {} at {}: {}",
+        r.status().as_str(),
+        r.requested_by,
+        r.requested_at,
+        r.reason
+    );
+    let by = r.applied_by.as_deref().unwrap_or_default();
+    let to = r.applied_to.as_deref().unwrap_or_default();
+    let restarted = r
+        .restarted_at
+        .map(|t| format!("; the stack was restarted on it at {t}"))
+        .unwrap_or_default();
+    match (&r.refusal, r.applied_at) {
+        (Some(why), _) => {
+            format!("{asked}; NOT written: {why} (refused by {by}; {to} was not written)")
+        }
+        (None, Some(at)) => {
+            format!("{asked}; the replaced profile was written to {to} by {by} at {at}{restarted}")
+        }
+        (None, None) => format!("{asked}; waiting for its stack's daemon to write it"),
+    }
+}
+
 /// Whether an approval reached the live profile, for `stage show`: "approved
 /// by X at T; applied to PATH by the daemon of stack S ... at T2", or
 /// waiting for it, or not applied and why.
@@ -431,6 +488,9 @@ fn print_detail(
     if let Some(line) = apply_line(s) {
         println!("apply    {line}");
     }
+    if let Some(at) = s.restarted_at {
+        println!("restart  `stage approve --restart` restarted the stack on it at {at}");
+    }
     println!();
     match live {
         None if !here => println!(
@@ -505,45 +565,4 @@ fn print_runs(runs: &[Run]) {
             if r.refused { "  refused" } else { "" }
         );
     }
-}
-
-async fn reject(ledger: &Ledger, id: StageId, by: &str, reason: &str) -> anyhow::Result<()> {
-    if reason.trim().is_empty() {
-        return Err(UsageError("--reason must say why the stage is rejected".into()).into());
-    }
-    let now = Utc::now();
-    let mut tx = ledger.begin_write().await?;
-    tx.decide_stage(id, StageDecision::Rejected, by, Some(reason), now)
-        .await?;
-    // A composite applies every part: one rejected, the composite goes too.
-    let composites = tx.staged_composites_of(id).await?;
-    for &composite in &composites {
-        let why = format!("its part stage {id} was rejected by {by}: {reason}");
-        tx.expire_stage(composite, &why, now).await?;
-    }
-    // A win measured on top of it ([cycle] build_on_staged) can never be
-    // approved now: its base will not be live.
-    let why = format!("it was measured on top of stage {id}, rejected by {by}: {reason}");
-    let on_top = tx.expire_built_on(id, &why, now).await?;
-    tx.commit().await?;
-    println!("stage {id} rejected by {by}: {reason}");
-    let list = |ids: &[StageId]| {
-        ids.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if !composites.is_empty() {
-        println!(
-            "Expired the composite stage(s) that apply it: {}.",
-            list(&composites)
-        );
-    }
-    if !on_top.is_empty() {
-        println!(
-            "Expired the stage(s) measured on top of it: {}.",
-            list(&on_top)
-        );
-    }
-    Ok(())
 }

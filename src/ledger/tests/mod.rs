@@ -20,6 +20,7 @@ mod costs;
 mod open;
 mod parts;
 mod report;
+mod reverts;
 mod rows;
 mod scope;
 mod stages;

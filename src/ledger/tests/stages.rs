@@ -83,6 +83,7 @@ async fn stage_round_trip_list_and_show() {
                 apply_refused_at: None,
                 confirmed_by_stack: None,
                 approved_for_class: None,
+                restarted_at: None,
             }
         );
 
