@@ -214,19 +214,38 @@ fn aa_verdict(
     too_noisy: Option<&str>,
 ) -> NewVerdict {
     let mut test = judge::SequentialTest::new(*policy, floor);
+    let mut decided = None;
     for &(b, c) in pairs {
         match test.push(b, c) {
-            Ok(Step::Decided(_)) => break,
+            Ok(Step::Decided(d)) => {
+                decided = Some(d);
+                break;
+            }
             Ok(_) => {}
             Err(e) => return NewVerdict::refusal(VerdictKind::Failed, &e.to_string(), now),
         }
     }
-    let (Some(e), Some(reported)) = (test.estimate(), test.reported()) else {
+    // Where the pairs stand: the decision's (over every block when the
+    // machine was too noisy), else the accepted blocks so far.
+    let stood = match decided {
+        Some(d) => {
+            (d.pairs > 0).then_some((d.estimate.log_ratio, d.reported, d.pairs, d.too_noisy))
+        }
+        None => test
+            .estimate()
+            .zip(test.reported())
+            .map(|(e, r)| (e.log_ratio, r, test.pairs(), None)),
+    };
+    let Some((effect, reported, pairs, noisy)) = stood else {
         return NewVerdict::refusal(VerdictKind::Failed, "too few A/A blocks to judge", now);
     };
-    let (kind, reason) = match too_noisy {
-        Some(why) => (VerdictKind::Inconclusive, Some(why.to_string())),
-        None => (
+    let (kind, reason) = match (too_noisy, noisy) {
+        (Some(why), _) => (VerdictKind::Inconclusive, Some(why.to_string())),
+        (None, Some(n)) => (
+            VerdictKind::Inconclusive,
+            Some(crate::measure::ab::too_noisy_reason(&n)),
+        ),
+        (None, None) => (
             VerdictKind::WithinNoise,
             Some(
                 "an A/A of the live profile: it measures the noise floor and has no direction; \
@@ -238,14 +257,14 @@ fn aa_verdict(
     NewVerdict {
         kind,
         decided_at: now,
-        effect: Some(e.log_ratio),
+        effect: Some(effect),
         interval: Some(Interval {
             low: reported.0,
             high: reported.1,
         }),
         noise_floor: Some(floor.get()),
         floor_is_bound: false,
-        pairs: u32::try_from(test.pairs()).unwrap_or(u32::MAX),
+        pairs: u32::try_from(pairs).unwrap_or(u32::MAX),
         method: Some(judge::sequential::METHOD.to_string()),
         reason,
     }

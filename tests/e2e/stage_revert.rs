@@ -47,7 +47,7 @@ impl Fixture {
             ),
         ] {
             assert!(text.contains(&from), "config.toml no longer has {from:?}");
-            text = text.replace(&from, &to);
+            text = text.replacen(&from, &to, 1);
         }
         std::fs::write(dir.path().join("config.toml"), text).unwrap();
         std::fs::create_dir_all(dir.path().join("ledger/profiles")).unwrap();
@@ -68,9 +68,14 @@ impl Fixture {
             &format!(
                 "old=$(cat serve.pid 2>/dev/null)\n\
                  if [ -n \"$old\" ]; then kill \"$old\"; while kill -0 \"$old\" 2>/dev/null; do sleep 0.1; done; fi\n\
+                 : > serve.log\n\
                  setsid {tinyk3} serve {model} --profile ledger/profiles/live.toml --listen 127.0.0.1:{port} \
                  >>serve.log 2>&1 </dev/null &\n\
-                 echo $! > serve.pid",
+                 echo $! > serve.pid\n\
+                 # As `systemctl restart` does, return once the server is up: the\n\
+                 # orchestrator kills this script's process group when it exits,\n\
+                 # which would reach the server before its setsid.\n\
+                 i=0; while ! grep -q listening serve.log 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
                 tinyk3 = common::tinyk3_bin().display(),
                 model = model.display(),
                 port = f.port,
