@@ -4,8 +4,18 @@
 use chrono::Duration;
 
 /// A log ratio as a signed relative change: `-0.105` → `-10.0%`.
+///
+/// A change too small for one decimal gets the decimals that show it
+/// (`-0.04%`, not `-0.0%`): an interval's end at `-0.0%` reads as "no
+/// change" while it says "slightly faster".
 pub fn percent(log_ratio: f64) -> String {
-    format!("{:+.1}%", (log_ratio.exp() - 1.0) * 100.0)
+    let p = log_ratio.exp_m1() * 100.0;
+    let decimals = match p.abs() {
+        a if a == 0.0 || a >= 0.05 => 1,
+        a if a >= 0.005 => 2,
+        _ => 3,
+    };
+    format!("{p:+.decimals$}%")
 }
 
 /// An effect with its interval: `-10.0% [-12.9%, -7.0%]`.
@@ -82,6 +92,9 @@ mod tests {
         assert_eq!(percent(0.0), "+0.0%");
         assert_eq!(percent((0.9f64).ln()), "-10.0%");
         assert_eq!(percent((1.25f64).ln()), "+25.0%");
+        // An interval's end just below zero is not shown as -0.0%.
+        assert_eq!(percent((0.9996f64).ln()), "-0.04%");
+        assert_eq!(percent((1.000_02f64).ln()), "+0.002%");
         assert_eq!(floor((1.02f64).ln()), "±2.0%");
         // Quiet-machine floors stay apart (they all read ±0.0% before).
         assert_eq!(floor((1.0034f64).ln()), "±0.34%");

@@ -557,9 +557,11 @@ fn refusals(verdicts: &[ReportVerdict], runs: &[ReportRun], r: &Redactor) -> Ref
         floor: v.noise_floor.filter(|_| !v.floor_is_bound),
         reason: v.reason.as_deref().map(|t| r.apply(t)),
     };
+    // An A/A (`remeasure`) is within noise by definition: it refused no
+    // delta, so it is not counted among the refused ones.
     let mut within: Vec<&ReportVerdict> = verdicts
         .iter()
-        .filter(|v| v.kind == VerdictKind::WithinNoise)
+        .filter(|v| v.kind == VerdictKind::WithinNoise && v.menu_id != Some(MenuId::Remeasure))
         .collect();
     within.sort_by(|a, b| {
         let key = |v: &ReportVerdict| v.effect.map_or(0.0, f64::abs);
@@ -657,8 +659,10 @@ fn proposer_records(
             .map(|(k, n)| (k.to_string(), n))
             .collect();
         rejections.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        // An A/A measures a floor and has no direction: no win rate.
         let per_menu = MenuId::ALL
             .iter()
+            .filter(|&&m| m != MenuId::Remeasure)
             .filter_map(|&m| {
                 let of: Vec<_> = judged.iter().filter(|v| v.menu_id == Some(m)).collect();
                 // A win its confirmation refuted was not a win.
