@@ -265,6 +265,52 @@ mod tests {
         }
     }
 
+    /// `docs/cli.md` as clap renders it: every command's `--help`, in the
+    /// order `orchestrator help` lists them, depth first.
+    fn cli_reference() -> String {
+        fn pages(cmd: &mut clap::Command, path: &str, out: &mut String) {
+            let help = cmd.render_help().to_string();
+            let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+            out.push_str(&format!(
+                "\n## `{path}`\n\n```text\n{}\n```\n",
+                help.join("\n").trim_end()
+            ));
+            for sub in cmd.get_subcommands_mut() {
+                if sub.get_name() != "help" {
+                    let name = format!("{path} {}", sub.get_name());
+                    pages(sub, &name, out);
+                }
+            }
+        }
+        let mut cmd = Cli::command().bin_name("orchestrator");
+        cmd.build();
+        let mut out = String::from(
+            "# Command-line reference\n\n\
+             Each command's `--help`, generated from the clap types in `src/cli.rs` \
+             by the test `cli::tests::docs_cli_md_is_generated_from_clap`, which \
+             fails when this file drifts from them. Regenerate it after changing \
+             the command line:\n\n\
+             ```sh\nUPDATE_DOCS=1 cargo test --lib cli::tests\n```\n",
+        );
+        pages(&mut cmd, "orchestrator", &mut out);
+        out
+    }
+
+    #[test]
+    fn docs_cli_md_is_generated_from_clap() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+        let want = cli_reference();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/cli.md differs from the command line in src/cli.rs; regenerate it with \
+             `UPDATE_DOCS=1 cargo test --lib cli::tests` and commit it"
+        );
+    }
+
     #[test]
     fn every_option_argument_and_subcommand_has_help() {
         let cmd = Cli::command();

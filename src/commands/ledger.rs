@@ -9,7 +9,7 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, StackScope, Violation};
+use crate::ledger::{CheckContext, Violation};
 use crate::profile::Profile;
 
 /// A live profile file that does not parse, found by `ledger --check`:
@@ -35,25 +35,16 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
     if args.check {
         return check(&config, args.json);
     }
-    let scope = match args.stack.as_deref().map(str::trim) {
-        Some("") => {
-            return Err(super::UsageError(
-                "--stack needs a stack's name (its config's `[stack] name`), or leave it out to list every stack".into(),
-            )
-            .into());
-        }
-        Some(name) => Some(StackScope {
-            name: name.to_string(),
-            class: None,
-        }),
-        None => None,
-    };
     super::runtime()?.block_on(async {
-        let mut ledger = super::open_ledger(&config).await?;
+        let opened = super::open_ledger(&config).await?;
         // A read handle scoped to one stack lists that stack's cycles only.
-        if let Some(scope) = scope {
-            ledger = ledger.scoped(scope);
-        }
+        let ledger = match super::scoped_to_stack(&config, &opened, args.stack.as_deref()).await {
+            Ok(l) => l,
+            Err(e) => {
+                opened.close().await;
+                return Err(e);
+            }
+        };
         let cycles = ledger.recent_cycles(args.limit).await;
         ledger.close().await;
         let cycles = cycles?;

@@ -33,6 +33,38 @@ pub async fn open_ledger(config: &Config) -> anyhow::Result<Ledger> {
     Ok(Ledger::open_existing(&config.ledger_path).await?)
 }
 
+/// `ledger` (a read handle) scoped to the stack `--stack NAME` names, or
+/// unscoped without one. A name the ledger does not know is refused (exit
+/// 2) with the ones it does, as `report --stack` refuses it: every command
+/// answers an unknown stack the same way. The config's own stack is known
+/// before its first cycle.
+pub async fn scoped_to_stack(
+    config: &Config,
+    ledger: &Ledger,
+    stack: Option<&str>,
+) -> anyhow::Result<Ledger> {
+    use crate::report::fleet::{self, FleetError, Selection};
+    let Some(name) = stack.map(str::trim) else {
+        return Ok(ledger.clone());
+    };
+    if name.is_empty() {
+        return Err(UsageError(
+            "--stack needs a stack's name (its config's `[stack] name`), or leave it out for every stack".into(),
+        )
+        .into());
+    }
+    let own = config.stack.scope();
+    match fleet::select(ledger, &own, &Selection::Stack(name.to_string())).await {
+        Ok(_) => {}
+        Err(FleetError::Ledger(e)) => return Err(e.into()),
+        Err(unknown) => return Err(UsageError(unknown.to_string()).into()),
+    }
+    Ok(ledger.clone().scoped(crate::ledger::StackScope {
+        name: name.to_string(),
+        class: None,
+    }))
+}
+
 /// Where the config's ledger is, for messages: the file, or the URL (which
 /// holds no password).
 pub fn ledger_name(config: &Config) -> String {

@@ -23,7 +23,7 @@ pub(super) fn hint(message: &str) -> String {
 /// The unknown key and the keys its table accepts, read from serde's
 /// message (`serde::de::Error::unknown_field`): "expected `a`", "expected
 /// `a` or `b`", "expected one of `a`, `b`, ...", or "there are no fields".
-fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+pub(super) fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
     let rest = message.strip_prefix("unknown field `")?;
     let Some((bad, expected)) = rest.split_once("`, expected ") else {
         let (bad, _) = rest.split_once('`')?;

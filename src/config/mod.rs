@@ -174,3 +174,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod reference_tests;

@@ -20,8 +20,10 @@ use anyhow::Context;
 use chrono::Utc;
 
 use crate::config::Config;
+use crate::cycle::CycleReport;
 use crate::ledger::{Ledger, LedgerError, StackLock};
 use crate::process::cancel::Cancel;
+use crate::vocab::VerdictKind;
 
 use super::{RunSummary, backoff};
 
@@ -133,6 +135,7 @@ pub(super) async fn ride_out(
                     "the PostgreSQL ledger is back ({:.0} s after the write that failed): the stack's lock is held again and the interrupted cycle is closed as aborted; resuming",
                     lost.elapsed().as_secs_f64()
                 );
+                print_aborted(ledger, closed, config).await;
                 return Ok(Outage::Resumed { closed });
             }
             Err(e) if e.is_transient() => {
@@ -142,6 +145,41 @@ pub(super) async fn ride_out(
                 return Err(e)
                     .context("the PostgreSQL ledger came back, but the daemon cannot go on");
             }
+        }
+    }
+}
+
+/// The stdout line of each cycle the outage cut short, as every finished
+/// cycle gets one: read back from the ledger (the newest rows of this
+/// stack, which the abort just closed), so the line shows what was stored.
+async fn print_aborted(ledger: &Ledger, closed: u64, config: &Config) {
+    if closed == 0 {
+        return;
+    }
+    let limit = u32::try_from(closed).unwrap_or(u32::MAX);
+    match ledger.recent_cycles(limit).await {
+        Ok(cycles) => {
+            for c in cycles.iter().rev() {
+                let mut line = CycleReport::new(c.cycle.id);
+                line.status = Some(c.cycle.status);
+                // Its open experiment was closed `failed`, which shows
+                // the reason; the status reads `aborted`.
+                line.verdict = Some(VerdictKind::Failed);
+                line.reason.clone_from(&c.cycle.error);
+                if let Some(v) = c.verdicts.first() {
+                    line.menu_id = v.menu_id;
+                    line.params.clone_from(&v.parameters);
+                }
+                line.target = config.objective.target_seconds_per_token.get();
+                if let Some(end) = c.cycle.ended_at {
+                    line.seconds = (end - c.cycle.started_at).as_seconds_f64();
+                }
+                println!("{line}");
+            }
+        }
+        Err(e) => {
+            tracing::warn!("could not read back the aborted cycles for their lines: {e}");
+            println!("{closed} cycle(s) aborted: {WHY}");
         }
     }
 }

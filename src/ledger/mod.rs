@@ -149,6 +149,7 @@ mod runs;
 mod schema;
 mod scope;
 mod stack_lock;
+mod stage_expiry;
 mod stages;
 mod target;
 mod verdicts;

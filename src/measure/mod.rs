@@ -14,6 +14,7 @@
 //! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
 
 pub mod ab;
+pub mod ab_outcome;
 pub mod bench;
 pub mod by_protocol;
 pub mod cgroup;

@@ -69,7 +69,7 @@ pub fn render(r: &Report) -> String {
 /// command that reports it.
 fn where_the_cycles_are(r: &Report) -> String {
     let Some((id, at)) = r.latest_cycle else {
-        return "The ledger holds no cycle at all: if the daemon was meant to run, check that it writes to this ledger (`ledger.path`).".into();
+        return "The ledger holds no cycle at all: if the daemon was meant to run, check that its config's `[ledger]` table names this ledger (`path` for SQLite, `url` for PostgreSQL).".into();
     };
     let when_ran = if at >= r.period.end {
         "after this period"

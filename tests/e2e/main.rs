@@ -58,3 +58,4 @@ mod shadow_drafts;
 mod stage_cli;
 mod stage_concurrency;
 mod stage_revert;
+mod unknown_stack;

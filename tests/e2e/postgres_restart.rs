@@ -182,8 +182,8 @@ fn a_database_restart_mid_cycle_is_ridden_out_without_losing_a_cycle() {
         .env(PASSWORD_VAR, &pw)
         .arg("run")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        // A file, not a pipe: nobody reads a pipe while the test waits.
+        // Files, not pipes: nobody reads a pipe while the test waits.
+        .stdout(std::fs::File::create(demo.path("daemon.out")).unwrap())
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .unwrap();
@@ -278,6 +278,20 @@ fn a_database_restart_mid_cycle_is_ridden_out_without_losing_a_cycle() {
             .unwrap()
             .contains("PostgreSQL ledger"),
         "{cut}"
+    );
+    // Its stdout line, as every closed cycle has one, reads aborted and why.
+    let stdout = log(&demo.path("daemon.out"));
+    let line = stdout
+        .lines()
+        .find(|l| {
+            l.strip_prefix("cycle")
+                .and_then(|r| r.split_whitespace().next())
+                .is_some_and(|id| id == interrupted.to_string())
+        })
+        .unwrap_or_else(|| panic!("no stdout line for cycle {interrupted}:\n{stdout}"));
+    assert!(
+        line.contains("  aborted ") && line.contains("PostgreSQL ledger"),
+        "{line}"
     );
     // Nothing committed before the outage was lost.
     for b in before.iter().filter(|c| status(c) != "running") {

@@ -55,6 +55,10 @@ fn an_empty_week_is_reported_not_refused() {
         .success()
         .stdout(predicate::str::contains(
             "Nothing was recorded in this period",
+        ))
+        // The hint holds for either backend, not SQLite's `ledger.path` only.
+        .stdout(predicate::str::contains(
+            "check that its config's `[ledger]` table names this ledger (`path` for SQLite, `url` for PostgreSQL)",
         ));
 }
 

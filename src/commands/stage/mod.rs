@@ -17,9 +17,7 @@ use super::UsageError;
 use crate::cli::StageCommand;
 use crate::config::Config;
 use crate::display;
-use crate::ledger::{
-    Ledger, Run, StackScope, StageApply, StageDetail, StageId, StagePart, StageRevert,
-};
+use crate::ledger::{Ledger, Run, StageApply, StageDetail, StageId, StagePart, StageRevert};
 use crate::profile::Profile;
 use crate::vocab::StageState;
 
@@ -29,7 +27,7 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
         let ledger = super::open_ledger(&config).await?;
         let result = match cmd {
             StageCommand::List { all, json, stack } => {
-                list(&ledger, all, json, stack.as_deref()).await
+                list(&config, &ledger, all, json, stack.as_deref()).await
             }
             StageCommand::Show { id, json } => show(&config, &ledger, StageId(id), json).await,
             StageCommand::Approve {
@@ -66,19 +64,16 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
     })
 }
 
-async fn list(ledger: &Ledger, all: bool, json: bool, stack: Option<&str>) -> anyhow::Result<()> {
+async fn list(
+    config: &Config,
+    ledger: &Ledger,
+    all: bool,
+    json: bool,
+    stack: Option<&str>,
+) -> anyhow::Result<()> {
     let state = if all { None } else { Some(StageState::Staged) };
     // A read handle scoped to the stack lists its stages only.
-    let ledger = match stack {
-        Some(name) if name.trim().is_empty() => {
-            return Err(UsageError("--stack must name a stack (its `[stack] name`)".into()).into());
-        }
-        Some(name) => ledger.clone().scoped(StackScope {
-            name: name.to_string(),
-            class: None,
-        }),
-        None => ledger.clone(),
-    };
+    let ledger = super::scoped_to_stack(config, ledger, stack).await?;
     let stages = ledger.stages(state).await?;
     let reverts = ledger.stage_reverts().await?;
     let revert_of = |id: StageId| reverts.iter().find(|r| r.stage_id == id);

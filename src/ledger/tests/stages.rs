@@ -272,7 +272,7 @@ async fn a_win_built_on_a_waiting_win_stays_while_it_waits_and_goes_with_it() {
 
 #[test]
 fn only_chains_that_start_at_the_live_profile_are_kept() {
-    use crate::ledger::stages::stale_stages;
+    use crate::ledger::stage_expiry::stale_stages;
     let d = |n| digest(n);
     // 1 -> 2 -> 3 is a chain from live 1; 4 <-> 5 build on each other but on
     // nothing live, so neither keeps the other.
@@ -291,7 +291,7 @@ fn only_chains_that_start_at_the_live_profile_are_kept() {
 
 #[test]
 fn a_rejected_win_takes_the_wins_built_on_it_and_no_other() {
-    use crate::ledger::stages::built_on;
+    use crate::ledger::stage_expiry::built_on;
     let d = |n| digest(n);
     // Rejected: 1 -> 2. Built on it: 2 -> 3 and 3 -> 4. Beside it on the
     // live profile: 1 -> 5. Back to the rejected win's base, 3 -> 1, is
