@@ -159,9 +159,20 @@ pub struct PinsArgs {
 pub struct ServeArgs {
     /// Model directory written by `tinyk3 init`.
     pub model: PathBuf,
-    /// The orchestrator profile to serve under (read once; a change takes a restart).
+    /// The orchestrator profile to serve under (read once; a change takes a
+    /// restart). `/health` reports the sha256 of the bytes read.
     #[arg(long)]
     pub profile: PathBuf,
+    /// Override the profile's LRU expert cache, in GB (as `bench --cache-gb`).
+    /// `/health` still reports the profile's sha256 and names what was overridden.
+    #[arg(long)]
+    pub cache_gb: Option<f64>,
+    /// Override the profile's resident trunk, in GB (as `bench --trunk-gb`).
+    #[arg(long)]
+    pub trunk_gb: Option<f64>,
+    /// Override the profile's compute threads.
+    #[arg(long)]
+    pub threads: Option<u64>,
     /// Address to listen on; port 0 picks a free one (the bound address is printed).
     #[arg(long, default_value = "127.0.0.1:8181")]
     pub listen: String,

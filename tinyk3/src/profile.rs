@@ -137,11 +137,29 @@ pub fn check_threads(name: &str, v: u64) -> Result<usize> {
     }
 }
 
+/// A profile file as read: its settings, and the sha256 of its bytes (what
+/// `tinyk3 serve` reports on `/health`, so whoever wrote the file can tell
+/// whether the server runs it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileRead {
+    pub settings: Settings,
+    pub sha256: String,
+}
+
 impl Settings {
     /// Reads an orchestrator profile.
     pub fn from_profile(path: &Path) -> Result<Settings> {
-        let text = std::fs::read_to_string(path)
+        Ok(Settings::read_profile(path)?.settings)
+    }
+
+    /// Reads an orchestrator profile, with the sha256 of the bytes read.
+    pub fn read_profile(path: &Path) -> Result<ProfileRead> {
+        let bytes = std::fs::read(path)
             .map_err(|e| Error::Usage(format!("cannot read profile {}: {e}", path.display())))?;
+        let sha256 = crate::manifest::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let text = String::from_utf8(bytes).map_err(|e| {
+            Error::Usage(format!("profile {} is not UTF-8: {e}", path.display()))
+        })?;
         let p: ProfileToml = toml::from_str(&text).map_err(|e| {
             Error::Usage(format!(
                 "profile {} is not valid: {}",
@@ -151,7 +169,7 @@ impl Settings {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let origin = path.display();
-        Ok(Settings {
+        let settings = Settings {
             budget_gb: Some(check_gb(
                 &format!("{origin}: memory.budget_gb"),
                 p.memory.budget_gb,
@@ -167,7 +185,8 @@ impl Settings {
             far_warm_set: p.far.warm_set as usize,
             draft_len: p.speculative.draft_len as usize,
             threads: check_threads(&format!("{origin}: compute.threads"), p.compute.threads)?,
-        })
+        };
+        Ok(ProfileRead { settings, sha256 })
     }
 }
 
@@ -180,7 +199,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.toml");
         std::fs::write(&path, "[memory]\nbudget_gb = 0.75\ntrunk_gb = 0.125\ncache_gb = 0.25\n[pins]\nfile = \"pins.txt\"\ncount = 3\n").unwrap();
-        let s = Settings::from_profile(&path).unwrap();
+        let read = Settings::read_profile(&path).unwrap();
+        // `sha256sum p.toml` of those bytes.
+        assert_eq!(
+            read.sha256,
+            "7bd00fa9547608274137f0d13902913cfa31e0018aa00da7677e01637c494c7a"
+        );
+        let s = read.settings;
         assert_eq!(s.pins_file, Some(dir.path().join("pins.txt")));
         assert_eq!((s.pin_count, s.threads, s.budget_gb), (3, 2, Some(0.75)));
         std::fs::write(

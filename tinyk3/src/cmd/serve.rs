@@ -2,7 +2,7 @@
 
 use crate::cli::ServeArgs;
 use crate::error::Result;
-use crate::serve::{self, Options};
+use crate::serve::{self, Options, Overrides};
 
 /// Runs the server; returns when it has shut down cleanly.
 pub fn run(args: &ServeArgs) -> Result<()> {
@@ -15,5 +15,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         queue: args.queue,
         max_prompt_tokens: args.max_prompt_tokens,
         context_tokens: args.context_tokens,
+        overrides: Overrides {
+            cache_gb: args.cache_gb,
+            trunk_gb: args.trunk_gb,
+            threads: args.threads,
+        },
     })
 }

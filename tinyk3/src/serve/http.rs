@@ -39,6 +39,8 @@ pub struct State {
     pub dump_dir: Option<PathBuf>,
     pub model_name: String,
     pub model_digest: String,
+    /// The profile it runs: the file's sha256, and what the flags overrode.
+    pub served: super::Served,
     pub next_id: AtomicU64,
 }
 
@@ -80,7 +82,14 @@ async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
                     &json!({"status": "loading", "error": e.body()["error"]}),
                 );
             }
-            json_response(200, &json!({"status": "ok"}))
+            json_response(
+                200,
+                &json!({
+                    "status": "ok",
+                    "profile_sha256": state.served.profile_sha256,
+                    "overridden": state.served.overridden,
+                }),
+            )
         }
         (Method::GET, "/v1/models" | "/models") => json_response(
             200,

@@ -36,7 +36,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::profile::Settings;
+use crate::profile::{Settings, check_gb, check_threads};
 
 /// How long a SIGTERM waits for the running generation before cutting it short.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -53,6 +53,47 @@ pub struct Options {
     pub max_prompt_tokens: usize,
     /// Feed only the last N prompt tokens to the model (0 = the whole prompt).
     pub context_tokens: usize,
+    /// Knobs given on the command line over the profile's.
+    pub overrides: Overrides,
+}
+
+/// Knobs given on the command line, over the profile's (as `bench`'s flags
+/// override its `--profile`). The server still reports the profile file it
+/// read, and names the knobs it did not take from it.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub cache_gb: Option<f64>,
+    pub trunk_gb: Option<f64>,
+    pub threads: Option<u64>,
+}
+
+impl Overrides {
+    /// `settings` with the overrides applied, and the profile keys they replaced.
+    fn apply(&self, mut settings: Settings) -> Result<(Settings, Vec<&'static str>)> {
+        let mut replaced = Vec::new();
+        if let Some(v) = self.cache_gb {
+            settings.cache_gb = check_gb("--cache-gb", v)?;
+            replaced.push("memory.cache_gb");
+        }
+        if let Some(v) = self.trunk_gb {
+            settings.trunk_gb = Some(check_gb("--trunk-gb", v)?);
+            replaced.push("memory.trunk_gb");
+        }
+        if let Some(v) = self.threads {
+            settings.threads = check_threads("--threads", v)?;
+            replaced.push("compute.threads");
+        }
+        Ok((settings, replaced))
+    }
+}
+
+/// The profile the server runs, as `/health` reports it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// sha256 of the profile file's bytes, as read at start.
+    pub profile_sha256: String,
+    /// The profile keys the command line overrode.
+    pub overridden: Vec<&'static str>,
 }
 
 /// The address to bind, refusing non-loopback addresses unless allowed.
@@ -83,7 +124,12 @@ fn listen_addr(listen: &str, allow_remote: bool) -> Result<SocketAddr> {
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
-    let settings = Settings::from_profile(&opts.profile)?;
+    let read = Settings::read_profile(&opts.profile)?;
+    let (settings, overridden) = opts.overrides.apply(read.settings)?;
+    let served = Served {
+        profile_sha256: read.sha256,
+        overridden,
+    };
     let manifest = Manifest::load(&opts.model)?;
     if opts.max_prompt_tokens == 0 {
         return Err(Error::Usage(
@@ -95,10 +141,16 @@ pub fn run(opts: Options) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    rt.block_on(serve(opts, settings, manifest.digest, addr))
+    rt.block_on(serve(opts, settings, served, manifest.digest, addr))
 }
 
-async fn serve(opts: Options, settings: Settings, digest: String, addr: SocketAddr) -> Result<()> {
+async fn serve(
+    opts: Options,
+    settings: Settings,
+    served: Served,
+    digest: String,
+    addr: SocketAddr,
+) -> Result<()> {
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         Error::Usage(format!(
             "cannot listen on {addr}: {e}; pick another --listen port"
@@ -130,6 +182,7 @@ async fn serve(opts: Options, settings: Settings, digest: String, addr: SocketAd
         dump_dir: opts.dump_dir.clone(),
         model_name: "tinyk3".into(),
         model_digest: digest,
+        served,
         next_id: AtomicU64::new(1),
     });
     let signals =

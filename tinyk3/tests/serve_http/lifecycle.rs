@@ -155,3 +155,54 @@ fn sigterm_finishes_the_running_generation_and_exits_0() {
     assert_eq!(r.json()["usage"]["completion_tokens"], 300);
     assert!(stderr.lock().unwrap().contains("shutting down"));
 }
+
+/// `/health` names the profile file the server read (the sha256 of its
+/// bytes, as `sha256sum` prints it), and the knobs the command line
+/// overrode, which a restart on another file or without the flag changes.
+#[test]
+fn health_reports_the_profile_read_and_what_the_flags_overrode() {
+    let m = tiny_model();
+    let sha256sum = |path: &std::path::Path| -> String {
+        let out = Command::new("sha256sum")
+            .arg(path)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let s = Server::start(&m, &[]);
+    let health = s.get("/health").json();
+    assert_eq!(health["profile_sha256"], sha256sum(&m.profile), "{health}");
+    assert_eq!(health["overridden"], json!([]), "{health}");
+    drop(s);
+
+    let other = m.dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        "# another file\n[memory]\nbudget_gb = 1\ntrunk_gb = 0.5\ncache_gb = 0.02\n",
+    )
+    .unwrap();
+    let s = Server::start_profile(&m, &other, &["--trunk-gb", "0", "--threads", "1"]);
+    let health = s.get("/health").json();
+    assert_eq!(health["profile_sha256"], sha256sum(&other), "{health}");
+    assert_ne!(health["profile_sha256"], sha256sum(&m.profile));
+    assert_eq!(
+        health["overridden"],
+        json!(["memory.trunk_gb", "compute.threads"]),
+        "{health}"
+    );
+    // An override is checked as the flag of `bench` is.
+    let out = Command::new(bin())
+        .arg("serve")
+        .arg(&m.model)
+        .arg("--profile")
+        .arg(&other)
+        .args(["--threads", "0", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads"));
+}
