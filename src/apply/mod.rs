@@ -2,7 +2,8 @@
 //! hold first (its stored profile matches its digest, the live profile is
 //! still the stage's base, its pin list exists), the atomic write, and the
 //! command line that restarts the stack with it ([`restart`]): the
-//! orchestrator restarts nothing.
+//! orchestrator restarts nothing. [`running`] asks the live server which
+//! profile it runs, where the stack says.
 //!
 //! Who applies depends on the ledger: on SQLite `stage approve` does, in
 //! the approval's own transaction (the CLI runs on the stack's host); on a
@@ -11,6 +12,7 @@
 
 pub mod restart;
 pub mod revert;
+pub mod running;
 
 use std::path::{Path, PathBuf};
 

@@ -5,11 +5,13 @@
 //! command of a command-line engine). With `stage approve|revert
 //! --restart`: the configured `[stack] restart` command, run through
 //! [`crate::process::group`] (never a shell), then a bounded wait for the
-//! live server's health path. The daemon never calls [`restart`].
+//! live server's health path and, where the stack reports it, the live
+//! profile ([`super::running`]). The daemon never calls [`restart`].
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::running::Running;
 use crate::config::Config;
 use crate::process::cancel::Cancel;
 use crate::process::group::{self, Spec};
@@ -37,8 +39,8 @@ pub enum RestartError {
     #[error("the restart command `{command}` {why}")]
     Failed { command: String, why: String },
     #[error(
-        "the restart command `{command}` ran, but the live server's {url} did not answer 200 within \
-         {secs}s (last: {last}); check the stack's own logs"
+        "the restart command `{command}` ran, but the live server's {url} did not answer 200 on \
+         the live profile within {secs}s (last: {last}); check the stack's own logs"
     )]
     Unhealthy {
         command: String,
@@ -65,6 +67,8 @@ pub struct RestartDone {
     pub command: String,
     /// The health URL that answered, when the stack has a live server.
     pub healthy: Option<String>,
+    /// The server reported the live profile file's sha256 too.
+    pub reports_profile: bool,
     pub took: Duration,
 }
 
@@ -114,13 +118,20 @@ pub async fn restart(config: &Config, profile: &Profile) -> Result<RestartDone, 
             group::last_line(&exit.stderr_tail)
         )));
     }
-    let healthy = match health_url(config) {
-        Some(url) => Some(wait_healthy(&command, url, restart.timeout.duration()).await?),
+    let healthy = match super::running::health_url(config) {
+        Some(url) => Some(wait_healthy(config, &command, url, restart.timeout.duration()).await?),
         None => None,
     };
+    let reports_profile = healthy.is_some()
+        && config
+            .stack
+            .surface
+            .as_ref()
+            .is_some_and(|s| s.health_profile_sha256.is_some());
     Ok(RestartDone {
         command,
         healthy,
+        reports_profile,
         took: started.elapsed(),
     })
 }
@@ -138,35 +149,30 @@ pub fn restart_command(config: &Config) -> Result<&crate::config::Restart, Resta
         .ok_or_else(|| RestartError::NotConfigured(config.path.clone()))
 }
 
-/// The live server's health URL: `[stack.surface] base_url` with the
-/// shadow's health path (the same server binary), else `/health`.
-fn health_url(config: &Config) -> Option<reqwest::Url> {
-    let surface = config.stack.surface.as_ref()?;
-    let path = config
-        .stack
-        .shadow
-        .as_ref()
-        .map_or("/health", |s| s.health_path.as_str());
-    surface.base_url.join(path).ok()
-}
-
+/// Waits until the live server answers 200 on its health path and, where
+/// the stack reports the profile it runs, reports the live profile file.
 async fn wait_healthy(
+    config: &Config,
     command: &str,
     url: reqwest::Url,
     within: Duration,
 ) -> Result<String, RestartError> {
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .build()
-        .map_err(|e| RestartError::Failed {
-            command: command.to_string(),
-            why: format!("ran, but no HTTP client could be built to probe the server: {e}"),
-        })?;
+    let client = super::running::probe_client();
+    let reports = config
+        .stack
+        .surface
+        .as_ref()
+        .is_some_and(|s| s.health_profile_sha256.is_some());
     let deadline = Instant::now() + within;
     loop {
         let last = match client.get(url.clone()).send().await {
-            Ok(r) if r.status().is_success() => return Ok(url.to_string()),
+            Ok(r) if r.status().is_success() && !reports => return Ok(url.to_string()),
+            Ok(r) if r.status().is_success() => {
+                match super::running::running(config, &client).await {
+                    Running::LiveProfile => return Ok(url.to_string()),
+                    other => other.why_not().unwrap_or_default(),
+                }
+            }
             Ok(r) => format!("HTTP {}", r.status()),
             Err(e) => e.without_url().to_string(),
         };

@@ -143,6 +143,7 @@ pub(super) struct RawSurface {
     pub max_tokens: u32,
     #[serde(default)]
     pub send_cache_prompt_false: bool,
+    pub health_profile_sha256: Option<String>,
 }
 
 fn default_max_tokens() -> u32 {

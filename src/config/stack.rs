@@ -88,6 +88,11 @@ pub struct Surface {
     pub max_tokens: u32,
     /// Send `cache_prompt: false` (llama.cpp): cached prefixes change timing.
     pub send_cache_prompt_false: bool,
+    /// The field of the live server's health answer (JSON) holding the
+    /// sha256 of the profile file it started with (tinyk3 serve:
+    /// `profile_sha256`): how the orchestrator knows the server runs the
+    /// live profile. `None` for a stack that does not say (llama-server).
+    pub health_profile_sha256: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -241,11 +246,19 @@ impl TryFrom<RawSurface> for Surface {
         if s.max_tokens == 0 {
             return Err("[stack.surface] max_tokens must be at least 1".into());
         }
+        if let Some(field) = &s.health_profile_sha256
+            && (field.is_empty() || field.contains(char::is_whitespace))
+        {
+            return Err(format!(
+                "[stack.surface] health_profile_sha256 = {field:?} is not a JSON field name; give the field of the live server's health answer that holds its profile's sha256 (tinyk3 serve: \"profile_sha256\"), or leave it out"
+            ));
+        }
         Ok(Surface {
             base_url: http_url(&s.base_url, "stack.surface", "base_url")?,
             prompts: s.prompts,
             max_tokens: s.max_tokens,
             send_cache_prompt_false: s.send_cache_prompt_false,
+            health_profile_sha256: s.health_profile_sha256,
         })
     }
 }

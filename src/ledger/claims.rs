@@ -54,7 +54,7 @@ const SQL_INTERRUPTED: &str = "EXISTS (SELECT 1 FROM experiments x \
          AND xc.status = 'aborted' AND xv.kind = 'failed')";
 
 /// A classmate's unconfirmed wins on one base profile, newest first: wins
-/// (not remeasures, not confirmations, not composites) of cycles of class
+/// (not remeasures, not confirmations, not composites, not realizations) of cycles of class
 /// `$1` but another stack than `$2`, on base `$3`, that no experiment
 /// confirms or tried to (claims came with migration 20261201230001; older
 /// confirmations have none), and that no stage holds.
@@ -67,6 +67,7 @@ pub(crate) const SQL_CLASSMATE_WINS: &str = "SELECT e.* FROM experiments e \
        AND NOT EXISTS (SELECT 1 FROM confirmation_claims k WHERE k.win_experiment_id = e.id) \
        AND NOT EXISTS (SELECT 1 FROM stages s WHERE s.experiment_id = e.id) \
        AND NOT EXISTS (SELECT 1 FROM compositions m WHERE m.experiment_id = e.id) \
+       AND NOT EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id) \
      ORDER BY e.id DESC LIMIT $4";
 
 async fn get(c: Conn<'_>, cx: &Ctx, win: ExperimentId) -> Result<Option<ConfirmationClaim>> {

@@ -207,6 +207,11 @@ pub enum LedgerError {
     )]
     NotItsConfirmation { win: ExperimentId, names: String },
 
+    #[error(
+        "a realization of stage {stage} must measure its profile against the one it replaced, but {why}; nothing was recorded"
+    )]
+    NotItsRealization { stage: StageId, why: String },
+
     #[error("{what} must be a JSON object, not {found}; nothing was recorded")]
     NotAnObject {
         what: &'static str,

@@ -1,5 +1,6 @@
 //! Experiments (one candidate profile against one base profile), the recent
-//! history the proposers read, and the duplicate check.
+//! history the proposers read, and the duplicate check. A stage's
+//! realization A/B (`realizations`) is no proposal: neither reads it.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -130,7 +131,8 @@ pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.crea
      JOIN cycles c ON c.id = e.cycle_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      LEFT JOIN verdicts v ON v.experiment_id = e.id \
-     WHERE CAST($2 AS TEXT) IS NULL OR c.stack = $2 \
+     WHERE (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+       AND NOT EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id) \
      ORDER BY e.id DESC LIMIT $1";
 
 /// Only verdicts that measured something count as "decided": a `failed` or
@@ -141,6 +143,7 @@ pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_a
      WHERE e.menu_id = $1 AND e.base_digest = $2 AND e.parameters = $3 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
        AND (CAST($4 AS TEXT) IS NULL OR c.stack = $4) \
+       AND NOT EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id) \
      ORDER BY e.id DESC LIMIT 1";
 
 /// Every experiment measured on a base profile (the duplicate check's
@@ -152,7 +155,8 @@ pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.menu_id, e.parameters FR
      WHERE e.menu_id IN ('rerank_pins', 'deepen_warm_set', 'stage_speculative', 'rebalance_trunk_cache') \
        AND e.base_digest = $1 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
-       AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2)";
+       AND (CAST($2 AS TEXT) IS NULL OR c.stack = $2) \
+       AND NOT EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id)";
 
 /// A scoped handle sees its own stack's confirmations only: a daemon never
 /// takes another stack's A/B for the confirmation of a win.

@@ -64,7 +64,9 @@
 //! `class_applies` (a stage approved for its class, applied by each
 //! classmate), `applies` (whether an approved stage reached its stack's
 //! live profile), `reverts` (a stage's replaced profile put back, and
-//! the restarts run after a write), `compositions` (which staged wins a composite applies),
+//! the restarts run after a write), `realizations` (what an applied stage
+//! realized on the live server, and why one is not realized yet),
+//! `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
 //! --check`), `plan` (the named queries), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
@@ -142,6 +144,7 @@ mod noise;
 mod parts;
 mod plan;
 mod proposals;
+mod realizations;
 mod references;
 mod report;
 mod reverts;
@@ -191,6 +194,9 @@ pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
 pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use realizations::{
+    MAX_ATTEMPTS as MAX_REALIZATION_ATTEMPTS, RealizationAttempt, RealizationNote, StageRealization,
+};
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use reverts::{Restarted, RevertStatus, StageRevert};

@@ -42,6 +42,8 @@ pub struct ReportVerdict {
     pub base_digest: Option<Digest>,
     pub confirmation_of: Option<ExperimentId>,
     pub proposer: ProposerKind,
+    /// A stage's realization A/B (`realizations`), not a proposal's.
+    pub realization: bool,
 }
 
 from_row!(ReportVerdict, |row| {
@@ -63,6 +65,7 @@ from_row!(ReportVerdict, |row| {
         base_digest: row.try_get("base_digest")?,
         confirmation_of: row.try_get("confirmation_of")?,
         proposer: row.try_get("proposer")?,
+        realization: row.try_get("realization")?,
     })
 });
 
@@ -128,6 +131,8 @@ pub struct ReportStage {
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
     pub note: Option<String>,
+    /// When an approved stage's profile was written to the live profile.
+    pub applied_at: Option<DateTime<Utc>>,
     /// For a composite: the staged wins it applies, best first; else empty.
     pub parts: Vec<super::StagePart>,
 }
@@ -151,6 +156,7 @@ from_row!(ReportStage, |row| {
         decided_at: row.try_get("decided_at")?,
         decided_by: row.try_get("decided_by")?,
         note: row.try_get("note")?,
+        applied_at: row.try_get("applied_at")?,
         parts: Vec::new(),
     })
 });
@@ -200,7 +206,8 @@ per_stack!(
     "c.stack",
     "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
             v.interval_low, v.interval_high, v.noise_floor, v.floor_is_bound, v.pairs, v.reason, \
-            e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer \
+            e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer, \
+            EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = v.experiment_id) AS realization \
      FROM cycles c \
      JOIN verdicts v ON v.cycle_id = c.id \
      LEFT JOIN experiments e ON e.id = v.experiment_id \
@@ -251,7 +258,7 @@ per_stack!(
     "s.stack",
     "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
             s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
-            s.decided_by, s.note, \
+            s.decided_by, s.note, s.applied_at, \
             coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
             AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \

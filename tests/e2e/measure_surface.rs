@@ -142,6 +142,7 @@ fn surface(url: &reqwest::Url, cache_false: bool) -> SurfaceScorer {
         prompts: PROMPTS.iter().map(|p| p.to_string()).collect(),
         max_tokens: 16,
         send_cache_prompt_false: cache_false,
+        health_profile_sha256: None,
     };
     SurfaceScorer::new(&s, "tinyk3", Duration::from_secs(10))
 }

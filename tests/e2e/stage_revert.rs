@@ -393,7 +393,10 @@ fn a_failed_restart_exits_1_naming_the_command_and_leaves_the_profile_written() 
         err.contains("the restart command `true` ran, but the live server's"),
         "{err}"
     );
-    assert!(err.contains("did not answer 200 within 1s"), "{err}");
+    assert!(
+        err.contains("did not answer 200 on the live profile within 1s"),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 

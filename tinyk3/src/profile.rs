@@ -157,9 +157,8 @@ impl Settings {
         let bytes = std::fs::read(path)
             .map_err(|e| Error::Usage(format!("cannot read profile {}: {e}", path.display())))?;
         let sha256 = crate::manifest::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-        let text = String::from_utf8(bytes).map_err(|e| {
-            Error::Usage(format!("profile {} is not UTF-8: {e}", path.display()))
-        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| Error::Usage(format!("profile {} is not UTF-8: {e}", path.display())))?;
         let p: ProfileToml = toml::from_str(&text).map_err(|e| {
             Error::Usage(format!(
                 "profile {} is not valid: {}",

@@ -324,9 +324,14 @@ pub(super) async fn run_restart(
     ledger.record_restart(id, what, Utc::now()).await?;
     match &done.healthy {
         Some(url) => println!(
-            "Restarted the stack with `{}`: {url} answered after {:.1}s, on the profile in {live}.",
+            "Restarted the stack with `{}`: {url} answered after {:.1}s, {} the profile in {live}.",
             done.command,
-            done.took.as_secs_f64()
+            done.took.as_secs_f64(),
+            if done.reports_profile {
+                "reporting that it runs"
+            } else {
+                "on"
+            }
         ),
         None => println!(
             "Restarted the stack with `{}` ({:.1}s); it has no live server to wait for.",

@@ -19,6 +19,7 @@ mod compositions;
 mod costs;
 mod open;
 mod parts;
+mod realizations;
 mod report;
 mod reverts;
 mod rows;

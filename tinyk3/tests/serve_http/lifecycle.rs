@@ -163,10 +163,7 @@ fn sigterm_finishes_the_running_generation_and_exits_0() {
 fn health_reports_the_profile_read_and_what_the_flags_overrode() {
     let m = tiny_model();
     let sha256sum = |path: &std::path::Path| -> String {
-        let out = Command::new("sha256sum")
-            .arg(path)
-            .output()
-            .unwrap();
+        let out = Command::new("sha256sum").arg(path).output().unwrap();
         String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .next()
