@@ -405,6 +405,12 @@ async fn run_loop(
         if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
             daemon_metrics.set_staged_waiting(staged.len() as u64);
         }
+        if let (Ok(approved), Ok(realized)) = (
+            ledger.stages(Some(StageState::Approved)).await,
+            ledger.realizations().await,
+        ) {
+            daemon_metrics.set_realizations(metrics::Realizations::tally(&approved, &realized));
+        }
         if report.status == Some(CycleStatus::Aborted) {
             summary.aborted += 1;
             summary.interrupted = true;

@@ -195,7 +195,8 @@ pub use parts::MeasuredToken;
 pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
 pub use realizations::{
-    MAX_ATTEMPTS as MAX_REALIZATION_ATTEMPTS, RealizationAttempt, RealizationNote, StageRealization,
+    MAX_ATTEMPTS as MAX_REALIZATION_ATTEMPTS, RealizationAttempt, RealizationNote, Realized,
+    StageRealization,
 };
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};

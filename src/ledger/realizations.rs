@@ -124,6 +124,62 @@ impl StageRealization {
     }
 }
 
+/// Where an approved stage's realization stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Realized<'a> {
+    /// Not applied (not approved, refused, waiting for its daemon): its
+    /// profile never ran, so there is nothing to realize.
+    NotApplied,
+    /// Measured: the attempt whose verdict is `win`, `within_noise` or `loss`.
+    Measured(&'a RealizationAttempt),
+    /// An attempt is being measured now.
+    Measuring,
+    /// [`MAX_ATTEMPTS`] attempts ended without deciding; the last one says why.
+    GivenUp(&'a RealizationAttempt),
+    /// Not measured yet; the daemon's note says why, if it wrote one.
+    Waiting(Option<&'a RealizationNote>),
+}
+
+impl Realized<'_> {
+    /// Its name in JSON: the verdict of a measured one (`win`,
+    /// `within_noise`, `loss`), else `measuring`, `given_up` or
+    /// `unrealized`; `None` when not applied.
+    pub fn status(&self) -> Option<&'static str> {
+        match self {
+            Realized::NotApplied => None,
+            Realized::Measured(a) => a.verdict.map(VerdictKind::as_str),
+            Realized::Measuring => Some("measuring"),
+            Realized::GivenUp(_) => Some("given_up"),
+            Realized::Waiting(_) => Some("unrealized"),
+        }
+    }
+}
+
+impl StageRealization {
+    /// Where stage `stage`'s realization stands.
+    pub fn of<'a>(&'a self, stage_applied: bool) -> Realized<'a> {
+        if let Some(a) = self.realized() {
+            return Realized::Measured(a);
+        }
+        if !stage_applied {
+            return Realized::NotApplied;
+        }
+        if self.given_up()
+            && let Some(last) = self.attempts.iter().rev().find(|a| a.spent())
+        {
+            return Realized::GivenUp(last);
+        }
+        if self
+            .attempts
+            .iter()
+            .any(|a| a.verdict.is_none() && a.cycle_status == CycleStatus::Running)
+        {
+            return Realized::Measuring;
+        }
+        Realized::Waiting(self.note.as_ref())
+    }
+}
+
 const SQL_ATTEMPT_COLUMNS: &str = "SELECT z.stage_id, e.id AS experiment_id, e.cycle_id, \
      c.status AS cycle_status, e.created_at, v.kind, v.effect, v.interval_low, v.interval_high, \
      v.noise_floor, v.floor_is_bound, v.pairs, v.decided_at, v.reason \

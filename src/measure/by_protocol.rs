@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::measure::bench::BenchScorer;
 use crate::measure::gate;
+use crate::measure::realization::LiveBesideShadow;
 use crate::measure::scorer::{RunFailure, RunOutcome, Scorer};
 use crate::measure::shadow::ShadowScorer;
 use crate::measure::surface::SurfaceScorer;
@@ -28,6 +29,9 @@ pub enum StackScorer {
     /// The live server as it is (an A/A of the live profile).
     Live(SurfaceScorer),
     Shadow(ShadowScorer),
+    /// The live server for the live profile, a shadow for the one an
+    /// applied stage replaced: what the stage realized.
+    Realization(LiveBesideShadow),
 }
 
 impl Scorers {
@@ -53,6 +57,27 @@ impl Scorers {
         }
     }
 
+    /// The scorer of a realization A/B (the live server, running the
+    /// profile `live`, against a shadow of the replaced one), or why this
+    /// stack has none.
+    pub fn for_realization(&self, live: crate::vocab::Digest) -> Result<StackScorer, &'static str> {
+        match (&self.surface, &self.shadow) {
+            (Some(surface), Some(shadow)) => Ok(StackScorer::Realization(LiveBesideShadow::new(
+                surface.clone(),
+                shadow,
+                live,
+            ))),
+            (None, _) => Err(
+                "the config has no [stack.surface]: the live server cannot be measured, so what an \
+                 approval realized there is not measured",
+            ),
+            (Some(_), None) => Err(
+                "the config has no [stack.shadow]: no shadow of the replaced profile can run beside \
+                 the live server, so what an approval realized there is not measured",
+            ),
+        }
+    }
+
     /// The scorer for an A/A of the live profile under `method`'s protocol:
     /// the live server for `surface`, the bench command for `bench`.
     pub fn for_live(&self, method: Method) -> Option<StackScorer> {
@@ -75,7 +100,7 @@ impl StackScorer {
                 .as_ref()
                 .map(gate::bench_prompt_set)
                 .unwrap_or_default(),
-            StackScorer::Live(_) | StackScorer::Shadow(_) => config
+            StackScorer::Live(_) | StackScorer::Shadow(_) | StackScorer::Realization(_) => config
                 .stack
                 .surface
                 .as_ref()
@@ -90,6 +115,7 @@ impl StackScorer {
             StackScorer::Bench(_) => "bench",
             StackScorer::Live(_) => "live surface",
             StackScorer::Shadow(_) => "shadow surface",
+            StackScorer::Realization(_) => "live surface beside a shadow",
         }
     }
 }
@@ -100,6 +126,7 @@ impl Scorer for StackScorer {
             StackScorer::Bench(s) => s.method(),
             StackScorer::Live(s) => s.method(),
             StackScorer::Shadow(s) => s.method(),
+            StackScorer::Realization(s) => s.method(),
         }
     }
 
@@ -112,6 +139,7 @@ impl Scorer for StackScorer {
             StackScorer::Bench(s) => s.score(profile, cancel).await,
             StackScorer::Live(s) => s.score(profile, cancel).await,
             StackScorer::Shadow(s) => s.score(profile, cancel).await,
+            StackScorer::Realization(s) => s.score(profile, cancel).await,
         }
     }
 
@@ -125,6 +153,7 @@ impl Scorer for StackScorer {
             StackScorer::Bench(s) => s.score_within(profile, cancel, deadline).await,
             StackScorer::Live(s) => s.score_within(profile, cancel, deadline).await,
             StackScorer::Shadow(s) => s.score_within(profile, cancel, deadline).await,
+            StackScorer::Realization(s) => s.score_within(profile, cancel, deadline).await,
         }
     }
 
@@ -133,6 +162,7 @@ impl Scorer for StackScorer {
             StackScorer::Bench(s) => s.finish().await,
             StackScorer::Live(s) => s.finish().await,
             StackScorer::Shadow(s) => s.finish().await,
+            StackScorer::Realization(s) => s.finish().await,
         }
     }
 }

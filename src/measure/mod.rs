@@ -9,6 +9,7 @@
 //! - [`bench`]: the bench scorer (a command per measurement).
 //! - [`surface`]: the surface scorer (fixed greedy requests to an OpenAI-compatible server).
 //! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.
+//! - [`realization`]: the live server beside a shadow of the profile an applied stage replaced.
 //! - [`by_protocol`]: which of those scorers measures an A/B or an A/A, per protocol.
 //! - [`gate`]: the hash gate against the pinned reference output.
 //! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
@@ -23,6 +24,7 @@ pub mod gate;
 pub mod output;
 pub mod preflight;
 pub mod pressure;
+pub mod realization;
 pub mod scorer;
 pub mod shadow;
 pub mod surface;

@@ -10,6 +10,7 @@ use chrono::Utc;
 use serde_json::json;
 
 mod approve;
+mod realized;
 mod reject;
 mod revert;
 
@@ -77,12 +78,25 @@ async fn list(
     let stages = ledger.stages(state).await?;
     let reverts = ledger.stage_reverts().await?;
     let revert_of = |id: StageId| reverts.iter().find(|r| r.stage_id == id);
+    let realizations = ledger.realizations().await?;
+    let none = crate::ledger::StageRealization::default();
+    let realized_of = |s: &crate::ledger::StageSummary| {
+        let claim = realized::Claim {
+            id: s.id,
+            effect: s.effect,
+            interval: s.interval,
+        };
+        let r = realizations.get(&s.id).unwrap_or(&none);
+        (claim, r.of(s.applied_at.is_some()))
+    };
     if json {
         let labelled: Vec<serde_json::Value> = stages
             .iter()
             .map(|s| {
                 let mut v = labelled_json(s);
                 v["revert"] = json!(revert_of(s.id));
+                let (claim, r) = realized_of(s);
+                v["realized"] = realized::json(claim, r);
                 v
             })
             .collect();
@@ -130,6 +144,10 @@ async fn list(
         );
         if let Some(on) = confirmed_on(s.confirmed_elsewhere(), s.confirmed_in_class.as_deref()) {
             println!("      {on}");
+        }
+        let (claim, r) = realized_of(s);
+        if let Some(line) = realized::line(claim, r) {
+            println!("      {line}");
         }
         if let Some(r) = revert_of(s.id) {
             println!("      {}", revert_line(r));
@@ -256,11 +274,20 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
     let apply = apply_line(&detail.stage);
     let hosts = class_hosts(ledger, &detail.stage).await?;
     let revert = ledger.stage_revert(id).await?;
+    let realization = ledger.stage_realization(id).await?;
+    let claim = realized::Claim {
+        id,
+        effect: detail.stage.effect,
+        interval: detail.stage.interval,
+    };
+    let realized = realization.of(detail.stage.is_applied());
     if json {
         let out = json!({
             "detail": detail,
             "revert": revert,
             "revert_summary": revert.as_ref().map(revert_line),
+            "realized": realized::json(claim, realized),
+            "realization_attempts": realization.attempts,
             "apply": detail.stage.apply().status(),
             "apply_summary": apply,
             "approved_for_class": detail.stage.approved_for_class,
@@ -285,6 +312,10 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
         return Ok(());
     }
     print_detail(config, &detail, here, live.as_ref(), &diff);
+    if let Some(line) = realized::line(claim, realized) {
+        println!();
+        println!("{line}");
+    }
     if let Some(r) = &revert {
         println!();
         println!("revert   {}", revert_line(r));
