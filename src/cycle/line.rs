@@ -31,6 +31,8 @@ pub struct CycleReport {
     pub floor: Option<f64>,
     pub reason: Option<String>,
     pub staged: Option<StageId>,
+    /// The applied stage whose realization this cycle measured.
+    pub realized: Option<StageId>,
     /// The waiting win whose candidate this cycle measured against, when
     /// it built on one (`cycle/base.rs`): its runs' baseline is that
     /// candidate, not the live profile.
@@ -57,6 +59,7 @@ impl CycleReport {
             floor: None,
             reason: None,
             staged: None,
+            realized: None,
             built_on: None,
             live_measured: None,
             live_metric: None,
@@ -111,6 +114,9 @@ impl fmt::Display for CycleReport {
         if let Some(on) = self.built_on {
             write!(f, " [on top of #{on}]")?;
         }
+        if let Some(stage) = self.realized {
+            write!(f, " [of stage #{stage}]")?;
+        }
         // An interrupted cycle is `aborted`, as the ledger's cycle status and
         // the run's summary count it, though its verdict is `failed`.
         let verdict = match (self.status, self.verdict) {
@@ -148,6 +154,18 @@ impl fmt::Display for CycleReport {
         }
         if let Some(stage) = self.staged {
             write!(f, "  STAGED #{stage} (orchestrator stage show {stage})")?;
+        }
+        match (self.realized, self.verdict) {
+            (Some(stage), Some(VerdictKind::Loss)) => write!(
+                f,
+                "  REALIZED A LOSS: stage #{stage} made the live server slower; revert it with \
+                 `orchestrator stage revert {stage} --reason \"realized a loss\"`"
+            )?,
+            (Some(stage), Some(VerdictKind::Win)) => write!(f, "  REALIZED stage #{stage}")?,
+            (Some(stage), Some(VerdictKind::WithinNoise)) => {
+                write!(f, "  stage #{stage} realized nothing beyond the noise")?
+            }
+            _ => {}
         }
         if let Some(reason) = &self.reason
             && matches!(

@@ -20,6 +20,11 @@
 //!    yet, the cycle measures the combined candidate ([`composition`]);
 //! 4. else the proposer chooses one experiment from the menu ([`proposal`]).
 //!
+//! Between 1 and 2: when the live profile is an applied stage's that the
+//! live server now runs, and what it realized is not measured yet, the
+//! cycle measures it: the live server against a shadow of the profile the
+//! stage replaced ([`realization`]).
+//!
 //! Every kind works from the live profile, or from the one confirmed win
 //! that waits for approval on it ([`base`], `[cycle] build_on_staged`).
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
@@ -38,6 +43,7 @@ mod floor;
 mod floor_refresh;
 mod line;
 mod proposal;
+mod realization;
 mod screen;
 
 use std::path::{Path, PathBuf};
@@ -181,6 +187,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
         warn_new_gaps(&obs.gaps);
+        // An applied stage the live server now runs, not realized yet.
+        let realizing = self.realization_due(&live).await?;
         // From here on, "live" is the profile the cycle builds on: the live
         // profile, or a confirmed win that waits for approval ([`base`]).
         // The observation records both: what the planner refuses in this
@@ -225,6 +233,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 }
                 return self.remeasure(id, None, &live, &scorer, r).await;
             }
+        }
+
+        // What an applied stage realized on the live server.
+        if let Some(due) = realizing {
+            return self.realize(id, due, r).await;
         }
 
         // 2. An unconfirmed win on the live profile is confirmed first

@@ -80,14 +80,22 @@ fn decided(kind: VerdictKind) -> bool {
 pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerError> {
     let (start, end) = (o.period.start, o.period.end);
     let stack = o.report_stack();
-    let (cycles, verdicts, proposals, runs, floors, stages) = tokio::try_join!(
+    let (cycles, all_verdicts, proposals, runs, floors, stages, realizations) = tokio::try_join!(
         ledger.report_cycles(&stack, start, end),
         ledger.report_verdicts(&stack, start, end),
         ledger.report_proposals(&stack, start, end),
         ledger.report_runs(&stack, start, end),
         ledger.report_noise_floors(&o.stack, start - o.floor_lookback, end),
         ledger.report_stages(&stack, start, end),
+        ledger.realizations(),
     )?;
+    // A realization A/B measures an approval, not a proposal: it is shown
+    // beside its stage's claim, and counted nowhere else but its failures.
+    let verdicts: Vec<ReportVerdict> = all_verdicts
+        .iter()
+        .filter(|v| !v.realization)
+        .cloned()
+        .collect();
 
     let speed_by_base = Speeds::from_runs(&runs);
     let (noise, mut changes, mut change_notes) =
@@ -192,6 +200,13 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         speed,
         best_staged,
         verdicts: verdict_mix(&verdicts),
+        realizations: super::realized::stages_realized(
+            &stages,
+            &realizations,
+            &runs,
+            &o.period,
+            &o.redactor,
+        ),
         stages: stage_counts,
         refusals: refusals(&verdicts, &runs, &o.redactor),
         noise,
@@ -199,7 +214,7 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         change_notes,
         proposers: proposer_records(&proposals, &verdicts, &confirmations),
         refuted: confirmations.refuted.into_values().collect(),
-        failures: failures(&cycles, &verdicts, &o.redactor),
+        failures: failures(&cycles, &all_verdicts, &o.redactor),
         projection: projection::project(&parts, &evidence, &excluded),
     })
 }

@@ -94,6 +94,8 @@ fn body(r: &Report, ids: &str) -> String {
             body.push_str(&verdict_chart(r, ids));
         } else if heading == "## Noise floor and drift" {
             body.push_str(&noise_chart(r, ids));
+        } else if heading == "## Claimed against realized" {
+            body.push_str(&super::realized_chart::chart(r, ids));
         }
     }
     body
@@ -195,12 +197,12 @@ fn md_to_html(md: &str) -> String {
 }
 
 /// A chart's drawing area and its value ranges.
-struct Frame {
+pub(super) struct Frame {
     w: f64,
     h: f64,
-    left: f64,
+    pub(super) left: f64,
     right: f64,
-    top: f64,
+    pub(super) top: f64,
     bottom: f64,
     t0: DateTime<Utc>,
     t1: DateTime<Utc>,
@@ -209,7 +211,7 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(r: &Report, mut y0: f64, mut y1: f64) -> Frame {
+    pub(super) fn new(r: &Report, mut y0: f64, mut y1: f64) -> Frame {
         if y0.is_nan() || y1.is_nan() || y1 <= y0 {
             // One value (or none): give it room above and below; a lone
             // zero (an empty series from 0) gets the range 0 to 1.
@@ -248,18 +250,18 @@ impl Frame {
         (ticks, decimals(step))
     }
 
-    fn x(&self, t: DateTime<Utc>) -> f64 {
+    pub(super) fn x(&self, t: DateTime<Utc>) -> f64 {
         let span = (self.t1 - self.t0).num_seconds().max(1) as f64;
         let f = (t - self.t0).num_seconds() as f64 / span;
         self.left + f.clamp(0.0, 1.0) * (self.w - self.left - self.right)
     }
 
-    fn y(&self, v: f64) -> f64 {
+    pub(super) fn y(&self, v: f64) -> f64 {
         let f = (v - self.y0) / (self.y1 - self.y0);
         self.h - self.bottom - f.clamp(0.0, 1.0) * (self.h - self.top - self.bottom)
     }
 
-    fn open(&self, id: &str, title: &str) -> String {
+    pub(super) fn open(&self, id: &str, title: &str) -> String {
         format!(
             "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\"><title>{}</title>\n{CHART_STYLE}",
             self.w,
@@ -272,7 +274,7 @@ impl Frame {
 
     /// Axes, horizontal grid with value labels (`fmt` gets the value and
     /// the decimals its step needs), a tick per day.
-    fn axes(&self, fmt: impl Fn(f64, usize) -> String) -> String {
+    pub(super) fn axes(&self, fmt: impl Fn(f64, usize) -> String) -> String {
         let mut o = String::new();
         let (xl, xr, yb) = (self.left, self.w - self.right, self.h - self.bottom);
         let (ticks, dp) = self.ticks();
@@ -309,7 +311,7 @@ impl Frame {
         o
     }
 
-    fn hline(&self, class: &str, v: f64, label: &str) -> String {
+    pub(super) fn hline(&self, class: &str, v: f64, label: &str) -> String {
         let y = self.y(v);
         format!(
             "<line class=\"{class}\" x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/><text class=\"lbl\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
@@ -323,7 +325,7 @@ impl Frame {
 
     /// A key in the top margin: a short stroke of each series' class and
     /// its name, left to right.
-    fn legend(&self, items: &[(&str, &str)]) -> String {
+    pub(super) fn legend(&self, items: &[(&str, &str)]) -> String {
         let mut o = String::from("<g class=\"legend\">");
         let (mut x, y) = (self.left + 8.0, self.top / 2.0);
         for (class, label) in items {
@@ -342,7 +344,7 @@ impl Frame {
         o
     }
 
-    fn vline(&self, class: &str, t: DateTime<Utc>, label: &str) -> String {
+    pub(super) fn vline(&self, class: &str, t: DateTime<Utc>, label: &str) -> String {
         let x = self.x(t);
         format!(
             "<line class=\"{class}\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"><title>{}</title></line>\n",
@@ -381,7 +383,7 @@ fn decimals(step: f64) -> usize {
     if d > 0.0 { d as usize } else { 0 }
 }
 
-fn polyline(class: &str, pts: &[(f64, f64)]) -> String {
+pub(super) fn polyline(class: &str, pts: &[(f64, f64)]) -> String {
     let coords: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
     format!(
         "<polyline class=\"{class}\" points=\"{}\"/>\n",

@@ -57,6 +57,7 @@ pub fn render(r: &Report) -> String {
     objective(w, r);
     verdicts(w, r);
     stages(w, r);
+    super::realized::markdown(w, &r.realizations);
     refusals(w, r);
     noise(w, r);
     proposers(w, r);

@@ -8,6 +8,8 @@
 //! - [`fleet`]: one report per stack of a shared ledger, and their summary.
 //! - [`changepoint`]: PELT change points in the noise floor and baseline.
 //! - [`projection`]: the projected seconds per token, with its sources.
+//! - [`realized`]: each applied stage's claim against what it realized on the
+//!   live server; [`realized_chart`] draws the live s/token across approvals.
 //! - [`redact`]: keeps credentials out of free text.
 
 pub mod build;
@@ -17,6 +19,8 @@ pub mod html;
 pub mod markdown;
 pub mod period;
 pub mod projection;
+pub mod realized;
+pub mod realized_chart;
 pub mod redact;
 
 use chrono::{DateTime, Utc};
@@ -48,6 +52,8 @@ pub struct Report {
     pub best_staged: Option<BestStaged>,
     pub verdicts: Vec<MenuVerdicts>,
     pub stages: StageCounts,
+    /// The stages applied in the period: claimed against realized.
+    pub realizations: Vec<realized::StageRealized>,
     pub refusals: Refusals,
     pub noise: Vec<FloorPoint>,
     /// Change points in the noise floor and in the baseline series.

@@ -1,0 +1,279 @@
+//! A realization cycle: what an applied stage realized on the live server.
+//!
+//! Once the live profile is an applied stage's profile and the live server
+//! runs it (it reports that profile file's sha256, `[stack.surface]
+//! health_profile_sha256`; or, where the stack reports nothing, `stage
+//! approve --restart` restarted it on it), the cycle measures the live
+//! server (the candidate arm) against a shadow of the profile the stage
+//! replaced (the baseline arm): an ordinary paired A/B through
+//! [`crate::measure::ab`] and [`crate::judge::schedule`], judged against
+//! the live server's own noise floor (an A/A of the live profile, measured
+//! in this cycle first when the current one is stale). Its verdict is the
+//! stage's realized effect. A realized loss is an error line naming `stage
+//! revert`. A stack that cannot run both arms, or a live server that does
+//! not run the stage's profile, gets a note on the stage saying why, and
+//! no verdict.
+
+use std::path::Path;
+
+use super::{CycleReport, CycleRunner, Stop, ab_stop, no_scorer, profiles_dir};
+use crate::apply::running::{self, Running};
+use crate::brain::Proposer;
+use crate::clock::Clock;
+use crate::ledger::{CycleId, Experiment, LedgerError, NewExperiment, Stage};
+use crate::measure::by_protocol::StackScorer;
+use crate::profile::{Profile, ProfileFile};
+use crate::progress::phase;
+use crate::vocab::{Arm, Method, VerdictKind};
+
+/// A realization this cycle owes: the stage, its experiment (what it
+/// changed), both arms' profiles and the scorer that runs them.
+pub(super) struct Due {
+    stage: Stage,
+    original: Experiment,
+    replaced: ProfileFile,
+    live: ProfileFile,
+    scorer: StackScorer,
+}
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// The realization due on `live` (the live profile), if any. When the
+    /// live profile is an applied stage's whose realization is open but
+    /// cannot be measured now, the stage gets a note saying why (logged
+    /// when it changes), and the cycle does something else.
+    pub(super) async fn realization_due(&self, live: &ProfileFile) -> Result<Option<Due>, Stop> {
+        let digest = live.profile.digest();
+        let Some(stage) = self.ledger.live_stage(&digest).await? else {
+            return Ok(None);
+        };
+        if !self.ledger.stage_realization(stage.id).await?.open() {
+            return Ok(None);
+        }
+        let scorer = match self.scorers.for_realization(digest) {
+            Ok(s) => s,
+            Err(why) => {
+                self.note(&stage, why).await?;
+                return Ok(None);
+            }
+        };
+        match running::running(self.config, &running::probe_client()).await {
+            Running::LiveProfile => {}
+            Running::Unreported if stage.restarted_at.is_some() => {}
+            Running::Unreported => {
+                let why = "the live server does not report the profile it runs ([stack.surface] \
+                     health_profile_sha256 is not set) and no `stage approve --restart` restarted \
+                     it on this one, so the daemon cannot tell when it runs it: set \
+                     health_profile_sha256 where the server reports its profile, or restart with \
+                     `stage approve --restart` (SQLite ledgers)";
+                self.note(&stage, why).await?;
+                return Ok(None);
+            }
+            other => {
+                let why = other.why_not().unwrap_or_default();
+                self.note(
+                    &stage,
+                    &format!("waiting for the live server to run it: {why}"),
+                )
+                .await?;
+                return Ok(None);
+            }
+        }
+        let original = self.ledger.experiment(stage.experiment_id).await?;
+        let replaced = replaced_profile(&stage, &original, &self.config.stack.live_profile)
+            .map_err(Stop::Failed)?;
+        Ok(Some(Due {
+            stage,
+            original,
+            replaced,
+            live: live.clone(),
+            scorer,
+        }))
+    }
+
+    /// Notes on `stage` why it is not realized now; says so once per change.
+    async fn note(&self, stage: &Stage, why: &str) -> Result<(), LedgerError> {
+        if self
+            .ledger
+            .note_realization(stage.id, why, self.clock.now())
+            .await?
+        {
+            tracing::info!(stage = %stage.id, "stage #{} is not realized yet: {why}", stage.id);
+        }
+        Ok(())
+    }
+
+    /// Measures what `due`'s stage realized and records it.
+    pub(super) async fn realize(
+        &mut self,
+        id: CycleId,
+        due: Due,
+        r: &mut CycleReport,
+    ) -> Result<(), Stop> {
+        let Due {
+            stage,
+            original,
+            replaced,
+            live,
+            scorer,
+        } = due;
+        r.menu_id = Some(original.menu_id);
+        r.params = Some(original.parameters.clone());
+        r.scheduled = Some("realization");
+        r.realized = Some(stage.id);
+        let experiment = NewExperiment {
+            cycle_id: id,
+            proposal_id: None,
+            confirmation_of: None,
+            created_at: self.clock.now(),
+            menu_id: original.menu_id,
+            parameters: original.parameters.clone(),
+            method: Method::Surface,
+            base_profile: replaced.profile.canonical(),
+            base_digest: replaced.profile.digest(),
+            candidate_profile: live.profile.canonical(),
+            candidate_digest: live.profile.digest(),
+            planner_notes: None,
+        };
+        let experiment_id = self.ledger.insert_realization(&stage, &experiment).await?;
+        r.experiment_id = Some(experiment_id);
+        tracing::info!(
+            cycle = %id,
+            stage = %stage.id,
+            "measuring what stage #{} realized: the live server against a shadow of the profile it replaced",
+            stage.id
+        );
+
+        // The live server's own floor, on the live profile: an A/A of it
+        // in this cycle when the current one is stale.
+        let current = self.floor(Method::Surface, &live, None).await?;
+        let (floor, contention) = match current
+            .floor(self.policy.min_floor)
+            .filter(|_| !current.stale)
+        {
+            Some(floor) => (floor, current.contention()),
+            None => {
+                if let Some(why) = &current.why {
+                    tracing::info!(cycle = %id, "measuring the live server's noise floor first: {why}");
+                }
+                let live_scorer = self
+                    .scorers
+                    .for_live(Method::Surface)
+                    .ok_or_else(|| Stop::Failed(no_scorer(Method::Surface)))?;
+                let refreshed = self
+                    .refresh_floor(id, None, &live, &live_scorer, |_| {})
+                    .await?;
+                match refreshed.usable() {
+                    Some(floor) => (floor, refreshed.contention),
+                    None => {
+                        return Err(Stop::Failed(format!(
+                            "no noise floor of the live server could be measured (experiment #{}: {}); stage #{} is measured again next cycle",
+                            refreshed.experiment_id,
+                            refreshed.unusable.as_deref().unwrap_or("no floor"),
+                            stage.id
+                        )));
+                    }
+                }
+            }
+        };
+        r.floor = Some(floor.get());
+
+        let (mut gate, runner) = self.measuring(&scorer).await?;
+        self.progress.phase(
+            phase::MEASURE,
+            &format!("realization of stage #{}", stage.id),
+        );
+        tracing::debug!(experiment = %experiment_id, "phase measure");
+        let report = runner
+            .run_ab(
+                experiment_id,
+                &replaced,
+                &live,
+                &mut gate,
+                self.policy.against_floor(contention),
+                floor,
+            )
+            .await
+            .map_err(ab_stop)?;
+        tracing::debug!(experiment = %experiment_id, "phase judge");
+        // The live server is the candidate arm here.
+        r.live_measured =
+            crate::judge::noise::median(&super::line::valid_times(&report.runs, Arm::Candidate));
+        let verdict = report.verdict.to_new_verdict(self.clock.now());
+        self.ledger.insert_verdict(experiment_id, &verdict).await?;
+        r.verdict = Some(verdict.kind);
+        if verdict.floor_is_bound {
+            r.floor = None;
+        }
+        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
+            r.effect = Some((e, i));
+        }
+        if verdict.reason.is_some() {
+            r.reason = verdict.reason.clone();
+        }
+        let effect = r
+            .effect
+            .map(|(e, i)| crate::display::effect(e, i.low, i.high))
+            .unwrap_or_default();
+        let claimed = crate::display::effect(stage.effect, stage.interval.low, stage.interval.high);
+        match verdict.kind {
+            VerdictKind::Loss => tracing::error!(
+                stage = %stage.id,
+                experiment = %experiment_id,
+                "stage #{} realized a LOSS on the live server: {effect} against a shadow of the \
+                 profile it replaced (claimed {claimed}); put that profile back with \
+                 `orchestrator stage revert {} --reason \"realized a loss\"`",
+                stage.id,
+                stage.id
+            ),
+            VerdictKind::Win | VerdictKind::WithinNoise => tracing::info!(
+                stage = %stage.id,
+                experiment = %experiment_id,
+                "stage #{} realized {} {effect} on the live server (claimed {claimed})",
+                stage.id,
+                verdict.kind
+            ),
+            _ => tracing::error!(
+                stage = %stage.id,
+                experiment = %experiment_id,
+                verdict = verdict.kind.as_str(),
+                "the realization of stage #{} decided nothing: {}; it is measured again",
+                stage.id,
+                verdict.reason.as_deref().unwrap_or("")
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// The profile `stage` replaced (its experiment's base), written next to
+/// the live profile for its shadow, checked against the stage's digest.
+fn replaced_profile(
+    stage: &Stage,
+    original: &Experiment,
+    live_path: &Path,
+) -> Result<ProfileFile, String> {
+    let damaged = |why: String| {
+        format!(
+            "stage #{}'s replaced profile (the base of experiment #{}) {why}; the ledger may be damaged",
+            stage.id, original.id
+        )
+    };
+    let profile = Profile::parse(
+        &original.base_profile,
+        Path::new(&format!("the profile stage #{} replaced", stage.id)),
+    )
+    .map_err(|e| damaged(format!("does not parse ({e})")))?;
+    if profile.digest() != stage.base_digest {
+        return Err(damaged(format!(
+            "does not match the stage's base digest {}",
+            stage.base_digest.short()
+        )));
+    }
+    let path = profiles_dir(live_path).join(format!("replaced-{}.toml", profile.digest().short()));
+    ProfileFile::write(&path, profile).map_err(|e| {
+        format!(
+            "writing stage #{}'s replaced profile for its shadow: {e}",
+            stage.id
+        )
+    })
+}
