@@ -120,6 +120,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         r.params = Some(original.parameters.clone());
         r.scheduled = Some("realization");
         r.realized = Some(stage.id);
+        // Measured on the live profile itself, whatever waits on top of it.
+        r.built_on = None;
         let experiment = NewExperiment {
             cycle_id: id,
             proposal_id: None,

@@ -11,6 +11,7 @@
 mod common;
 mod demo;
 mod faults;
+mod live_stack;
 mod report_fixture;
 #[path = "../support/skip.rs"]
 mod skip;
@@ -42,6 +43,7 @@ mod measure_bench;
 mod measure_surface;
 mod noisy_machine;
 mod plan_pins;
+mod realization;
 mod postgres_quiet;
 mod postgres_restart;
 mod postgres_stack_lock;
