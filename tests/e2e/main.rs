@@ -49,6 +49,7 @@ mod report_fleet;
 mod report_html;
 mod report_markdown;
 mod report_period;
+mod remeasure_aa;
 mod report_plan;
 mod revert_anywhere;
 mod run_loop;
