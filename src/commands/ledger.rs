@@ -249,8 +249,8 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::cli::LedgerArgs;
-    use crate::ledger::tests::{PG_PASSWORD_VAR, fresh_postgres, staged_win, t};
-    use crate::ledger::{Ledger, NewProposal, NewVerdict};
+    use crate::ledger::tests::{PG_PASSWORD_VAR, bandit_proposal, fresh_postgres, staged_win, t};
+    use crate::ledger::{Ledger, NewVerdict};
     use crate::vocab::{ProposerKind, VerdictKind};
 
     /// A cycle that got no proposal names no proposer, though the daemon
@@ -268,17 +268,7 @@ mod tests {
             .await
             .unwrap();
         ledger
-            .insert_proposal(&NewProposal {
-                cycle_id: proposed,
-                proposer: ProposerKind::Bandit,
-                attempt: 1,
-                created_at: t(101),
-                prompt: None,
-                raw_answer: None,
-                parsed: Some(serde_json::json!({"experiment": "remeasure"})),
-                rejection: None,
-                note: None,
-            })
+            .insert_proposal(&bandit_proposal(proposed, t(101)))
             .await
             .unwrap();
         let cycles = ledger.recent_cycles(10).await.unwrap();

@@ -24,17 +24,7 @@ async fn cycle_round_trip_and_close_once() {
         );
         // A cycle names a proposer once it recorded one's proposal.
         ledger
-            .insert_proposal(&NewProposal {
-                cycle_id: id,
-                proposer: ProposerKind::Bandit,
-                attempt: 1,
-                created_at: t(1),
-                prompt: None,
-                raw_answer: None,
-                parsed: Some(json!({"experiment": "remeasure"})),
-                rejection: None,
-                note: Some("the bandit stands in for the model".into()),
-            })
+            .insert_proposal(&bandit_proposal(id, t(1)))
             .await
             .unwrap();
         assert_eq!(
