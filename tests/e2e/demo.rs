@@ -15,6 +15,8 @@ pub struct Demo {
     pub dir: tempfile::TempDir,
     pub serve: u16,
     pub far: u16,
+    /// The orchestrator's own metrics endpoint (`[daemon] metrics_listen`).
+    pub metrics: u16,
     /// Extra environment of every command [`Demo::cmd`] runs (a ledger
     /// password's variable).
     pub env: Vec<(String, String)>,
@@ -94,8 +96,21 @@ impl Demo {
             dir,
             serve,
             far,
+            metrics,
             env: Vec::new(),
         }
+    }
+
+    /// Sets `[cycle] interval_s` (the demo's is 0.01: cycles back to back).
+    pub fn set_interval(&self, seconds: &str) {
+        let path = self.path("config.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("interval_s = 0.01"));
+        std::fs::write(
+            &path,
+            text.replace("interval_s = 0.01", &format!("interval_s = {seconds}")),
+        )
+        .unwrap();
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {

@@ -54,6 +54,7 @@ mod revert_anywhere;
 mod run_loop;
 mod run_stages_a_win;
 mod security;
+mod service;
 mod shadow_drafts;
 mod stage_cli;
 mod stage_concurrency;
