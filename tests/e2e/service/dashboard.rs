@@ -166,7 +166,8 @@ fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
                     i = next;
                     skip_to(&mut i, ')');
                 }
-            } else if chars.get(next) == Some(&'(') {
+            } else if chars.get(next) == Some(&'(') || starts_clause(&chars[next..]) {
+                // A call, or an aggregation with its `by (...)` first.
                 if !FUNCTIONS.contains(&word.as_str()) {
                     return Err(format!("unknown function {word:?} in {expr:?}"));
                 }
@@ -178,6 +179,17 @@ fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
         }
     }
     Ok(names)
+}
+
+/// Whether `rest` opens with `by` or `without` and a parenthesis: what
+/// follows an aggregation written `sum by (label) (...)`.
+fn starts_clause(rest: &[char]) -> bool {
+    let word: String = rest
+        .iter()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    let after = rest[word.len()..].iter().find(|c| !c.is_whitespace());
+    matches!(word.to_ascii_lowercase().as_str(), "by" | "without") && after == Some(&'(')
 }
 
 /// The metric families an exposition declares or has samples of.

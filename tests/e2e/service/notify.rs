@@ -166,6 +166,12 @@ fn the_daemon_speaks_systemds_notify_protocol() {
         Duration::from_secs(30),
         &mut seen,
     );
+    // Said on the signal itself, not only once the loop has wound down.
+    let stopping = &seen.last().unwrap().text;
+    assert!(
+        stopping.contains("STATUS=stopping: SIGTERM"),
+        "{stopping:?}"
+    );
     let status = service.wait_exit(Duration::from_secs(120));
     assert!(
         status.success(),
