@@ -101,18 +101,6 @@ impl Demo {
         }
     }
 
-    /// Sets `[cycle] interval_s` (the demo's is 0.01: cycles back to back).
-    pub fn set_interval(&self, seconds: &str) {
-        let path = self.path("config.toml");
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("interval_s = 0.01"));
-        std::fs::write(
-            &path,
-            text.replace("interval_s = 0.01", &format!("interval_s = {seconds}")),
-        )
-        .unwrap();
-    }
-
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }

@@ -4,11 +4,14 @@
 //! default.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Service, repo_file, tiny_demo};
+use crate::faults::Daemon;
+
+use super::{scrape_after_first_cycle, tiny_demo};
 
 const DASHBOARD: &str = "deploy/grafana/orchestrator.json";
 
@@ -260,9 +263,10 @@ fn a_dashboard_query_of_an_unexported_metric_is_caught() {
 
 #[test]
 fn the_dashboard_queries_only_metrics_the_running_daemon_exports() {
-    let dashboard: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo_file(DASHBOARD)).unwrap())
-            .unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DASHBOARD)).unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
     let queried: BTreeSet<String> = expressions(&dashboard)
         .iter()
         .flat_map(|e| metric_names(e).unwrap())
@@ -274,19 +278,8 @@ fn the_dashboard_queries_only_metrics_the_running_daemon_exports() {
 
     let _heavy = crate::common::heavy();
     let demo = tiny_demo();
-    let mut service = Service::start(&demo, &[]);
-    // A finished cycle first, so the scrape carries the values a running
-    // daemon has (verdict counts, floor, live speed, stages), not only
-    // declarations.
-    service.wait_until("a finished cycle", Duration::from_secs(900), |s| {
-        !s.cycle_lines().is_empty()
-    });
-    let mut scrape = None;
-    service.wait_until("a scrape", Duration::from_secs(30), |s| {
-        scrape = s.scrape();
-        scrape.is_some()
-    });
-    let scrape = scrape.unwrap();
+    let mut daemon = Daemon::start_as_service(&demo, &[]);
+    let scrape = scrape_after_first_cycle(&demo, &mut daemon);
     let samples = orchestrator::observe::prometheus::parse(&scrape).unwrap();
     assert!(
         samples
@@ -303,5 +296,5 @@ fn the_dashboard_queries_only_metrics_the_running_daemon_exports() {
         lacking.is_empty(),
         "{DASHBOARD} queries {lacking:?}, which the daemon does not export:\n{scrape}"
     );
-    service.terminate(Duration::from_secs(120));
+    daemon.stop(Duration::from_secs(120));
 }

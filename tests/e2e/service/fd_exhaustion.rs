@@ -13,7 +13,9 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use super::{Service, tiny_demo};
+use crate::faults::{Daemon, edit_config, wait_for};
+
+use super::{output, scrape, scrape_after_first_cycle, tiny_demo};
 
 /// Descriptors the daemon may open beyond those it holds when the limit is
 /// lowered: the endpoint takes these and then meets EMFILE.
@@ -81,31 +83,28 @@ fn lower_nofile(pid: i32, soft: u64) {
 fn the_metrics_endpoint_rides_out_descriptor_exhaustion() {
     let _heavy = crate::common::heavy();
     let demo = tiny_demo();
-    demo.set_interval("60");
-    let mut service = Service::start(&demo, &[]);
-    let pid = service.pid();
-    service.wait_until("a finished cycle", Duration::from_secs(900), |s| {
-        !s.cycle_lines().is_empty()
-    });
-    let mut scrape = None;
-    service.wait_until("a scrape", Duration::from_secs(30), |s| {
-        scrape = s.scrape();
-        scrape.is_some()
-    });
+    edit_config(&demo, |t| t.replace("interval_s = 0.01", "interval_s = 60"));
+    let mut daemon = Daemon::start_as_service(&demo, &[]);
+    let pid = daemon.pid();
     assert!(
-        scrape.unwrap().contains("\norchestrator_cycle_running 0\n"),
+        scrape_after_first_cycle(&demo, &mut daemon).contains("\norchestrator_cycle_running 0\n"),
         "between two cycles"
     );
 
     let held = open_fds(pid);
     lower_nofile(pid, held + HEADROOM);
     let clients: Vec<TcpStream> = (0..FLOOD)
-        .map(|_| TcpStream::connect(("127.0.0.1", service.metrics)).unwrap())
+        .map(|_| TcpStream::connect(("127.0.0.1", demo.metrics)).unwrap())
         .collect();
     let exhausted = "the metrics endpoint cannot accept connections: Too many open files";
-    service.wait_until("EMFILE on accept", Duration::from_secs(20), |s| {
-        s.stderr().contains(exhausted)
-    });
+    let stderr = daemon.stderr_path.clone();
+    let log = move || std::fs::read_to_string(&stderr).unwrap_or_default();
+    wait_for(
+        Duration::from_secs(20),
+        "EMFILE on accept",
+        &mut daemon,
+        || log().contains(exhausted).then_some(()),
+    );
 
     let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
     std::thread::sleep(WINDOW);
@@ -120,50 +119,47 @@ fn the_metrics_endpoint_rides_out_descriptor_exhaustion() {
         share < MAX_CPU_SHARE,
         "the daemon used {:.0}% of a core while accept failed: it spins\n{}",
         share * 100.0,
-        service.output()
+        output(&daemon)
     );
     assert!(
-        service.scrape().is_none(),
+        scrape(&demo).is_none(),
         "still out of descriptors while the flood holds them"
     );
 
     drop(clients);
-    service.wait_until(
-        "a scrape after the connections closed",
+    wait_for(
         Duration::from_secs(30),
-        |s| s.scrape().is_some(),
+        "a scrape after the connections closed",
+        &mut daemon,
+        || scrape(&demo),
     );
     assert!(
-        service
-            .stderr()
-            .contains("the metrics endpoint accepts connections again"),
+        log().contains("the metrics endpoint accepts connections again"),
         "{}",
-        service.output()
+        output(&daemon)
     );
 
     // Cycles go on: one that started after the recovery (a cycle running
     // through the exhaustion may fail for want of descriptors) ends, and
     // completes, under the lowered limit.
     let recovered = chrono::Utc::now();
-    let mut after = None;
-    service.wait_until(
-        "a cycle started after the recovery to end",
+    let after = wait_for(
         Duration::from_secs(900),
-        |_| {
-            after = demo.ledger().into_iter().find(|c| {
+        "a cycle started after the recovery to end",
+        &mut daemon,
+        || {
+            demo.ledger().into_iter().find(|c| {
                 let started = c["cycle"]["started_at"].as_str().unwrap_or_default();
                 chrono::DateTime::parse_from_rfc3339(started).is_ok_and(|t| t > recovered)
                     && c["cycle"]["status"] != "running"
-            });
-            after.is_some()
+            })
         },
     );
-    let after = after.unwrap();
     assert_eq!(after["cycle"]["status"], "completed", "{after:#}");
     assert!(
         open_fds(pid) <= held + HEADROOM,
         "the daemon lives within its lowered limit"
     );
-    let status = service.terminate(Duration::from_secs(120));
-    assert!(status.success(), "{status}\n{}", service.output());
+    let status = daemon.stop(Duration::from_secs(120));
+    assert!(status.success(), "{status}\n{}", output(&daemon));
 }

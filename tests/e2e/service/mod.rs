@@ -10,11 +10,11 @@ mod notify;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use crate::demo::Demo;
+use crate::faults::{Daemon, wait_for};
 
 const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
 
@@ -27,135 +27,40 @@ fn tiny_demo() -> Demo {
     Demo::new("bandit", TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8)
 }
 
-/// A running `orchestrator run`, killed when dropped.
-pub struct Service {
-    pub child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-    pub metrics: u16,
+/// The cycle lines the daemon printed so far.
+fn cycle_lines(daemon_stdout: &Path) -> Vec<String> {
+    std::fs::read_to_string(daemon_stdout)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cycle"))
+        .map(str::to_string)
+        .collect()
 }
 
-impl Service {
-    /// Starts `orchestrator run` on `demo`'s config through
-    /// `ORCHESTRATOR_CONFIG`, with `env` added to its environment.
-    pub fn start(demo: &Demo, env: &[(&str, &str)]) -> Service {
-        let stdout = demo.path("daemon.stdout");
-        let stderr = demo.path("daemon.stderr");
-        let child = Command::new(assert_cmd::cargo::cargo_bin("orchestrator"))
-            .arg("run")
-            .env("ORCHESTRATOR_CONFIG", demo.path("config.toml"))
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Service {
-            child,
-            stdout,
-            stderr,
-            metrics: demo.metrics,
-        }
-    }
-
-    pub fn pid(&self) -> i32 {
-        i32::try_from(self.child.id()).unwrap()
-    }
-
-    /// The cycle lines printed so far.
-    pub fn cycle_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.stdout)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.starts_with("cycle"))
-            .map(str::to_string)
-            .collect()
-    }
-
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// What the daemon printed, for a failing assertion.
-    pub fn output(&self) -> String {
-        format!(
-            "stdout:\n{}\nstderr:\n{}",
-            std::fs::read_to_string(&self.stdout).unwrap_or_default(),
-            self.stderr()
-        )
-    }
-
-    /// Waits until `done` holds, failing with the daemon's output after
-    /// `limit` or when the daemon exits.
-    pub fn wait_until(&mut self, what: &str, limit: Duration, mut done: impl FnMut(&Self) -> bool) {
-        let deadline = Instant::now() + limit;
-        loop {
-            if done(self) {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "the daemon exited ({status}) before {what}:\n{}",
-                    self.output()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {limit:?}:\n{}",
-                self.output()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// One `GET /metrics`: the body of a 200 answer, else `None`.
-    pub fn scrape(&self) -> Option<String> {
-        http_get(self.metrics, "/metrics", Duration::from_secs(5))
-    }
-
-    /// SIGTERM, then the exit status (within `limit`).
-    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
-        self.wait_exit(limit)
-    }
-
-    /// The exit status, waited for at most `limit`.
-    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not stop within {limit:?}:\n{}",
-                self.output()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// What the daemon printed, for a failing assertion.
+fn output(daemon: &Daemon) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", daemon.stdout(), daemon.stderr())
 }
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            // SAFETY: kill(2) on our own child's pid; SIGTERM lets it stop
-            // its stack's children too.
-            unsafe { libc::kill(self.pid(), libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// One `GET /metrics` of `demo`'s daemon: the body of a 200, else `None`.
+fn scrape(demo: &Demo) -> Option<String> {
+    http_get(demo.metrics, "/metrics", Duration::from_secs(5))
+}
+
+/// Waits for the first cycle's line, then scrapes: the exposition of a
+/// daemon that has run a cycle (verdict counts, floor, live speed), not
+/// only its declarations.
+fn scrape_after_first_cycle(demo: &Demo, daemon: &mut Daemon) -> String {
+    let stdout = daemon.stdout_path.clone();
+    wait_for(Duration::from_secs(900), "a finished cycle", daemon, || {
+        (!cycle_lines(&stdout).is_empty()).then_some(())
+    });
+    wait_for(Duration::from_secs(30), "a scrape", daemon, || scrape(demo))
 }
 
 /// A plain HTTP/1.1 GET on loopback: the body of a 200 answer, else `None`
 /// (refused, timed out, another status).
-pub fn http_get(port: u16, path: &str, timeout: Duration) -> Option<String> {
+fn http_get(port: u16, path: &str, timeout: Duration) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
     s.set_write_timeout(Some(timeout)).ok()?;
@@ -169,9 +74,4 @@ pub fn http_get(port: u16, path: &str, timeout: Duration) -> Option<String> {
     let text = String::from_utf8(raw).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
-}
-
-/// The repository's file `rel`.
-pub fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }

@@ -7,7 +7,9 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
-use super::{Service, tiny_demo};
+use crate::faults::Daemon;
+
+use super::{output, scrape, tiny_demo};
 
 /// The watchdog time the test hands the daemon: pings every 1.5 s.
 const WATCHDOG: Duration = Duration::from_secs(3);
@@ -32,7 +34,7 @@ fn receive(socket: &UnixDatagram, limit: Duration) -> Option<Message> {
 /// every one read; fails after `limit`.
 fn until(
     socket: &UnixDatagram,
-    service: &mut Service,
+    daemon: &mut Daemon,
     assignment: &str,
     limit: Duration,
     seen: &mut Vec<Message>,
@@ -44,7 +46,7 @@ fn until(
             !left.is_zero(),
             "no {assignment} within {limit:?}; got {:?}\n{}",
             seen.iter().map(|m| &m.text).collect::<Vec<_>>(),
-            service.output()
+            output(daemon)
         );
         if let Some(m) = receive(socket, left.min(Duration::from_millis(500))) {
             let at = m.at;
@@ -53,11 +55,8 @@ fn until(
             if hit {
                 return at;
             }
-        } else if let Some(status) = service.child.try_wait().unwrap() {
-            panic!(
-                "the daemon exited ({status}) before {assignment}:\n{}",
-                service.output()
-            );
+        } else if !daemon.running() {
+            panic!("the daemon exited before {assignment}:\n{}", output(daemon));
         }
     }
 }
@@ -92,7 +91,7 @@ fn the_daemon_speaks_systemds_notify_protocol() {
     let path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&path).unwrap();
     let usec = WATCHDOG.as_micros().to_string();
-    let mut service = Service::start(
+    let mut daemon = Daemon::start_as_service(
         &demo,
         &[
             ("NOTIFY_SOCKET", path.to_str().unwrap()),
@@ -103,15 +102,15 @@ fn the_daemon_speaks_systemds_notify_protocol() {
 
     until(
         &socket,
-        &mut service,
+        &mut daemon,
         "READY=1",
         Duration::from_secs(600),
         &mut seen,
     );
     assert!(
-        service.scrape().is_some(),
+        scrape(&demo).is_some(),
         "READY=1 came before the metrics endpoint answered:\n{}",
-        service.output()
+        output(&daemon)
     );
     assert!(
         seen.iter().all(|m| !m.text.contains("WATCHDOG=1")),
@@ -124,7 +123,7 @@ fn the_daemon_speaks_systemds_notify_protocol() {
     while pings.len() < 4 {
         pings.push(until(
             &socket,
-            &mut service,
+            &mut daemon,
             "WATCHDOG=1",
             WATCHDOG * 2,
             &mut seen,
@@ -138,7 +137,7 @@ fn the_daemon_speaks_systemds_notify_protocol() {
     }
 
     // Its children (the embedded stack) inherit neither variable.
-    let kids = children(service.pid());
+    let kids = children(daemon.pid());
     assert!(!kids.is_empty(), "the embedded stack runs as children");
     for kid in kids {
         if let Ok(environ) = std::fs::read(format!("/proc/{kid}/environ")) {
@@ -158,10 +157,10 @@ fn the_daemon_speaks_systemds_notify_protocol() {
         seen.iter().map(|m| &m.text).collect::<Vec<_>>()
     );
     // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(service.pid(), libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGTERM) }, 0);
     until(
         &socket,
-        &mut service,
+        &mut daemon,
         "STOPPING=1",
         Duration::from_secs(30),
         &mut seen,
@@ -172,11 +171,11 @@ fn the_daemon_speaks_systemds_notify_protocol() {
         stopping.contains("STATUS=stopping: SIGTERM"),
         "{stopping:?}"
     );
-    let status = service.wait_exit(Duration::from_secs(120));
+    let status = daemon.wait(Duration::from_secs(120));
     assert!(
         status.success(),
         "an unbounded run stopped by SIGTERM exits 0 ({status}):\n{}",
-        service.output()
+        output(&daemon)
     );
     demo.assert_children_gone();
 }
