@@ -42,6 +42,7 @@ mod measure_bench;
 mod measure_surface;
 mod noisy_machine;
 mod plan_pins;
+mod postgres_quiet;
 mod postgres_restart;
 mod postgres_stack_lock;
 mod report_cli;
