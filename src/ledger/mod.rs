@@ -66,7 +66,7 @@
 //! live profile), `reverts` (a stage's replaced profile put back, and
 //! the restarts run after a write), `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
-//! --check`), `plan` (the named queries), and `costs` (each cycle's wall
+//! --check`), `query_plan` (the named queries and their plans), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
@@ -154,7 +154,7 @@ mod experiments;
 mod ids;
 mod noise;
 mod parts;
-mod plan;
+mod query_plan;
 mod proposals;
 mod references;
 mod report;
@@ -204,8 +204,8 @@ pub use ids::{
 };
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
-pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use query_plan::NamedQuery;
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use reverts::{Restarted, RevertStatus, StageRevert};
