@@ -16,11 +16,14 @@
 
 use std::path::Path;
 
-use super::{CycleReport, CycleRunner, Stop, ab_stop, no_scorer, profiles_dir};
+use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::{CycleRunner, Stop, ab_stop, no_scorer, profiles_dir};
 use crate::apply::running::{self, Running};
 use crate::brain::Proposer;
 use crate::clock::Clock;
-use crate::ledger::{CycleId, Experiment, LedgerError, NewExperiment, Stage};
+use crate::judge::Floor;
+use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, Stage};
+use crate::measure::ab::RecordedRun;
 use crate::measure::by_protocol::StackScorer;
 use crate::profile::{Profile, ProfileFile};
 use crate::progress::phase;
@@ -28,6 +31,7 @@ use crate::vocab::{Arm, Method, VerdictKind};
 
 /// A realization this cycle owes: the stage, its experiment (what it
 /// changed), both arms' profiles and the scorer that runs them.
+#[derive(Debug)]
 pub(super) struct Due {
     stage: Stage,
     original: Experiment,
@@ -80,7 +84,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }
         let original = self.ledger.experiment(stage.experiment_id).await?;
         let replaced = replaced_profile(&stage, &original, &self.config.stack.live_profile)
-            .map_err(Stop::Failed)?;
+            .map_err(Stop::failed)?;
         Ok(Some(Due {
             stage,
             original,
@@ -103,12 +107,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     }
 
     /// Measures what `due`'s stage realized and records it.
-    pub(super) async fn realize(
-        &mut self,
-        id: CycleId,
-        due: Due,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+    pub(super) async fn realize(&mut self, id: CycleId, due: &Due) -> Result<Done, Stop> {
         let Due {
             stage,
             original,
@@ -116,12 +115,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             live,
             scorer,
         } = due;
-        r.menu_id = Some(original.menu_id);
-        r.params = Some(original.parameters.clone());
-        r.scheduled = Some("realization");
-        r.realized = Some(stage.id);
-        // Measured on the live profile itself, whatever waits on top of it.
-        r.built_on = None;
+        let mut tried = Tried::experiment(
+            Some(Scheduled::Realization(stage.id)),
+            original.menu_id,
+            original.parameters.clone(),
+        );
         let experiment = NewExperiment {
             cycle_id: id,
             proposal_id: None,
@@ -136,115 +134,127 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             candidate_digest: live.profile.digest(),
             planner_notes: None,
         };
-        let experiment_id = self.ledger.insert_realization(&stage, &experiment).await?;
-        r.experiment_id = Some(experiment_id);
+        let experiment_id = self.ledger.insert_realization(stage, &experiment).await?;
+        tried.experiment_id = Some(experiment_id);
         tracing::info!(
             cycle = %id,
             stage = %stage.id,
             "measuring what stage #{} realized: the live server against a shadow of the profile it replaced",
             stage.id
         );
+        let (floor, contention) = self
+            .live_floor(id, stage, live)
+            .await
+            .map_err(|s| s.during(&tried))?;
+        tried.floor = Some(floor.get());
 
-        // The live server's own floor, on the live profile: an A/A of it
-        // in this cycle when the current one is stale.
-        let current = self.floor(Method::Surface, &live, None).await?;
-        let (floor, contention) = match current
-            .floor(self.policy.min_floor)
-            .filter(|_| !current.stale)
-        {
-            Some(floor) => (floor, current.contention()),
-            None => {
-                if let Some(why) = &current.why {
-                    tracing::info!(cycle = %id, "measuring the live server's noise floor first: {why}");
-                }
-                let live_scorer = self
-                    .scorers
-                    .for_live(Method::Surface)
-                    .ok_or_else(|| Stop::Failed(no_scorer(Method::Surface)))?;
-                let refreshed = self
-                    .refresh_floor(id, None, &live, &live_scorer, |_| {})
-                    .await?;
-                match refreshed.usable() {
-                    Some(floor) => (floor, refreshed.contention),
-                    None => {
-                        return Err(Stop::Failed(format!(
-                            "no noise floor of the live server could be measured (experiment #{}: {}); stage #{} is measured again next cycle",
-                            refreshed.experiment_id,
-                            refreshed.unusable.as_deref().unwrap_or("no floor"),
-                            stage.id
-                        )));
-                    }
-                }
-            }
-        };
-        r.floor = Some(floor.get());
-
-        let (mut gate, runner) = self.measuring(&scorer).await?;
-        self.progress.phase(
-            phase::MEASURE,
-            &format!("realization of stage #{}", stage.id),
-        );
+        let (mut gate, runner) = self.measuring(scorer).await?;
+        self.progress.phase(phase::MEASURE, &tried.measuring());
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let report = runner
             .run_ab(
                 experiment_id,
-                &replaced,
-                &live,
+                replaced,
+                live,
                 &mut gate,
                 self.policy.against_floor(contention),
                 floor,
             )
             .await
-            .map_err(ab_stop)?;
+            .map_err(|e| ab_stop(e).during(&tried))?;
         tracing::debug!(experiment = %experiment_id, "phase judge");
-        // The live server is the candidate arm here.
-        r.live_measured =
-            crate::judge::noise::median(&super::line::valid_times(&report.runs, Arm::Candidate));
         let verdict = report.verdict.to_new_verdict(self.clock.now());
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
-        r.verdict = Some(verdict.kind);
-        if verdict.floor_is_bound {
-            r.floor = None;
-        }
-        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
-            r.effect = Some((e, i));
-        }
-        if verdict.reason.is_some() {
-            r.reason = verdict.reason.clone();
-        }
-        let effect = r
-            .effect
-            .map(|(e, i)| crate::display::effect(e, i.low, i.high))
-            .unwrap_or_default();
-        let claimed = crate::display::effect(stage.effect, stage.interval.low, stage.interval.high);
-        match verdict.kind {
-            VerdictKind::Loss => tracing::error!(
-                stage = %stage.id,
-                experiment = %experiment_id,
-                "stage #{} realized a LOSS on the live server: {effect} against a shadow of the \
-                 profile it replaced (claimed {claimed}); put that profile back with \
-                 `orchestrator stage revert {} --reason \"realized a loss\"`",
-                stage.id,
-                stage.id
-            ),
-            VerdictKind::Win | VerdictKind::WithinNoise => tracing::info!(
-                stage = %stage.id,
-                experiment = %experiment_id,
-                "stage #{} realized {} {effect} on the live server (claimed {claimed})",
-                stage.id,
-                verdict.kind
-            ),
-            _ => tracing::error!(
-                stage = %stage.id,
-                experiment = %experiment_id,
-                verdict = verdict.kind.as_str(),
-                "the realization of stage #{} decided nothing: {}; it is measured again",
-                stage.id,
-                verdict.reason.as_deref().unwrap_or("")
-            ),
-        }
-        Ok(())
+        let mut judged = Judged::recorded(
+            &verdict,
+            Some(floor.get()).filter(|_| !verdict.floor_is_bound),
+            &report.runs,
+        );
+        // The live server is the candidate arm here.
+        judged.base_measured = crate::judge::noise::median(&candidate_times(&report.runs));
+        say(stage, experiment_id, &judged);
+        Ok(Done::new(tried, judged))
     }
+
+    /// The live server's own floor, on the live profile, and the contention
+    /// of its runs: the current one, or an A/A of the live server measured
+    /// in this cycle first when that one is stale.
+    async fn live_floor(
+        &self,
+        id: CycleId,
+        stage: &Stage,
+        live: &ProfileFile,
+    ) -> Result<(Floor, Option<f64>), Stop> {
+        let current = self.floor(Method::Surface, live, None).await?;
+        if let Some(floor) = current
+            .floor(self.policy.min_floor)
+            .filter(|_| !current.stale)
+        {
+            return Ok((floor, current.contention()));
+        }
+        if let Some(why) = &current.why {
+            tracing::info!(cycle = %id, "measuring the live server's noise floor first: {why}");
+        }
+        let live_scorer = self
+            .scorers
+            .for_live(Method::Surface)
+            .ok_or_else(|| Stop::failed(no_scorer(Method::Surface)))?;
+        let refreshed = self
+            .refresh_floor(id, None, live, &live_scorer, |_| {})
+            .await?;
+        match refreshed.usable() {
+            Some(floor) => Ok((floor, refreshed.contention)),
+            None => Err(Stop::failed(format!(
+                "no noise floor of the live server could be measured (experiment #{}: {}); stage #{} is measured again next cycle",
+                refreshed.experiment_id,
+                refreshed.unusable.as_deref().unwrap_or("no floor"),
+                stage.id
+            ))),
+        }
+    }
+}
+
+/// Says what the stage realized: a loss at ERROR naming `stage revert`.
+fn say(stage: &Stage, experiment_id: ExperimentId, judged: &Judged) {
+    let effect = judged
+        .effect
+        .map(|(e, i)| crate::display::effect(e, i.low, i.high))
+        .unwrap_or_default();
+    let claimed = crate::display::effect(stage.effect, stage.interval.low, stage.interval.high);
+    match judged.verdict {
+        VerdictKind::Loss => tracing::error!(
+            stage = %stage.id,
+            experiment = %experiment_id,
+            "stage #{} realized a LOSS on the live server: {effect} against a shadow of the \
+             profile it replaced (claimed {claimed}); put that profile back with \
+             `orchestrator stage revert {} --reason \"realized a loss\"`",
+            stage.id,
+            stage.id
+        ),
+        VerdictKind::Win | VerdictKind::WithinNoise => tracing::info!(
+            stage = %stage.id,
+            experiment = %experiment_id,
+            "stage #{} realized {} {effect} on the live server (claimed {claimed})",
+            stage.id,
+            judged.verdict
+        ),
+        _ => tracing::error!(
+            stage = %stage.id,
+            experiment = %experiment_id,
+            verdict = judged.verdict.as_str(),
+            "the realization of stage #{} decided nothing: {}; it is measured again",
+            stage.id,
+            judged.reason.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// The valid runs of the candidate arm (the live server).
+fn candidate_times(runs: &[RecordedRun]) -> Vec<f64> {
+    runs.iter()
+        .filter(|r| r.run.arm == Arm::Candidate && !r.run.refused)
+        .filter_map(|r| r.run.seconds_per_token)
+        .collect()
 }
 
 /// The profile `stage` replaced (its experiment's base), written next to

@@ -68,7 +68,7 @@
 //! realized on the live server, and why one is not realized yet),
 //! `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
-//! --check`), `plan` (the named queries), and `costs` (each cycle's wall
+//! --check`), `query_plan` (the named queries and their plans), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
@@ -156,7 +156,7 @@ mod experiments;
 mod ids;
 mod noise;
 mod parts;
-mod plan;
+mod query_plan;
 mod proposals;
 mod realizations;
 mod references;
@@ -207,8 +207,8 @@ pub use ids::{
 };
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
-pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use query_plan::NamedQuery;
 pub use realizations::{
     MAX_ATTEMPTS as MAX_REALIZATION_ATTEMPTS, RealizationAttempt, RealizationNote, Realized,
     StageRealization,

@@ -14,10 +14,6 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per process; boxing buys nothing"
-)]
 pub enum Command {
     /// Write a deterministic synthetic checkpoint.
     Init(InitArgs),

@@ -8,20 +8,21 @@ use serde_json::Value;
 
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
-use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, CycleStatus, VerdictKind};
+use crate::vocab::{CycleStatus, VerdictKind};
+
+use super::outcome::{Done, Scheduled};
 
 /// The longest reason a cycle line shows (the ledger keeps it whole).
 const MAX_REASON: usize = 600;
 
 /// The outcome of one cycle, as recorded.
 #[derive(Debug, Clone)]
-pub struct CycleReport {
+pub struct CycleSummary {
     pub cycle_id: CycleId,
     pub status: Option<CycleStatus>,
     /// Why the orchestrator chose the experiment itself, if it did.
-    pub scheduled: Option<&'static str>,
+    pub scheduled: Option<Scheduled>,
     pub menu_id: Option<MenuId>,
     pub params: Option<Value>,
     pub experiment_id: Option<ExperimentId>,
@@ -31,8 +32,6 @@ pub struct CycleReport {
     pub floor: Option<f64>,
     pub reason: Option<String>,
     pub staged: Option<StageId>,
-    /// The applied stage whose realization this cycle measured.
-    pub realized: Option<StageId>,
     /// The waiting win whose candidate this cycle measured against, when
     /// it built on one (`cycle/base.rs`): its runs' baseline is that
     /// candidate, not the live profile.
@@ -45,9 +44,9 @@ pub struct CycleReport {
     pub seconds: f64,
 }
 
-impl CycleReport {
-    pub fn new(cycle_id: CycleId) -> CycleReport {
-        CycleReport {
+impl CycleSummary {
+    pub fn new(cycle_id: CycleId) -> CycleSummary {
+        CycleSummary {
             cycle_id,
             status: None,
             scheduled: None,
@@ -59,7 +58,6 @@ impl CycleReport {
             floor: None,
             reason: None,
             staged: None,
-            realized: None,
             built_on: None,
             live_measured: None,
             live_metric: None,
@@ -68,19 +66,40 @@ impl CycleReport {
         }
     }
 
-    /// Notes the live profile's measured speed from the runs.
-    pub(crate) fn note_runs(&mut self, runs: &[RecordedRun]) {
-        let mut times = valid_times(runs, Arm::Baseline);
-        if times.is_empty() {
-            return;
+    /// The line of cycle `cycle_id`, which ended with `status` after
+    /// `seconds`, from what it did (`done`), the waiting win it built on
+    /// and the stack's own seconds-per-token metric.
+    pub(super) fn of(
+        cycle_id: CycleId,
+        status: CycleStatus,
+        done: Done,
+        built_on: Option<StageId>,
+        live_metric: Option<f64>,
+        seconds: f64,
+    ) -> CycleSummary {
+        let Done {
+            tried,
+            judged,
+            staged,
+        } = done;
+        CycleSummary {
+            cycle_id,
+            status: Some(status),
+            scheduled: tried.scheduled,
+            menu_id: tried.menu_id,
+            params: tried.params,
+            experiment_id: tried.experiment_id,
+            verdict: Some(judged.verdict),
+            effect: judged.effect,
+            floor: judged.floor,
+            reason: judged.reason,
+            staged,
+            built_on,
+            live_measured: judged.base_measured,
+            live_metric,
+            target: 1.0,
+            seconds,
         }
-        times.sort_by(f64::total_cmp);
-        let mid = times.len() / 2;
-        self.live_measured = Some(if times.len() % 2 == 1 {
-            times[mid]
-        } else {
-            (times[mid - 1] + times[mid]) / 2.0
-        });
     }
 
     /// The live seconds per token to show: measured here, else the metric.
@@ -89,7 +108,7 @@ impl CycleReport {
     }
 }
 
-impl fmt::Display for CycleReport {
+impl fmt::Display for CycleSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "cycle {:>4}  ", self.cycle_id)?;
         let what = match (self.menu_id, &self.params) {
@@ -109,13 +128,13 @@ impl fmt::Display for CycleReport {
         };
         write!(f, "{what:<40}")?;
         if let Some(s) = self.scheduled {
-            write!(f, " [{s}]")?;
+            match s {
+                Scheduled::Realization(stage) => write!(f, " [realization of stage #{stage}]")?,
+                _ => write!(f, " [{}]", s.as_str())?,
+            }
         }
         if let Some(on) = self.built_on {
             write!(f, " [on top of #{on}]")?;
-        }
-        if let Some(stage) = self.realized {
-            write!(f, " [of stage #{stage}]")?;
         }
         // An interrupted cycle is `aborted`, as the ledger's cycle status and
         // the run's summary count it, though its verdict is `failed`.
@@ -155,7 +174,11 @@ impl fmt::Display for CycleReport {
         if let Some(stage) = self.staged {
             write!(f, "  STAGED #{stage} (orchestrator stage show {stage})")?;
         }
-        match (self.realized, self.verdict) {
+        let realized = match self.scheduled {
+            Some(Scheduled::Realization(stage)) => Some(stage),
+            _ => None,
+        };
+        match (realized, self.verdict) {
             (Some(stage), Some(VerdictKind::Loss)) => write!(
                 f,
                 "  REALIZED A LOSS: stage #{stage} made the live server slower; revert it with \
@@ -180,20 +203,12 @@ impl fmt::Display for CycleReport {
     }
 }
 
-/// Runs of an arm that produced a metric, for the cycle line.
-pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
-    runs.iter()
-        .filter(|r| r.run.arm == arm && !r.run.refused)
-        .filter_map(|r| r.run.seconds_per_token)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn failed(status: CycleStatus, reason: &str) -> CycleReport {
-        let mut r = CycleReport::new(CycleId(7));
+    fn failed(status: CycleStatus, reason: &str) -> CycleSummary {
+        let mut r = CycleSummary::new(CycleId(7));
         r.status = Some(status);
         r.verdict = Some(VerdictKind::Failed);
         r.reason = Some(reason.to_string());
@@ -222,5 +237,28 @@ mod tests {
         assert!(!line.contains("failed"), "{line}");
         let line = failed(CycleStatus::Failed, "the bench broke").to_string();
         assert!(line.contains("  failed "), "{line}");
+    }
+
+    #[test]
+    fn a_realized_loss_names_the_revert_and_a_win_says_realized() {
+        let mut r = CycleSummary::new(CycleId(9));
+        r.status = Some(CycleStatus::Completed);
+        r.scheduled = Some(Scheduled::Realization(StageId(3)));
+        r.verdict = Some(VerdictKind::Loss);
+        let line = r.to_string();
+        assert!(line.contains("[realization of stage #3]"), "{line}");
+        assert!(
+            line.contains("REALIZED A LOSS: stage #3 made the live server slower")
+                && line.ends_with("`orchestrator stage revert 3 --reason \"realized a loss\"`"),
+            "{line}"
+        );
+        r.verdict = Some(VerdictKind::Win);
+        let line = r.to_string();
+        assert!(
+            line.contains("REALIZED stage #3") && !line.contains("revert"),
+            "{line}"
+        );
+        r.verdict = Some(VerdictKind::Failed);
+        assert!(!r.to_string().contains("REALIZED"));
     }
 }
