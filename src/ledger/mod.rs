@@ -44,6 +44,8 @@
 //! | `ReportNoiseFloors`           | `noise_floors_by_stack`                   |
 //! | `ReportStages`                | `stages_by_time`                          |
 //! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
+//! | `LiveStages`                  | `stages_by_state`, then `stage_reverts`' primary key |
+//! | `StageRealizations`           | `realizations_by_stage`, then primary keys |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
 //! a test asserts that none of them scans a whole table (the PostgreSQL

@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Conn, Ledger, Result, claims, compositions, cycles, experiments, noise, proposals, references,
-    report, runs, stages, verdicts,
+    Conn, Ledger, Result, claims, compositions, cycles, experiments, noise, proposals,
+    realizations, references, report, runs, stages, verdicts,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -46,6 +46,8 @@ pub enum NamedQuery {
     ReportStacks,
     ReportLatestCycle,
     ReportLatestUnownedCycle,
+    LiveStages,
+    StageRealizations,
 }
 
 impl NamedQuery {
@@ -84,6 +86,8 @@ impl NamedQuery {
         NamedQuery::ReportStacks,
         NamedQuery::ReportLatestCycle,
         NamedQuery::ReportLatestUnownedCycle,
+        NamedQuery::LiveStages,
+        NamedQuery::StageRealizations,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -123,6 +127,8 @@ impl NamedQuery {
             NamedQuery::ReportStacks => report::SQL_REPORT_STACKS,
             NamedQuery::ReportLatestCycle => report::SQL_REPORT_LATEST_CYCLE,
             NamedQuery::ReportLatestUnownedCycle => report::SQL_REPORT_LATEST_UNOWNED_CYCLE,
+            NamedQuery::LiveStages => realizations::SQL_LIVE_STAGES,
+            NamedQuery::StageRealizations => realizations::SQL_ATTEMPTS_OF_STAGE,
         }
     }
 }

@@ -180,24 +180,30 @@ impl StageRealization {
     }
 }
 
-const SQL_ATTEMPT_COLUMNS: &str = "SELECT z.stage_id, e.id AS experiment_id, e.cycle_id, \
-     c.status AS cycle_status, e.created_at, v.kind, v.effect, v.interval_low, v.interval_high, \
-     v.noise_floor, v.floor_is_bound, v.pairs, v.decided_at, v.reason \
-     FROM realizations z JOIN experiments e ON e.id = z.experiment_id \
-     JOIN cycles c ON c.id = e.cycle_id LEFT JOIN verdicts v ON v.experiment_id = e.id";
-
-/// One stage's attempts, oldest first (through `realizations_by_stage`).
-fn sql_attempts_of_stage() -> String {
-    format!("{SQL_ATTEMPT_COLUMNS} WHERE z.stage_id = $1 ORDER BY e.id")
+/// The attempt's columns, then `$rest` (the condition and order).
+macro_rules! concat_attempts {
+    ($rest:literal) => {
+        concat!(
+            "SELECT z.stage_id, e.id AS experiment_id, e.cycle_id, \
+             c.status AS cycle_status, e.created_at, v.kind, v.effect, v.interval_low, \
+             v.interval_high, v.noise_floor, v.floor_is_bound, v.pairs, v.decided_at, v.reason \
+             FROM realizations z JOIN experiments e ON e.id = z.experiment_id \
+             JOIN cycles c ON c.id = e.cycle_id LEFT JOIN verdicts v ON v.experiment_id = e.id",
+            $rest
+        )
+    };
 }
+
+/// One stage's attempts, oldest first (through `realizations_by_stage`,
+/// whose rows are in experiment id order).
+pub(crate) const SQL_ATTEMPTS_OF_STAGE: &str =
+    concat_attempts!(" WHERE z.stage_id = $1 ORDER BY z.experiment_id");
 
 /// Every attempt of a stack's stages (every stack's, unscoped).
-fn sql_all_attempts() -> String {
-    format!(
-        "{SQL_ATTEMPT_COLUMNS} JOIN stages s ON s.id = z.stage_id \
-         WHERE CAST($1 AS TEXT) IS NULL OR s.stack = $1 ORDER BY e.id"
-    )
-}
+const SQL_ALL_ATTEMPTS: &str = concat_attempts!(
+    " JOIN stages s ON s.id = z.stage_id \
+     WHERE CAST($1 AS TEXT) IS NULL OR s.stack = $1 ORDER BY z.experiment_id"
+);
 
 const SQL_NOTE: &str = "SELECT * FROM realization_notes WHERE stage_id = $1";
 const SQL_ALL_NOTES: &str = "SELECT n.* FROM realization_notes n JOIN stages s ON s.id = n.stage_id \
@@ -209,15 +215,15 @@ const SQL_UPSERT_NOTE: &str = "INSERT INTO realization_notes (stage_id, noted_at
      SET noted_at = excluded.noted_at, note = excluded.note \
      WHERE realization_notes.note <> excluded.note";
 
-/// The applied stage whose profile is the live one (`$1`), of this
+/// The applied stages whose profile is the live one (`$1`), of this
 /// handle's stack, that no revert undid or is undoing (a refused revert
-/// left it live): the stage a realization measures. The latest applied
-/// first, should two stages have reached the same profile.
-const SQL_LIVE_STAGE: &str = "SELECT s.* FROM stages s \
+/// left it live): the stage a realization measures is the latest applied
+/// of them (chosen by the caller, so the query reads `stages_by_state`
+/// without a sort; two stages rarely reach one profile).
+pub(crate) const SQL_LIVE_STAGES: &str = "SELECT s.* FROM stages s \
      WHERE s.state = 'approved' AND s.applied_at IS NOT NULL AND s.candidate_digest = $1 \
        AND (CAST($2 AS TEXT) IS NULL OR s.stack = $2) \
-       AND NOT EXISTS (SELECT 1 FROM stage_reverts r WHERE r.stage_id = s.id AND r.refusal IS NULL) \
-     ORDER BY s.applied_at DESC, s.id DESC LIMIT 1";
+       AND NOT EXISTS (SELECT 1 FROM stage_reverts r WHERE r.stage_id = s.id AND r.refusal IS NULL)";
 
 impl Ledger {
     /// Records a realization A/B of stage `stage`: the experiment (the
@@ -261,7 +267,7 @@ impl Ledger {
         let op = "read a stage's realization";
         let mut c = self.conn(op).await?;
         let attempts = on_db!(c.conn(), |c| {
-            sqlx::query_as(&sql_attempts_of_stage())
+            sqlx::query_as(SQL_ATTEMPTS_OF_STAGE)
                 .bind(id)
                 .fetch_all(c)
                 .await
@@ -285,7 +291,7 @@ impl Ledger {
         let op = "read the realizations";
         let mut c = self.conn(op).await?;
         let attempts: Vec<RealizationAttempt> = on_db!(c.conn(), |c| {
-            sqlx::query_as(&sql_all_attempts())
+            sqlx::query_as(SQL_ALL_ATTEMPTS)
                 .bind(self.ctx.stack())
                 .fetch_all(c)
                 .await
@@ -332,17 +338,18 @@ impl Ledger {
     }
 
     /// The applied, unreverted stage of this handle's stack whose profile
-    /// is `live` (see [`SQL_LIVE_STAGE`]).
+    /// is `live`, the latest applied (see [`SQL_LIVE_STAGES`]).
     pub async fn live_stage(&self, live: &Digest) -> Result<Option<Stage>> {
         let op = "look for the applied stage that is live";
         let mut c = self.conn(op).await?;
-        on_db!(c.conn(), |c| {
-            sqlx::query_as(SQL_LIVE_STAGE)
+        let stages: Vec<Stage> = on_db!(c.conn(), |c| {
+            sqlx::query_as(SQL_LIVE_STAGES)
                 .bind(live)
                 .bind(self.ctx.stack())
-                .fetch_optional(c)
+                .fetch_all(c)
                 .await
                 .map_err(self.ctx.err(op))
-        })
+        })?;
+        Ok(stages.into_iter().max_by_key(|s| (s.applied_at, s.id)))
     }
 }
