@@ -127,6 +127,25 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         scorer: &StackScorer,
         not_before: Option<DateTime<Utc>>,
     ) -> Result<Judged, Stop> {
+        let arms = (base, candidate, base);
+        self.ab_judged_by(id, experiment_id, tried, arms, scorer, not_before)
+            .await
+    }
+
+    /// [`Self::ab`] of `(base, candidate)` judged by the noise floor of the
+    /// third profile, the one whose A/A measures it: the base for every A/B
+    /// but a realization's, whose base (the profile an applied stage
+    /// replaced) runs in a shadow and whose floor is the live server's, on
+    /// the live profile (`cycle/realization.rs`).
+    pub(super) async fn ab_judged_by(
+        &mut self,
+        id: CycleId,
+        experiment_id: ExperimentId,
+        tried: &Tried,
+        (base, candidate, floor_of): (&ProfileFile, &ProfileFile, &ProfileFile),
+        scorer: &StackScorer,
+        not_before: Option<DateTime<Utc>>,
+    ) -> Result<Judged, Stop> {
         let tried = &Tried {
             experiment_id: Some(experiment_id),
             ..tried.clone()
@@ -135,7 +154,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             floor: floor.map(Floor::get),
             ..tried.clone()
         };
-        let current = self.floor(scorer.method(), base, not_before).await?;
+        let current = self.floor(scorer.method(), floor_of, not_before).await?;
         let valid = current
             .floor(self.policy.min_floor)
             .filter(|_| !current.stale);
@@ -180,7 +199,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                         );
                     }
                     let refreshed = self
-                        .refresh_floor(id, None, base, &live_scorer, |_| {})
+                        .refresh_floor(id, None, floor_of, &live_scorer, |_| {})
                         .await
                         .map_err(|s| s.during(tried))?;
                     self.progress.phase(phase::MEASURE, &measuring);

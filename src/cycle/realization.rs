@@ -6,9 +6,11 @@
 //! approve --restart` restarted it on it), the cycle measures the live
 //! server (the candidate arm) against a shadow of the profile the stage
 //! replaced (the baseline arm): an ordinary paired A/B through
-//! [`crate::measure::ab`] and [`crate::judge::schedule`], judged against
-//! the live server's own noise floor (an A/A of the live profile, measured
-//! in this cycle first when the current one is stale). Its verdict is the
+//! [`crate::measure::ab`] and [`crate::judge::schedule`], judged as every
+//! A/B (`CycleRunner::ab_judged_by`) but by the live server's own noise
+//! floor, on the live profile: against the bound first, then, when the
+//! bound cannot decide, against that floor, measured in this cycle by an
+//! A/A of the live server when the current one is stale. Its verdict is the
 //! stage's realized effect. A realized loss is an error line naming `stage
 //! revert`. A stack that cannot run both arms, or a live server that does
 //! not run the stage's profile, gets a note on the stage saying why, and
@@ -17,16 +19,13 @@
 use std::path::Path;
 
 use super::outcome::{Done, Judged, Scheduled, Tried};
-use super::{CycleRunner, Stop, ab_stop, no_scorer, profiles_dir};
+use super::{CycleRunner, Stop, profiles_dir};
 use crate::apply::running::{self, Running};
 use crate::brain::Proposer;
 use crate::clock::Clock;
-use crate::judge::Floor;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, Stage};
-use crate::measure::ab::RecordedRun;
 use crate::measure::by_protocol::StackScorer;
 use crate::profile::{Profile, ProfileFile};
-use crate::progress::phase;
 use crate::vocab::{Arm, Method, VerdictKind};
 
 /// A realization this cycle owes: the stage, its experiment (what it
@@ -142,75 +141,28 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             "measuring what stage #{} realized: the live server against a shadow of the profile it replaced",
             stage.id
         );
-        let (floor, contention) = self
-            .live_floor(id, stage, live)
-            .await
-            .map_err(|s| s.during(&tried))?;
-        tried.floor = Some(floor.get());
-
-        let (mut gate, runner) = self.measuring(scorer).await?;
-        self.progress.phase(phase::MEASURE, &tried.measuring());
-        tracing::debug!(experiment = %experiment_id, "phase measure");
-        let report = runner
-            .run_ab(
-                experiment_id,
-                replaced,
-                live,
-                &mut gate,
-                self.policy.against_floor(contention),
-                floor,
-            )
-            .await
-            .map_err(|e| ab_stop(e).during(&tried))?;
-        tracing::debug!(experiment = %experiment_id, "phase judge");
-        let verdict = report.verdict.to_new_verdict(self.clock.now());
-        self.ledger.insert_verdict(experiment_id, &verdict).await?;
-        let mut judged = Judged::recorded(
-            &verdict,
-            Some(floor.get()).filter(|_| !verdict.floor_is_bound),
-            &report.runs,
-        );
+        // The live server's own floor, on the live profile, as for any A/B:
+        // against the bound first, measured in this cycle when needed.
+        let arms = (replaced, live, live);
+        let mut judged = self
+            .ab_judged_by(id, experiment_id, &tried, arms, scorer, None)
+            .await?;
         // The live server is the candidate arm here.
-        judged.base_measured = crate::judge::noise::median(&candidate_times(&report.runs));
+        judged.base_measured = self.live_median(experiment_id).await?;
         say(stage, experiment_id, &judged);
         Ok(Done::new(tried, judged))
     }
 
-    /// The live server's own floor, on the live profile, and the contention
-    /// of its runs: the current one, or an A/A of the live server measured
-    /// in this cycle first when that one is stale.
-    async fn live_floor(
-        &self,
-        id: CycleId,
-        stage: &Stage,
-        live: &ProfileFile,
-    ) -> Result<(Floor, Option<f64>), Stop> {
-        let current = self.floor(Method::Surface, live, None).await?;
-        if let Some(floor) = current
-            .floor(self.policy.min_floor)
-            .filter(|_| !current.stale)
-        {
-            return Ok((floor, current.contention()));
-        }
-        if let Some(why) = &current.why {
-            tracing::info!(cycle = %id, "measuring the live server's noise floor first: {why}");
-        }
-        let live_scorer = self
-            .scorers
-            .for_live(Method::Surface)
-            .ok_or_else(|| Stop::failed(no_scorer(Method::Surface)))?;
-        let refreshed = self
-            .refresh_floor(id, None, live, &live_scorer, |_| {})
-            .await?;
-        match refreshed.usable() {
-            Some(floor) => Ok((floor, refreshed.contention)),
-            None => Err(Stop::failed(format!(
-                "no noise floor of the live server could be measured (experiment #{}: {}); stage #{} is measured again next cycle",
-                refreshed.experiment_id,
-                refreshed.unusable.as_deref().unwrap_or("no floor"),
-                stage.id
-            ))),
-        }
+    /// The median seconds per token of the live server's valid runs (the
+    /// candidate arm) of realization `experiment_id`.
+    async fn live_median(&self, experiment_id: ExperimentId) -> Result<Option<f64>, LedgerError> {
+        let runs = self.ledger.runs(experiment_id).await?;
+        let times: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.arm == Arm::Candidate && !r.refused)
+            .filter_map(|r| r.seconds_per_token)
+            .collect();
+        Ok(crate::judge::noise::median(&times))
     }
 }
 
@@ -247,14 +199,6 @@ fn say(stage: &Stage, experiment_id: ExperimentId, judged: &Judged) {
             judged.reason.as_deref().unwrap_or("")
         ),
     }
-}
-
-/// The valid runs of the candidate arm (the live server).
-fn candidate_times(runs: &[RecordedRun]) -> Vec<f64> {
-    runs.iter()
-        .filter(|r| r.run.arm == Arm::Candidate && !r.run.refused)
-        .filter_map(|r| r.run.seconds_per_token)
-        .collect()
 }
 
 /// The profile `stage` replaced (its experiment's base), written next to

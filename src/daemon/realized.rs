@@ -86,11 +86,7 @@ mod tests {
     /// are exposed side by side.
     #[test]
     fn stages_are_tallied_by_what_they_realized() {
-        use crate::ledger::{
-            CycleId, ExperimentId, Interval, RealizationAttempt, StageId, StageRealization,
-            StageSummary,
-        };
-        use crate::vocab::{CycleStatus, StageState};
+        use crate::ledger::{Interval, RealizationAttempt};
         let t0 = chrono::Utc::now();
         let stage = |id: i64, applied: bool| StageSummary {
             id: StageId(id),
@@ -115,24 +111,7 @@ mod tests {
             confirmed_by_stack: None,
             confirmed_in_class: None,
         };
-        let attempt = |id: i64, kind: VerdictKind, effect: f64, secs: i64| RealizationAttempt {
-            stage_id: StageId(id),
-            experiment_id: ExperimentId(100 + id),
-            cycle_id: CycleId(50 + id),
-            cycle_status: CycleStatus::Completed,
-            created_at: t0,
-            verdict: Some(kind),
-            effect: Some(effect),
-            interval: Some(Interval {
-                low: effect - 0.05,
-                high: effect + 0.05,
-            }),
-            noise_floor: Some(0.02),
-            floor_is_bound: false,
-            pairs: Some(6),
-            decided_at: Some(t0 + chrono::Duration::seconds(secs)),
-            reason: None,
-        };
+        let attempt = RealizationAttempt::example;
         let of = |a: RealizationAttempt| StageRealization {
             attempts: vec![a],
             note: None,

@@ -82,6 +82,33 @@ impl RealizationAttempt {
     }
 }
 
+#[cfg(test)]
+impl RealizationAttempt {
+    /// A decided attempt of stage `stage`: `kind`, `effect` ± 0.05, 8 pairs
+    /// against a 2% floor, decided `secs` after now (tests only).
+    pub(crate) fn example(stage: i64, kind: VerdictKind, effect: f64, secs: i64) -> Self {
+        let now = Utc::now();
+        RealizationAttempt {
+            stage_id: StageId(stage),
+            experiment_id: ExperimentId(100 + stage),
+            cycle_id: CycleId(50 + stage),
+            cycle_status: CycleStatus::Completed,
+            created_at: now,
+            verdict: Some(kind),
+            effect: Some(effect),
+            interval: Some(Interval {
+                low: effect - 0.05,
+                high: effect + 0.05,
+            }),
+            noise_floor: Some(0.02),
+            floor_is_bound: false,
+            pairs: Some(8),
+            decided_at: Some(now + chrono::Duration::seconds(secs)),
+            reason: None,
+        }
+    }
+}
+
 /// The daemon's latest word on why a stage is not realized (yet).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RealizationNote {

@@ -39,10 +39,10 @@ pub fn tinyk3_bin() -> PathBuf {
 
 /// Writes a tiny checkpoint (a few hundred KB) into `dir`.
 pub fn init_tiny(dir: &Path, seed: u64) {
-    let out = Command::new(tinyk3_bin())
-        .args(["init", "--out"])
-        .arg(dir)
-        .args([
+    let seed = seed.to_string();
+    init_model(
+        dir,
+        &[
             "--layers",
             "4",
             "--experts",
@@ -60,8 +60,17 @@ pub fn init_tiny(dir: &Path, seed: u64) {
             "--vocab",
             "256",
             "--seed",
-        ])
-        .arg(seed.to_string())
+            &seed,
+        ],
+    );
+}
+
+/// Writes a checkpoint into `dir` with `tinyk3 init` and its `args`.
+pub fn init_model(dir: &Path, args: &[&str]) {
+    let out = Command::new(tinyk3_bin())
+        .args(["init", "--out"])
+        .arg(dir)
+        .args(args)
         .output()
         .expect("run tinyk3 init");
     assert!(

@@ -73,19 +73,7 @@ impl LiveStack {
         let model = s.path("model");
         match init {
             None => common::init_tiny(&model, 7),
-            Some(args) => {
-                let out = std::process::Command::new(common::tinyk3_bin())
-                    .args(["init", "--out"])
-                    .arg(&model)
-                    .args(args)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+            Some(args) => common::init_model(&model, args),
         }
         common::script(
             s.dir.path(),
@@ -162,26 +150,27 @@ impl LiveStack {
             .and_then(|p| p.trim().parse().ok())
     }
 
+    /// `orchestrator ARGS` on this stack, which must succeed: its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "orchestrator {}:\n{}{}",
+            args.join(" "),
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
     /// `stage list --all --json`.
     pub fn list(&self) -> Vec<Value> {
-        let out = self
-            .cmd()
-            .args(["stage", "list", "--all", "--json"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+        serde_json::from_str(&self.ok(&["stage", "list", "--all", "--json"])).unwrap()
     }
 
     /// `stage show ID --json`.
     pub fn show(&self, id: StageId) -> Value {
-        let out = self
-            .cmd()
-            .args(["stage", "show", &id.0.to_string(), "--json"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        serde_json::from_str(&self.ok(&["stage", "show", &id.0.to_string(), "--json"])).unwrap()
     }
 }
 

@@ -63,25 +63,14 @@ fn configure(s: &LiveStack) {
 }
 
 fn approve_with_restart(s: &LiveStack, id: StageId) {
-    let out = s
-        .cmd()
-        .args([
-            "stage",
-            "approve",
-            &id.0.to_string(),
-            "--by",
-            "ada",
-            "--restart",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let said = text(&out.stdout);
+    let said = s.ok(&[
+        "stage",
+        "approve",
+        &id.0.to_string(),
+        "--by",
+        "ada",
+        "--restart",
+    ]);
     assert!(
         said.contains("reporting that it runs the profile in"),
         "the restart waited for the server to report the new profile: {said}"
@@ -138,32 +127,21 @@ fn an_approved_win_restarted_on_is_measured_realized_by_the_next_cycles() {
     let shown = s.show(id);
     let attempts = shown["realization_attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 1, "{shown:#}");
-    let out = s.cmd().args(["stage", "list", "--all"]).output().unwrap();
-    assert!(
-        text(&out.stdout).contains("realized a win"),
-        "{}",
-        text(&out.stdout)
-    );
+    let table = s.ok(&["stage", "list", "--all"]);
+    assert!(table.contains("realized a win"), "{table}");
     let list = s.list();
     let row = list.iter().find(|v| v["id"] == id.0).unwrap();
     assert_eq!(row["realized"]["status"], "win", "{row:#}");
 
     // The report shows the claim against the realization, and charts it.
-    let out = s.cmd().arg("report").output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let md = text(&out.stdout);
+    let md = s.ok(&["report"]);
     assert!(md.contains("## Claimed against realized"), "{md}");
     let row = md
         .lines()
         .find(|l| l.starts_with(&format!("| #{id} ")))
         .unwrap_or_else(|| panic!("no row of stage {id}:\n{md}"));
     assert!(row.contains("-18.1%") && row.contains("| win "), "{row}");
-    let out = s
-        .cmd()
-        .args(["report", "--format", "html"])
-        .output()
-        .unwrap();
-    let html = text(&out.stdout);
+    let html = s.ok(&["report", "--format", "html"]);
     assert!(html.contains("<svg id=\"chart-realized\""), "no chart");
     assert!(
         html.contains(&format!("stage #{id} realized win")),
@@ -209,12 +187,7 @@ fn a_live_server_slower_than_its_profile_realizes_a_loss_that_revert_undoes() {
             .any(|l| l.contains("ERROR") && l.contains(&format!("stage #{id} realized a LOSS"))),
         "{logs}"
     );
-    let out = s
-        .cmd()
-        .args(["stage", "show", &id.0.to_string()])
-        .output()
-        .unwrap();
-    let shown = text(&out.stdout);
+    let shown = s.ok(&["stage", "show", &id.0.to_string()]);
     assert!(shown.contains("realized a LOSS +"), "{shown}");
     assert!(
         shown.contains(&format!("`orchestrator stage revert {id} --reason")),
@@ -222,27 +195,17 @@ fn a_live_server_slower_than_its_profile_realizes_a_loss_that_revert_undoes() {
     );
 
     // The revert restores the replaced profile; the win built on it expires.
-    let out = s
-        .cmd()
-        .args([
-            "stage",
-            "revert",
-            &id.0.to_string(),
-            "--reason",
-            "realized a loss",
-            "--by",
-            "bob",
-            "--restart",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let said = text(&out.stdout);
+    let id_text = id.0.to_string();
+    let said = s.ok(&[
+        "stage",
+        "revert",
+        &id_text,
+        "--reason",
+        "realized a loss",
+        "--by",
+        "bob",
+        "--restart",
+    ]);
     assert!(
         said.contains(&format!(
             "Expired 1 staged win(s) measured on top of the reverted profile: {on_top}"
@@ -260,8 +223,7 @@ fn a_live_server_slower_than_its_profile_realizes_a_loss_that_revert_undoes() {
     assert_eq!(row(id)["revert"]["requested_by"], "bob");
     assert_eq!(row(id)["realized"]["status"], "loss");
 
-    let out = s.cmd().arg("report").output().unwrap();
-    let md = text(&out.stdout);
+    let md = s.ok(&["report"]);
     assert!(
         md.contains("**LOSS**") && md.contains(&format!("stage revert {id}")),
         "{md}"
@@ -307,14 +269,9 @@ fn a_stack_without_a_shadow_says_why_its_stages_stay_unrealized() {
             .unwrap()
             .is_empty()
     );
-    let out = s
-        .cmd()
-        .args(["stage", "show", &id.0.to_string()])
-        .output()
-        .unwrap();
+    let shown = s.ok(&["stage", "show", &id.0.to_string()]);
     assert!(
-        text(&out.stdout).contains("not realized yet: the config has no [stack.shadow]"),
-        "{}",
-        text(&out.stdout)
+        shown.contains("not realized yet: the config has no [stack.shadow]"),
+        "{shown}"
     );
 }

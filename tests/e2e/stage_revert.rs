@@ -23,18 +23,7 @@ fn approve_and_revert_with_restart_restart_the_live_server_and_revert_expires_wh
     let f = LiveStack::with_live_server(BASE, None, "");
     let (first, candidate) = f.stage(&f.base(), 0.75);
 
-    let out = f
-        .cmd()
-        .args(["stage", "approve", &id(first), "--by", "ada", "--restart"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let said = text(&out.stdout);
+    let said = f.ok(&["stage", "approve", &id(first), "--by", "ada", "--restart"]);
     assert!(
         said.contains("Restarted the stack with `./restart-test-double.sh`"),
         "{said}"
@@ -55,27 +44,16 @@ fn approve_and_revert_with_restart_restart_the_live_server_and_revert_expires_wh
     // A win measured on top of the approved profile waits; the revert
     // takes its base away.
     let (on_top, _) = f.stage(&candidate, 0.9);
-    let out = f
-        .cmd()
-        .args([
-            "stage",
-            "revert",
-            &id(first),
-            "--reason",
-            "slower live",
-            "--by",
-            "bob",
-            "--restart",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let said = text(&out.stdout);
+    let said = f.ok(&[
+        "stage",
+        "revert",
+        &id(first),
+        "--reason",
+        "slower live",
+        "--by",
+        "bob",
+        "--restart",
+    ]);
     assert!(
         said.contains(&format!("stage {first} reverted by bob (slower live)")),
         "{said}"

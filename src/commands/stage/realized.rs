@@ -128,7 +128,6 @@ pub(super) fn json(claim: Claim, r: Realized<'_>) -> Value {
 mod tests {
     use super::*;
     use crate::ledger::{ExperimentId, RealizationNote};
-    use crate::vocab::CycleStatus;
 
     fn claim() -> Claim {
         Claim {
@@ -143,22 +142,8 @@ mod tests {
 
     fn attempt(kind: VerdictKind, effect: f64) -> RealizationAttempt {
         RealizationAttempt {
-            stage_id: StageId(3),
             experiment_id: ExperimentId(12),
-            cycle_id: crate::ledger::CycleId(9),
-            cycle_status: CycleStatus::Completed,
-            created_at: chrono::Utc::now(),
-            verdict: Some(kind),
-            effect: Some(effect),
-            interval: Some(Interval {
-                low: effect - 0.05,
-                high: effect + 0.05,
-            }),
-            noise_floor: Some(0.02),
-            floor_is_bound: false,
-            pairs: Some(8),
-            decided_at: Some(chrono::Utc::now()),
-            reason: None,
+            ..RealizationAttempt::example(3, kind, effect, 0)
         }
     }
 

@@ -281,6 +281,29 @@ pub(crate) async fn staged_win_on(
     (stage, first, second)
 }
 
+/// A stage of `ledger`'s stack from profile `base` to profile 200,
+/// approved at t(300) and applied at t(310).
+pub(super) async fn applied(ledger: &Ledger, base: u8) -> StageId {
+    let (id, _, _) = staged_win(ledger, base).await;
+    let mut tx = ledger.begin_write().await.unwrap();
+    tx.decide_stage(id, StageDecision::Approved, "alice", None, t(300))
+        .await
+        .unwrap();
+    assert!(
+        tx.settle_apply(
+            id,
+            ApplyOutcome::Applied,
+            "stage approve",
+            "/srv/live.toml",
+            t(310)
+        )
+        .await
+        .unwrap()
+    );
+    tx.commit().await.unwrap();
+    id
+}
+
 /// Runs raw SQL that the typed API would never issue.
 pub(super) async fn raw(ledger: &Ledger, sql: &str) -> Result<(), LedgerError> {
     let done = match &ledger.pool {

@@ -12,25 +12,9 @@ fn scope(name: &str) -> StackScope {
 }
 
 /// A stage of `ledger`'s stack from profile `base` to profile 200,
-/// approved at t(300) and applied at t(310).
-async fn applied(ledger: &Ledger, base: u8) -> Stage {
-    let (id, _, _) = staged_win(ledger, base).await;
-    let mut tx = ledger.begin_write().await.unwrap();
-    tx.decide_stage(id, StageDecision::Approved, "alice", None, t(300))
-        .await
-        .unwrap();
-    assert!(
-        tx.settle_apply(
-            id,
-            ApplyOutcome::Applied,
-            "stage approve",
-            "/srv/live.toml",
-            t(310)
-        )
-        .await
-        .unwrap()
-    );
-    tx.commit().await.unwrap();
+/// approved and applied.
+async fn applied_stage(ledger: &Ledger, base: u8) -> Stage {
+    let id = applied(ledger, base).await;
     ledger.stage(id).await.unwrap()
 }
 
@@ -64,7 +48,7 @@ async fn a_realization_is_recorded_beside_its_stage_and_kept_from_the_proposers(
     for ledger in backends().await {
         let a = ledger.clone().scoped(scope("box-a"));
         let b = ledger.clone().scoped(scope("box-b"));
-        let stage = applied(&a, 1).await;
+        let stage = applied_stage(&a, 1).await;
         // The stage whose profile is live, for its own stack only.
         assert_eq!(
             a.live_stage(&digest(200)).await.unwrap(),
@@ -172,7 +156,7 @@ async fn a_realization_is_recorded_beside_its_stage_and_kept_from_the_proposers(
 async fn attempts_that_ran_to_their_end_are_given_up_after_three_and_notes_change_once() {
     for ledger in backends().await {
         let a = ledger.clone().scoped(scope("box-a"));
-        let stage = applied(&a, 1).await;
+        let stage = applied_stage(&a, 1).await;
         // Cut short by a shutdown: not spent.
         attempt(
             &a,

@@ -11,28 +11,6 @@ fn scope(name: &str) -> StackScope {
     }
 }
 
-/// A stage of `ledger`'s stack, approved at t(300) and applied at t(310).
-async fn applied(ledger: &Ledger, base: u8) -> StageId {
-    let (id, _, _) = staged_win(ledger, base).await;
-    let mut tx = ledger.begin_write().await.unwrap();
-    tx.decide_stage(id, StageDecision::Approved, "alice", None, t(300))
-        .await
-        .unwrap();
-    assert!(
-        tx.settle_apply(
-            id,
-            ApplyOutcome::Applied,
-            "stage approve",
-            "/srv/live.toml",
-            t(310)
-        )
-        .await
-        .unwrap()
-    );
-    tx.commit().await.unwrap();
-    id
-}
-
 async fn request(ledger: &Ledger, id: StageId, by: &str, at: i64) -> bool {
     let mut tx = ledger.begin_write().await.unwrap();
     let done = tx
