@@ -550,18 +550,13 @@ fn hostname() -> String {
 /// this process (permissions, or a read-only filesystem: `access(2)` says
 /// `EROFS` even to root).
 fn read_only(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    [path, dir].iter().any(|p| {
-        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: access(2) on a NUL-terminated path; no memory effects.
-        p.exists() && unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0
-    })
+    [path, dir]
+        .iter()
+        .any(|p| p.exists() && nix::unistd::access(*p, nix::unistd::AccessFlags::W_OK).is_err())
 }
 
 impl WriteTx {
