@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use chrono::{DateTime, Utc};
 
 use super::{CycleReport, CycleRunner, Stop, ab_stop, no_scorer};
-use crate::brain::{self, Proposer};
+use crate::brain;
 use crate::clock::Clock;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
 use crate::measure::ab::{AbRunner, AbVerdict, BoundedAb};
@@ -42,7 +42,7 @@ pub(super) enum Origin<'o> {
     },
 }
 
-impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// The row of an experiment of cycle `id`: `candidate` against the live
     /// profile, measured with `method`'s protocol.
     pub(super) fn new_experiment(

@@ -6,7 +6,6 @@ use serde_json::json;
 
 use super::experiment::Origin;
 use super::{CycleReport, CycleRunner, Stop, ab_stop};
-use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::judge::Floor;
 use crate::judge::{self, Policy, Step};
@@ -42,7 +41,7 @@ impl Refreshed {
     }
 }
 
-impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// An A/A of the live profile: a new noise floor, and a verdict on it.
     pub(super) async fn remeasure(
         &mut self,

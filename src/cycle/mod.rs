@@ -37,6 +37,7 @@ mod experiment;
 mod floor;
 mod floor_refresh;
 mod line;
+mod manual;
 mod proposal;
 mod screen;
 
@@ -104,6 +105,22 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let mut report = CycleReport::new(id);
         self.progress.start_cycle(id.get());
         let stop = self.body(id, &mut report).await;
+        self.finish(started, stop, report).await
+    }
+}
+
+// What needs no proposer: closing a cycle, the floors, the protocols. A
+// manual comparison ([`manual`]) runs with none.
+impl<P, C: Clock> CycleRunner<'_, P, C> {
+    /// Records how the cycle `report` describes ended (`stop`) and closes
+    /// it. Only a ledger failure is an error.
+    async fn finish(
+        &mut self,
+        started: chrono::DateTime<chrono::Utc>,
+        stop: Result<(), Stop>,
+        mut report: CycleReport,
+    ) -> Result<CycleReport, LedgerError> {
+        let id = report.cycle_id;
         self.progress.phase(phase::RECORD, "");
         let now = self.clock.now();
         report.seconds = (now - started).as_seconds_f64();
@@ -152,7 +169,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         r.reason = Some(why.to_string());
         Ok(())
     }
+}
 
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     async fn body(&mut self, id: CycleId, r: &mut CycleReport) -> Result<(), Stop> {
         // The phase lines (debug level) mark the cycle's timeline for
         // people reading a log and for the crash-consistency test.
@@ -246,7 +265,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // 4. The proposer chooses.
         self.propose(id, &live, &obs, &methods, now, r).await
     }
+}
 
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// The protocols the menu's (non-remeasure) experiments are measured with.
     fn candidate_methods(&self) -> Vec<Method> {
         let mut methods: Vec<Method> = self
