@@ -146,12 +146,21 @@ async fn judge(
         ))
         .into());
     }
+    let scorers = Scorers::from_config(config);
+    if !base_is_live && scorers.bench.is_none() {
+        // A floor of the surface protocol is an A/A of the live server
+        // (`measure::by_protocol`), which says nothing of another base.
+        return Err(UsageError(format!(
+            "--base needs a stack measured by a bench command: {} measures candidates through the serving surface, whose noise floor is the live server's; compare against the live profile (leave out --base), or add [stack.bench]",
+            config.path.display()
+        ))
+        .into());
+    }
     let notes = json!({
         "candidate_file": absolute(&candidate.path),
         "base_file": absolute(&base.path),
         "base_is_live": base_is_live,
     });
-    let scorers = Scorers::from_config(config);
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(30))

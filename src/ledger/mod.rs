@@ -536,12 +536,12 @@ impl Ledger {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.ctx.err("lock the ledger to migrate it"))?;
-        let broken_before = self.broken_references(&mut *tx).await?;
+        let broken_before = self.broken_references(&mut tx).await?;
         MIGRATOR
             .run_direct(&mut *tx)
             .await
             .map_err(|source| self.migrate_error(source))?;
-        let broken = self.broken_references(&mut *tx).await?;
+        let broken = self.broken_references(&mut tx).await?;
         if broken > broken_before {
             return Err(LedgerError::Migrate {
                 path: self.ctx.path.to_path_buf(),
