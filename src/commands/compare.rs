@@ -25,7 +25,7 @@ use super::UsageError;
 use crate::cli::CompareArgs;
 use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::cycle::{CycleReport, CycleRunner};
+use crate::cycle::{CycleRunner, CycleSummary};
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Ledger, Run};
 use crate::measure::by_protocol::Scorers;
@@ -311,7 +311,7 @@ impl Runs {
 }
 
 impl Judged {
-    async fn read(ledger: &Ledger, cycle: &CycleReport) -> anyhow::Result<Judged> {
+    async fn read(ledger: &Ledger, cycle: &CycleSummary) -> anyhow::Result<Judged> {
         let mut judged = Judged {
             cycle_id: cycle.cycle_id,
             status: cycle.status,

@@ -9,9 +9,10 @@
 
 use serde_json::Value;
 
-use super::{CycleReport, CycleRunner, Stop, no_scorer};
+use super::outcome::{Done, Scheduled, Tried};
+use super::{CycleRunner, CycleSummary, Stop, no_scorer};
 use crate::clock::Clock;
-use crate::ledger::{ExperimentId, LedgerError, NewManualExperiment};
+use crate::ledger::{CycleId, ExperimentId, LedgerError, NewManualExperiment};
 use crate::measure::scorer::Scorer;
 use crate::profile::ProfileFile;
 use crate::vocab::{Method, ProposerKind};
@@ -28,39 +29,32 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
         candidate: &ProfileFile,
         confirms: Option<ExperimentId>,
         notes: &Value,
-    ) -> Result<CycleReport, LedgerError> {
+    ) -> Result<CycleSummary, LedgerError> {
         let started = self.clock.now();
         let id = self.ledger.open_cycle(started, ProposerKind::Human).await?;
-        let mut report = CycleReport::new(id);
-        report.scheduled = Some(match confirms {
-            Some(_) => "confirmation of a manual comparison",
-            None => "manual comparison",
-        });
         self.progress.start_cycle(id.get());
-        let stop = self
-            .manual_ab(base, candidate, confirms, notes, &mut report)
-            .await;
-        self.finish(started, stop, report).await
+        let ended = self.manual_ab(id, base, candidate, confirms, notes).await;
+        self.finish(id, started, ended, None, None).await
     }
 
     async fn manual_ab(
         &mut self,
+        id: CycleId,
         base: &ProfileFile,
         candidate: &ProfileFile,
         confirms: Option<ExperimentId>,
         notes: &Value,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+    ) -> Result<Done, Stop> {
         // The bench when the stack has one, else a shadow through the
         // serving surface: what measures any candidate of this stack.
         let scorer = self
             .scorers
             .for_candidate(Method::Bench)
-            .ok_or_else(|| Stop::Failed(no_scorer(Method::Bench)))?;
+            .ok_or_else(|| Stop::failed(no_scorer(Method::Bench)))?;
         let experiment_id = self
             .ledger
             .insert_manual_experiment(&NewManualExperiment {
-                cycle_id: r.cycle_id,
+                cycle_id: id,
                 confirmation_of: confirms,
                 created_at: self.clock.now(),
                 method: scorer.method(),
@@ -71,13 +65,30 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
                 notes: notes.clone(),
             })
             .await?;
-        r.experiment_id = Some(experiment_id);
+        // No menu entry: a person chose it, or, for its confirmation, the
+        // win it re-tests.
+        let tried = Tried {
+            scheduled: confirms.map(|_| Scheduled::Confirmation),
+            experiment_id: Some(experiment_id),
+            ..Tried::default()
+        };
         // A confirmation must not be judged by a floor measured before its win.
         let not_before = match confirms {
             Some(win) => self.ledger.verdict(win).await?.map(|v| v.decided_at),
             None => None,
         };
-        self.ab(experiment_id, base, candidate, &scorer, not_before, r)
+        let judged = self
+            .ab(
+                id,
+                experiment_id,
+                &tried,
+                base,
+                candidate,
+                &scorer,
+                not_before,
+            )
             .await
+            .map_err(|stop| stop.during(&tried))?;
+        Ok(Done::new(tried, judged))
     }
 }
