@@ -15,7 +15,9 @@ confirmation both won), at the engine time the comparison ended.
 import hashlib
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from stack import ORCH, clock_total
@@ -39,27 +41,39 @@ class Judge:
     def spent(self):
         return clock_total(self.log)
 
-    def compare(self, prof) -> dict:
-        """Judges `prof` against the start; the comparison's JSON, reduced."""
+    def compare(self, prof, limit=float("inf")) -> dict:
+        """Judges `prof` against the start; the comparison's JSON, reduced.
+        `limit`: the engine seconds the tuner has left. A comparison still
+        measuring when its runs have spent them is stopped (SIGTERM: it
+        records its cycle `aborted`), as the loop is stopped at its budget."""
         text = prof.to_toml()
-        path = self.d / "candidates" / (hashlib.sha256(text.encode()).hexdigest()[:12] + ".toml")
+        name = hashlib.sha256(text.encode()).hexdigest()[:12]
+        path = self.d / "candidates" / f"{name}.toml"
         path.write_text(text)
         before = self.spent()
         env = dict(os.environ, ORCHESTRATOR_CONFIG=str(self.config))
-        r = subprocess.run([str(ORCH), "compare", "--candidate", str(path), "--json"], env=env,
-                           capture_output=True, text=True)
-        with open(self.d / "compare.log", "a") as f:
-            f.write(f"== {path.name} exit {r.returncode}\n{r.stderr}\n")
-        if r.returncode == 2:
-            raise SystemExit(f"orchestrator compare refused its input (exit 2): {r.stderr.strip()}")
+        out_path = self.d / "candidates" / f"{name}.json"
+        stopped = False
+        with open(out_path, "w") as out, open(self.d / "compare.log", "a") as err:
+            err.write(f"== {path.name}\n")
+            err.flush()
+            p = subprocess.Popen([str(ORCH), "compare", "--candidate", str(path), "--json"], env=env,
+                                 stdout=out, stderr=err)
+            while p.poll() is None:
+                time.sleep(0.25)
+                if not stopped and self.spent() - before >= limit:
+                    p.send_signal(signal.SIGTERM)
+                    stopped = True
+            err.write(f"== exit {p.returncode}{' (stopped at the budget)' if stopped else ''}\n")
+        if p.returncode == 2:
+            raise SystemExit(f"orchestrator compare refused its input (exit 2); see {self.d / 'compare.log'}")
         try:
-            out = json.loads(r.stdout)
+            out = json.loads(out_path.read_text())
         except ValueError:
             # A comparison that could not run at all (exit 1 before any
-            # output): recorded as not confirmed, with why.
-            out = {"verdict": "failed", "confirmed": False, "effect_log_ratio": None,
-                   "interval_log_ratio": None, "reason": r.stderr.strip()[-400:]}
-        return {"profile": prof.short(), "key": prof.key(), "exit": r.returncode,
-                "verdict": out.get("verdict"), "confirmed": bool(out.get("confirmed")),
+            # output): not confirmed.
+            out = {"verdict": "failed", "confirmed": False}
+        return {"profile": prof.short(), "key": prof.key(), "exit": p.returncode, "stopped": stopped,
+                "verdict": out.get("verdict"), "confirmed": bool(out.get("confirmed")) and not stopped,
                 "effect": out.get("effect_log_ratio"), "interval": out.get("interval_log_ratio"),
                 "engine_s": self.spent() - before}

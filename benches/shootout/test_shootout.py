@@ -211,7 +211,7 @@ class ConfirmedTime(unittest.TestCase):
                 def spent(self):
                     return 3.0 * self.n
 
-                def compare(self, p):
+                def compare(self, p, limit):
                     self.n += 1
                     return {"profile": p.name, "confirmed": p.confirms, "effect": -1.0, "interval": [-1.2, -0.8],
                             "verdict": "win" if p.confirms else "within_noise"}

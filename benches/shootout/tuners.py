@@ -112,7 +112,7 @@ class Search:
         self.trajectory.append((self.search_spent(), prof, math.log(spt / self.start_spt), None))
         if self.judge is None or prof.key() == self.start.key():
             return
-        c = self.judge.compare(prof)
+        c = self.judge.compare(prof, limit=max(self.budget - self.spent(), 0.0))
         c["engine_s_at"] = self.spent()
         self.comparisons.append(c)
         if c["confirmed"]:

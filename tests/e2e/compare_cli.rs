@@ -92,7 +92,9 @@ fn a_faster_candidate_wins_is_confirmed_and_nothing_is_staged() {
     assert_eq!(j["effect_log_ratio"], conf["effect_log_ratio"]);
     let [lo, hi] = [0, 1].map(|i| j["interval_log_ratio"][i].as_f64().unwrap());
     let effect = j["effect_log_ratio"].as_f64().unwrap();
-    assert!(lo <= effect && effect <= hi && hi < 0.0, "{j:#}");
+    // Its 90% interval holds the estimate; whether it lies wholly below
+    // zero is the judge's own promise (`bound_win`), not this command's.
+    assert!(lo <= effect && effect <= hi && effect < 0.0, "{j:#}");
     assert!(j["speedup"].as_f64().unwrap() > 1.0, "{j:#}");
     for ab in [&j["ab"], conf] {
         assert!(ab["runs"]["baseline"].as_u64().unwrap() >= 4, "{ab:#}");
