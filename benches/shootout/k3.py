@@ -89,8 +89,9 @@ def starting_profile(facts: Facts) -> K3Profile:
     """The profile the repository's real-engine test starts the example from
     (tests/e2e/kimi_k3_real.rs): a trunk budget of 20 MB and a cache of 30 MB,
     each more than the tiny checkpoint's whole trunk (11 MB) and all its
-    experts (25 MB), no speculation. Nothing is starved, so most moves change
-    little: the landscape is nearly flat, which is what C tests."""
+    experts (25 MB), no speculation. No split starves anything from there:
+    the landscape is expected to be nearly flat (its ground truth says how
+    flat), which is what C tests."""
     return K3Profile(budget_gb=0.5, trunk_gb=0.02, cache_gb=0.03, draft_len=0,
                      expert_bytes=facts.expert_bytes)
 

@@ -10,8 +10,8 @@
   seen recommends noise.
 - C, the real engine: kimi-k3-in-c's `bin/k3` on the tiny checkpoint
   (`k3.py`), its two knobs (the draft length, the trunk/cache split) from a
-  start where nothing is starved: a nearly flat landscape, where the right
-  answer is to recommend no change.
+  start where no split starves anything: expected nearly flat (its ground
+  truth says how flat), where the right answer is to recommend no change.
 
 A and B share one knob space, anchored at A's start (the trunk + cache pool
 every split and pin count is paid from, as the planners do from the demo's

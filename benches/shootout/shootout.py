@@ -397,7 +397,8 @@ def summarize(L, results, ev, gt, opt_key, start_spt, a, wall):
         if w["comparisons"]:
             verdicts = {}
             for cmp in w["comparisons"]:
-                key = ("confirmed win" if cmp["confirmed"] else cmp["verdict"] or "failed")
+                key = ("stopped at the budget" if cmp.get("stopped") else
+                       "confirmed win" if cmp["confirmed"] else cmp["verdict"] or "failed")
                 verdicts[key] = verdicts.get(key, 0) + 1
             lines += ["", f"{w['contestant']} seed {w['seed']} on {L.name}: {len(w['comparisons'])} comparison(s), "
                       f"{w['compare_engine_s']:.0f} engine s: "
