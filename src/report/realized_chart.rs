@@ -7,7 +7,8 @@
 use std::fmt::Write;
 
 use super::Report;
-use super::html::{Frame, esc, polyline};
+use super::chart_frame::{Frame, polyline};
+use super::html::esc;
 use super::markdown::spt;
 use super::realized::StageRealized;
 use crate::vocab::VerdictKind;
