@@ -43,6 +43,21 @@ pub enum RevertRefusal {
     PinsMissing(PathBuf),
 }
 
+/// The profile `stage` replaced, from `stored` (its experiment's base
+/// profile as stored), checked to parse to the stage's base digest: what a
+/// revert writes back, and what a realization's shadow runs.
+pub fn replaced_profile(stage: &Stage, stored: &str) -> Result<Profile, RevertRefusal> {
+    let restored = Profile::parse(stored, Path::new(&format!("stage {} base", stage.id)))
+        .map_err(|e| RevertRefusal::Damaged(format!("does not parse ({e})")))?;
+    if restored.digest() != stage.base_digest {
+        return Err(RevertRefusal::Damaged(format!(
+            "does not match the stage's base digest {}",
+            stage.base_digest
+        )));
+    }
+    Ok(restored)
+}
+
 /// Checks reverting `stage` to `replaced` (its experiment's base profile,
 /// as stored) against the live profile at `live_path`. An unreadable live
 /// profile is an error, not a refusal: the caller may try again.
@@ -51,20 +66,10 @@ pub fn check_revert(
     replaced: &str,
     live_path: &Path,
 ) -> Result<RevertCheck, ProfileError> {
-    let restored = match Profile::parse(replaced, Path::new(&format!("stage {} base", stage.id))) {
+    let restored = match replaced_profile(stage, replaced) {
         Ok(p) => p,
-        Err(e) => {
-            return Ok(RevertCheck::Refuse(RevertRefusal::Damaged(format!(
-                "does not parse ({e})"
-            ))));
-        }
+        Err(refusal) => return Ok(RevertCheck::Refuse(refusal)),
     };
-    if restored.digest() != stage.base_digest {
-        return Ok(RevertCheck::Refuse(RevertRefusal::Damaged(format!(
-            "does not match the stage's base digest {}",
-            stage.base_digest
-        ))));
-    }
     let live = Profile::load(live_path)?;
     let now = live.digest();
     if now == stage.base_digest {

@@ -25,7 +25,7 @@ use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, Stage};
 use crate::measure::by_protocol::StackScorer;
-use crate::profile::{Profile, ProfileFile};
+use crate::profile::ProfileFile;
 use crate::vocab::{Arm, Method, VerdictKind};
 
 /// A realization this cycle owes: the stage, its experiment (what it
@@ -82,8 +82,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             }
         }
         let original = self.ledger.experiment(stage.experiment_id).await?;
-        let replaced = replaced_profile(&stage, &original, &self.config.stack.live_profile)
-            .map_err(Stop::failed)?;
+        let replaced = match replaced_profile(&stage, &original, &self.config.stack.live_profile) {
+            Ok(p) => p,
+            // Not this cycle's failure: the stage cannot be realized, and
+            // says why; the cycle does something else.
+            Err(why) => {
+                tracing::error!(stage = %stage.id, "stage #{} cannot be realized: {why}", stage.id);
+                self.note(&stage, &format!("cannot be measured: {why}"))
+                    .await?;
+                return Ok(None);
+            }
+        };
         Ok(Some(Due {
             stage,
             original,
@@ -201,30 +210,15 @@ fn say(stage: &Stage, experiment_id: ExperimentId, judged: &Judged) {
     }
 }
 
-/// The profile `stage` replaced (its experiment's base), written next to
-/// the live profile for its shadow, checked against the stage's digest.
+/// The profile `stage` replaced (its experiment's base, checked as a
+/// revert checks it), written next to the live profile for its shadow.
 fn replaced_profile(
     stage: &Stage,
     original: &Experiment,
     live_path: &Path,
 ) -> Result<ProfileFile, String> {
-    let damaged = |why: String| {
-        format!(
-            "stage #{}'s replaced profile (the base of experiment #{}) {why}; the ledger may be damaged",
-            stage.id, original.id
-        )
-    };
-    let profile = Profile::parse(
-        &original.base_profile,
-        Path::new(&format!("the profile stage #{} replaced", stage.id)),
-    )
-    .map_err(|e| damaged(format!("does not parse ({e})")))?;
-    if profile.digest() != stage.base_digest {
-        return Err(damaged(format!(
-            "does not match the stage's base digest {}",
-            stage.base_digest.short()
-        )));
-    }
+    let profile = crate::apply::revert::replaced_profile(stage, &original.base_profile)
+        .map_err(|e| format!("stage #{}: {e}", stage.id))?;
     let path = profiles_dir(live_path).join(format!("replaced-{}.toml", profile.digest().short()));
     ProfileFile::write(&path, profile).map_err(|e| {
         format!(
