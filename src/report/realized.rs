@@ -132,7 +132,8 @@ pub(super) fn markdown(w: &mut String, stages: &[StageRealized]) {
         w,
         "Each stage applied in the period: its claim (the confirming A/B) beside what it realized on \
          the live server, an A/B of the live server against a shadow of the profile it replaced, \
-         judged against the live server's noise floor. s/token: the medians of that A/B's arms.\n"
+         judged as any A/B, by the live server's own noise floor. s/token: the medians of that \
+         A/B's arms.\n"
     );
     let _ = writeln!(
         w,
