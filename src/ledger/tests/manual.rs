@@ -152,6 +152,22 @@ async fn the_rebuilt_experiments_table_keeps_its_rows_and_references() {
         format!(
             "INSERT INTO verdicts (cycle_id, experiment_id, kind, decided_at, reason) VALUES (1, 7, 'failed', '{ts}', 'x')"
         ),
+        // An approved stage of 7 (confirmed by 8), its realization A/B 9,
+        // the daemon's note and a revert: the tables of the migrations
+        // before this one that refer to experiments and stages.
+        format!(
+            "INSERT INTO experiments (id, cycle_id, created_at, menu_id, parameters, method, base_profile, base_digest, candidate_profile, candidate_digest) VALUES (9, 1, '{ts}', 'stage_speculative', '{{\"draft_len\":4}}', 'surface', 'a', '{d}', 'b', '{d}')"
+        ),
+        format!(
+            "INSERT INTO stages (id, experiment_id, confirmation_id, state, base_digest, candidate_digest, candidate_profile, effect, interval_low, interval_high, noise_floor, created_at, decided_at, decided_by) VALUES (1, 7, 8, 'approved', '{d}', '{d}', 'b', -0.1, -0.2, -0.05, 0.01, '{ts}', '{ts}', 'ops')"
+        ),
+        "INSERT INTO realizations (experiment_id, stage_id) VALUES (9, 1)".to_string(),
+        format!(
+            "INSERT INTO realization_notes (stage_id, noted_at, note) VALUES (1, '{ts}', 'waiting')"
+        ),
+        format!(
+            "INSERT INTO stage_reverts (stage_id, requested_at, requested_by, reason) VALUES (1, '{ts}', 'ops', 'slower')"
+        ),
     ] {
         sqlx::query(&sql).execute(&pool).await.unwrap();
     }
@@ -170,6 +186,26 @@ async fn the_rebuilt_experiments_table_keeps_its_rows_and_references() {
     assert_eq!(
         ledger.verdict(ExperimentId(7)).await.unwrap().unwrap().kind,
         VerdictKind::Failed
+    );
+    let realized = ledger.stage_realization(StageId(1)).await.unwrap();
+    assert_eq!(
+        realized
+            .attempts
+            .iter()
+            .map(|a| a.experiment_id)
+            .collect::<Vec<_>>(),
+        [ExperimentId(9)]
+    );
+    assert_eq!(realized.note.unwrap().note, "waiting");
+    // A realization still refers to the rebuilt table: one of no experiment is refused.
+    let dangling = raw(
+        &ledger,
+        "INSERT INTO realizations (experiment_id, stage_id) VALUES (999, 1)",
+    )
+    .await;
+    assert!(
+        dangling.is_err(),
+        "a realization of no experiment: {dangling:?}"
     );
     // The rebuilt table takes manual experiments, and foreign keys are on again.
     let human = ledger.open_cycle(t(0), ProposerKind::Human).await.unwrap();
