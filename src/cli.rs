@@ -124,6 +124,14 @@ pub enum StageCommand {
         #[arg(long)]
         restart: bool,
     },
+    /// Record that you restarted the stack on an applied stage's profile
+    /// yourself (without --restart): where the live server does not report
+    /// the profile it runs, the daemon measures what the stage realized
+    /// only after a recorded restart
+    Restarted {
+        /// The stage id (from `stage list --all`)
+        id: i64,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -2,10 +2,10 @@
 //!
 //! Once the live profile is an applied stage's profile and the live server
 //! runs it (it reports that profile file's sha256, `[stack.surface]
-//! health_profile_sha256`; or, where the stack reports nothing, `stage
-//! approve --restart` restarted it on it), the cycle measures the live
-//! server (the candidate arm) against a shadow of the profile the stage
-//! replaced (the baseline arm): an ordinary paired A/B through
+//! health_profile_sha256`; or, where the stack reports nothing, a restart
+//! on it is recorded by `stage approve --restart` or `stage restarted`),
+//! the cycle measures the live server (the candidate arm) against a shadow
+//! of the profile the stage replaced (the baseline arm): an ordinary paired A/B through
 //! [`crate::measure::ab`] and [`crate::judge::schedule`], judged as every
 //! A/B (`CycleRunner::ab_judged_by`) but by the live server's own noise
 //! floor, on the live profile: against the bound first, then, when the
@@ -63,12 +63,16 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             Running::LiveProfile => {}
             Running::Unreported if stage.restarted_at.is_some() => {}
             Running::Unreported => {
-                let why = "the live server does not report the profile it runs ([stack.surface] \
-                     health_profile_sha256 is not set) and no `stage approve --restart` restarted \
-                     it on this one, so the daemon cannot tell when it runs it: set \
-                     health_profile_sha256 where the server reports its profile, or restart with \
-                     `stage approve --restart` (SQLite ledgers)";
-                self.note(&stage, why).await?;
+                let why = format!(
+                    "the live server does not report the profile it runs ([stack.surface] \
+                     health_profile_sha256 is not set) and no restart on this one is recorded, \
+                     so the daemon cannot tell when it runs it: set health_profile_sha256 where \
+                     the server reports its profile, restart with `stage approve --restart` \
+                     (SQLite ledgers), or once you restarted the stack yourself, say so with \
+                     `orchestrator stage restarted {}`",
+                    stage.id
+                );
+                self.note(&stage, &why).await?;
                 return Ok(None);
             }
             other => {

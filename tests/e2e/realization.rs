@@ -275,3 +275,69 @@ fn a_stack_without_a_shadow_says_why_its_stages_stay_unrealized() {
         "{shown}"
     );
 }
+
+/// A live server that does not report the profile it runs, restarted by
+/// hand after an approval without `--restart`: the daemon cannot tell when
+/// it runs the stage's profile, says so and names `stage restarted`; once
+/// the operator records the restart, the next cycles realize the stage.
+#[test]
+fn a_restart_by_hand_recorded_with_stage_restarted_is_realized() {
+    let _heavy = common::heavy();
+    let s = LiveStack::with_live_server(SLOW, Some(&INIT), "");
+    configure(&s);
+    s.edit_config(&[("health_profile_sha256 = \"profile_sha256\"\n", "")]);
+    let (id, candidate) = s.stage_to(&s.base(), &profile(FAST));
+    let (staged, _) = s.stage(&candidate, 0.17);
+    let id_text = id.0.to_string();
+    s.ok(&["stage", "approve", &id_text, "--by", "ada"]);
+    assert_eq!(s.live().digest(), candidate.digest());
+
+    // Not applied: nothing to have restarted on.
+    let out = s
+        .cmd()
+        .args(["stage", "restarted", &staged.0.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Nothing was recorded"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The operator restarts the stack by hand; the daemon cannot tell.
+    let restarted = std::process::Command::new("./restart-test-double.sh")
+        .current_dir(s.dir.path())
+        .status()
+        .unwrap();
+    assert!(restarted.success());
+    let out = s.cmd().args(["run", "--once"]).output().unwrap();
+    let realized = s.show(id)["realized"].clone();
+    assert_eq!(
+        realized["status"],
+        "unrealized",
+        "{realized:#}\n{}",
+        text(&out.stderr)
+    );
+    let note = realized["note"].as_str().unwrap();
+    assert!(
+        note.contains(&format!("orchestrator stage restarted {id}")),
+        "{note}"
+    );
+    assert!(
+        s.show(id)["realization_attempts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    let said = s.ok(&["stage", "restarted", &id_text]);
+    assert!(
+        said.contains(&format!(
+            "Recorded that the stack was restarted on stage {id}'s"
+        )),
+        "{said}"
+    );
+    let (lines, _, realized) = cycles_until_realized(&s, id, 3);
+    assert_eq!(realized["status"], "win", "{realized:#}\n{lines}");
+}

@@ -1,4 +1,4 @@
-//! `orchestrator stage list|show|approve|reject|revert`: a person inspects and
+//! `orchestrator stage list|show|approve|reject|revert|restarted`: a person inspects and
 //! decides staged wins, from any machine with the ledger. Approving
 //! (`approve`) writes the live profile file, or on PostgreSQL has the
 //! stack's daemon write it, and nothing else: it never restarts, signals or
@@ -12,6 +12,7 @@ use serde_json::json;
 mod approve;
 mod realized;
 mod reject;
+mod restarted;
 mod revert;
 
 use super::UsageError;
@@ -54,6 +55,9 @@ pub fn run(config_path: &Path, cmd: StageCommand) -> anyhow::Result<()> {
             } => {
                 let by = super::decider::decider(by)?;
                 revert::revert(&config, &ledger, StageId(id), &by, &reason, restart).await
+            }
+            StageCommand::Restarted { id } => {
+                restarted::restarted(&config, &ledger, StageId(id)).await
             }
             StageCommand::Reject { id, reason, by } => {
                 let by = super::decider::decider(by)?;
