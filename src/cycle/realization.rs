@@ -39,12 +39,52 @@ pub(super) struct Due {
     scorer: StackScorer,
 }
 
+/// An open realization that cannot be measured now: the stage, and the
+/// note that says why.
+#[derive(Debug)]
+struct NotNow {
+    stage: Stage,
+    why: String,
+    /// The stage's replaced profile is damaged: logged at ERROR too.
+    damaged: Option<String>,
+}
+
+impl NotNow {
+    fn new(stage: Stage, why: String) -> NotNow {
+        NotNow {
+            stage,
+            why,
+            damaged: None,
+        }
+    }
+}
+
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The realization due on `live` (the live profile), if any. When the
     /// live profile is an applied stage's whose realization is open but
     /// cannot be measured now, the stage gets a note saying why (logged
     /// when it changes), and the cycle does something else.
     pub(super) async fn realization_due(&self, live: &ProfileFile) -> Result<Option<Due>, Stop> {
+        match self.realization_state(live).await? {
+            None => Ok(None),
+            Some(Ok(due)) => Ok(Some(due)),
+            Some(Err(not_now)) => {
+                if let Some(why) = &not_now.damaged {
+                    let id = not_now.stage.id;
+                    tracing::error!(stage = %id, "stage #{id} cannot be realized: {why}");
+                }
+                self.note(&not_now.stage, &not_now.why).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether an open realization on `live` can be measured now, without
+    /// writing anything (the note is the cycle's to write).
+    async fn realization_state(
+        &self,
+        live: &ProfileFile,
+    ) -> Result<Option<Result<Due, NotNow>>, LedgerError> {
         let digest = live.profile.digest();
         let Some(stage) = self.ledger.live_stage(&digest).await? else {
             return Ok(None);
@@ -52,12 +92,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         if !self.ledger.stage_realization(stage.id).await?.open() {
             return Ok(None);
         }
+        let not_now = |stage: Stage, why: String| Ok(Some(Err(NotNow::new(stage, why))));
         let scorer = match self.scorers.for_realization(digest) {
             Ok(s) => s,
-            Err(why) => {
-                self.note(&stage, why).await?;
-                return Ok(None);
-            }
+            Err(why) => return not_now(stage, why.to_string()),
         };
         match running::running(self.config, &running::probe_client()).await {
             Running::LiveProfile => {}
@@ -72,17 +110,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                      `orchestrator stage restarted {}`",
                     stage.id
                 );
-                self.note(&stage, &why).await?;
-                return Ok(None);
+                return not_now(stage, why);
             }
             other => {
                 let why = other.why_not().unwrap_or_default();
-                self.note(
-                    &stage,
-                    &format!("waiting for the live server to run it: {why}"),
-                )
-                .await?;
-                return Ok(None);
+                return not_now(
+                    stage,
+                    format!("waiting for the live server to run it: {why}"),
+                );
             }
         }
         let original = self.ledger.experiment(stage.experiment_id).await?;
@@ -91,19 +126,20 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             // Not this cycle's failure: the stage cannot be realized, and
             // says why; the cycle does something else.
             Err(why) => {
-                tracing::error!(stage = %stage.id, "stage #{} cannot be realized: {why}", stage.id);
-                self.note(&stage, &format!("cannot be measured: {why}"))
-                    .await?;
-                return Ok(None);
+                return Ok(Some(Err(NotNow {
+                    why: format!("cannot be measured: {why}"),
+                    damaged: Some(why),
+                    stage,
+                })));
             }
         };
-        Ok(Some(Due {
+        Ok(Some(Ok(Due {
             stage,
             original,
             replaced,
             live: live.clone(),
             scorer,
-        }))
+        })))
     }
 
     /// Notes on `stage` why it is not realized now; says so once per change.
