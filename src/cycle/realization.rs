@@ -39,6 +39,16 @@ pub(super) struct Due {
     scorer: StackScorer,
 }
 
+/// A realization that can be measured now, before its replaced profile is
+/// written for the shadow.
+#[derive(Debug)]
+struct Ready {
+    stage: Stage,
+    original: Experiment,
+    replaced: crate::profile::Profile,
+    scorer: StackScorer,
+}
+
 /// An open realization that cannot be measured now: the stage, and the
 /// note that says why.
 #[derive(Debug)]
@@ -65,26 +75,47 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// cannot be measured now, the stage gets a note saying why (logged
     /// when it changes), and the cycle does something else.
     pub(super) async fn realization_due(&self, live: &ProfileFile) -> Result<Option<Due>, Stop> {
-        match self.realization_state(live).await? {
-            None => Ok(None),
-            Some(Ok(due)) => Ok(Some(due)),
-            Some(Err(not_now)) => {
-                if let Some(why) = &not_now.damaged {
-                    let id = not_now.stage.id;
-                    tracing::error!(stage = %id, "stage #{id} cannot be realized: {why}");
+        let not_now = match self.realization_state(live).await? {
+            None => return Ok(None),
+            Some(Ok(ready)) => {
+                match write_replaced(
+                    &ready.stage,
+                    ready.replaced,
+                    &self.config.stack.live_profile,
+                ) {
+                    Ok(replaced) => {
+                        return Ok(Some(Due {
+                            stage: ready.stage,
+                            original: ready.original,
+                            replaced,
+                            live: live.clone(),
+                            scorer: ready.scorer,
+                        }));
+                    }
+                    Err(why) => NotNow {
+                        why: format!("cannot be measured: {why}"),
+                        damaged: Some(why),
+                        stage: ready.stage,
+                    },
                 }
-                self.note(&not_now.stage, &not_now.why).await?;
-                Ok(None)
             }
+            Some(Err(not_now)) => not_now,
+        };
+        if let Some(why) = &not_now.damaged {
+            let id = not_now.stage.id;
+            tracing::error!(stage = %id, "stage #{id} cannot be realized: {why}");
         }
+        self.note(&not_now.stage, &not_now.why).await?;
+        Ok(None)
     }
 
     /// Whether an open realization on `live` can be measured now, without
-    /// writing anything (the note is the cycle's to write).
+    /// writing anything (the note and the replaced profile's file are the
+    /// cycle's to write).
     async fn realization_state(
         &self,
         live: &ProfileFile,
-    ) -> Result<Option<Result<Due, NotNow>>, LedgerError> {
+    ) -> Result<Option<Result<Ready, NotNow>>, LedgerError> {
         let digest = live.profile.digest();
         let Some(stage) = self.ledger.live_stage(&digest).await? else {
             return Ok(None);
@@ -121,7 +152,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             }
         }
         let original = self.ledger.experiment(stage.experiment_id).await?;
-        let replaced = match replaced_profile(&stage, &original, &self.config.stack.live_profile) {
+        let replaced = match crate::apply::revert::replaced_profile(&stage, &original.base_profile)
+            .map_err(|e| format!("stage #{}: {e}", stage.id))
+        {
             Ok(p) => p,
             // Not this cycle's failure: the stage cannot be realized, and
             // says why; the cycle does something else.
@@ -133,11 +166,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 })));
             }
         };
-        Ok(Some(Ok(Due {
+        Ok(Some(Ok(Ready {
             stage,
             original,
             replaced,
-            live: live.clone(),
             scorer,
         })))
     }
@@ -252,13 +284,11 @@ fn say(stage: &Stage, experiment_id: ExperimentId, judged: &Judged) {
 
 /// The profile `stage` replaced (its experiment's base, checked as a
 /// revert checks it), written next to the live profile for its shadow.
-fn replaced_profile(
+fn write_replaced(
     stage: &Stage,
-    original: &Experiment,
+    profile: crate::profile::Profile,
     live_path: &Path,
 ) -> Result<ProfileFile, String> {
-    let profile = crate::apply::revert::replaced_profile(stage, &original.base_profile)
-        .map_err(|e| format!("stage #{}: {e}", stage.id))?;
     let path = profiles_dir(live_path).join(format!("replaced-{}.toml", profile.digest().short()));
     ProfileFile::write(&path, profile).map_err(|e| {
         format!(
