@@ -170,6 +170,27 @@ pub fn next_arms(
     out
 }
 
+/// Whether `id` is searched along a line on `menu`'s live profile: an entry
+/// with one number parameter whose live value the menu names (the same
+/// condition as [`next_arms`]'s). Every other entry's arms come in UCB1's
+/// order.
+pub fn has_line(menu: &Menu, id: MenuId) -> bool {
+    let Ok(entry) = menu.entry(id) else {
+        return false;
+    };
+    let [param] = entry.params.as_slice() else {
+        return false;
+    };
+    id != MenuId::Remeasure
+        && !matches!(param.kind, ParamKind::Enum { .. })
+        && menu.excluded().iter().any(|x| {
+            x.experiment == id
+                && x.param == param.name
+                && x.why == Why::Live
+                && x.value.as_f64().is_some()
+        })
+}
+
 /// Which way "more of the lever" is. The split moves RAM towards the larger
 /// measured part of the token (without parts, towards the trunk, which every
 /// token reads whole); every other knob's larger value is its stronger move.

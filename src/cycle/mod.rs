@@ -24,7 +24,9 @@
 //! that waits for approval on it ([`base`], `[cycle] build_on_staged`).
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
 //! [`experiment`]; which floor is current in [`floor`]; the cycle's record
-//! and summary line in [`line`].
+//! and summary line in [`line`]. A proposer is offered `remeasure` only with
+//! a reason ([`remeasure_offer`]); [`converged`] is the daemon's look before
+//! a cycle, which says when no cycle would tell the loop anything new.
 //!
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
@@ -33,16 +35,19 @@ mod base;
 mod classmate;
 mod composition;
 mod confirmation;
+mod converged;
 mod experiment;
 mod floor;
 mod floor_refresh;
 mod line;
 mod proposal;
+mod remeasure_offer;
 mod screen;
 
 use std::path::{Path, PathBuf};
 
 use confirmation::Pending;
+pub use converged::Converged;
 pub use floor::{CurrentFloor, Freshness};
 pub use line::CycleReport;
 

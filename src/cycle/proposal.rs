@@ -55,12 +55,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             base_digest: &live_digest,
         };
         // The live profile's own values and what was decided or refused on
-        // it leave the schema, the validator and the bandit's grid.
-        let menu = self
-            .menu
-            .clone()
-            .excluding(brain::exclusions::live(plan::unchanged(&live.profile)))
-            .excluding(duplicates.refused(self.menu).await?);
+        // it leave the schema, the validator and the bandit's grid, and so
+        // does `remeasure` while its floor is fresh.
+        let menu = self.proposal_menu(live, r.built_on.is_some()).await?;
         let stack = brain::StackDescription::of(cfg, self.menu);
         let live_knobs = live_knobs(self.menu, &live.profile);
         let measured = self

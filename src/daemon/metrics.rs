@@ -1,7 +1,8 @@
 //! The daemon's own Prometheus endpoint: cycles by verdict, consecutive
 //! failures, the current noise floor, the best measured seconds per token,
-//! the distance to the target, the last cycle's duration and the staged wins
-//! waiting. Served on loopback (unless the config allows otherwise) by a
+//! the distance to the target, the last cycle's duration, the staged wins
+//! waiting, the engine time (the budget window's share, the last day's
+//! seconds by use) and whether the daemon waits, and why. Served on loopback (unless the config allows otherwise) by a
 //! minimal HTTP/1.1 responder: one route, `GET /metrics`.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,11 @@ struct State {
     target_seconds_per_token: f64,
     last_cycle_seconds: Option<f64>,
     staged_waiting: u64,
+    /// The share of the budget window the engine runs took.
+    engine_share: Option<f64>,
+    /// The last 24 hours' engine seconds by use.
+    engine_day: Option<crate::ledger::EngineSeconds>,
+    waiting: Option<crate::vocab::WaitKind>,
 }
 
 impl DaemonMetrics {
@@ -69,6 +75,18 @@ impl DaemonMetrics {
         if spt.is_finite() && spt > 0.0 && s.best_seconds_per_token.is_none_or(|b| spt < b) {
             s.best_seconds_per_token = Some(spt);
         }
+    }
+
+    /// The engine time: the budget window's share, the last day by use.
+    pub fn set_engine(&self, share: f64, day: crate::ledger::EngineSeconds) {
+        let mut s = self.inner.lock().expect("metrics lock");
+        s.engine_share = Some(share);
+        s.engine_day = Some(day);
+    }
+
+    /// Whether the daemon waits instead of running cycles, and why.
+    pub fn set_waiting(&self, why: Option<crate::vocab::WaitKind>) {
+        self.inner.lock().expect("metrics lock").waiting = why;
     }
 
     pub fn set_staged_waiting(&self, n: u64) {
@@ -120,6 +138,11 @@ impl DaemonMetrics {
             "Confirmed wins waiting for a person.",
             Some(s.staged_waiting as f64),
         );
+        gauge(
+            "orchestrator_engine_share",
+            "Share of the [cycle] engine_window_s the engine runs took.",
+            s.engine_share,
+        );
         let now = self.progress.snapshot();
         gauge(
             "orchestrator_cycle_running",
@@ -152,6 +175,27 @@ impl DaemonMetrics {
                 "# HELP orchestrator_cycle_phase The running cycle's phase (1 on the current one).\n# TYPE orchestrator_cycle_phase gauge\norchestrator_cycle_phase{{phase=\"{}\"}} 1",
                 now.phase
             );
+        }
+        if let Some(day) = s.engine_day {
+            let _ = writeln!(
+                out,
+                "# HELP orchestrator_engine_seconds_last_day Engine run seconds of the last 24 h, by what they bought.\n# TYPE orchestrator_engine_seconds_last_day gauge"
+            );
+            for u in crate::vocab::EngineUse::ALL {
+                let _ = writeln!(
+                    out,
+                    "orchestrator_engine_seconds_last_day{{use=\"{u}\"}} {}",
+                    day.get(*u)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP orchestrator_waiting 1 while the daemon waits instead of running cycles, by why.\n# TYPE orchestrator_waiting gauge"
+        );
+        for k in crate::vocab::WaitKind::ALL {
+            let on = u8::from(s.waiting == Some(*k));
+            let _ = writeln!(out, "orchestrator_waiting{{reason=\"{k}\"}} {on}");
         }
         let _ = writeln!(
             out,

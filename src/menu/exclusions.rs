@@ -7,6 +7,10 @@
 //! validator refuses exactly what the schema excludes, and names the value
 //! and why ([`Rejection::Excluded`](super::Rejection::Excluded)).
 //!
+//! An entry with no parameter has no value to exclude: it is withheld
+//! whole, with why ([`Withheld`]: `remeasure` while the noise floor it would
+//! measure is fresh), from the same schema and validator.
+//!
 //! Every menu entry has at most one parameter (see
 //! [`MenuId::planner_params`](super::MenuId::planner_params)), so a value
 //! excluded for one parameter excludes that whole proposal.
@@ -64,6 +68,16 @@ impl Excluded {
     pub fn matches(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
         self.experiment == experiment && self.param == param && same(&self.value, value)
     }
+}
+
+/// A whole entry no proposal may choose now, and why (our own words): an
+/// entry without parameters, which no value exclusion can reach. The
+/// schema leaves it out and the validator refuses it
+/// ([`Rejection::Withheld`](super::Rejection::Withheld)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Withheld {
+    pub experiment: MenuId,
+    pub why: String,
 }
 
 /// `draft_len 0`: the parameter and its value, for messages and the prompt.
