@@ -79,6 +79,10 @@ pub struct CycleRunner<'a, P, C> {
     pub http: &'a reqwest::Client,
     /// Where the cycle says what it is doing (see [`crate::progress`]).
     pub progress: Progress,
+    /// The live seconds per token a waiting daemon glanced at since its
+    /// last cycle (`daemon::wait`): observations too, so a drift that woke
+    /// it also offers `remeasure` ([`remeasure_offer`]).
+    pub glances: &'a [(chrono::DateTime<chrono::Utc>, f64)],
 }
 
 /// Why a cycle stopped early.

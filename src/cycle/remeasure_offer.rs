@@ -4,7 +4,8 @@
 //! ([`super::floor`]: too old, another profile, too wide, measured under
 //! another CPU pressure or contention), or the live metrics moved for good
 //! since it was measured (a PELT change point beyond the floor in the
-//! observed seconds per token, [`crate::judge::changepoint::drift_since`]).
+//! observed seconds per token, the cycles' observations and a waiting
+//! daemon's glances, [`crate::judge::changepoint::drift_since`]).
 //! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
 //! validator refuses it by name, the prompt says why, and the bandit does
 //! not schedule it.
@@ -90,7 +91,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         since: DateTime<Utc>,
         floor: f64,
     ) -> Result<Option<String>, LedgerError> {
-        let series: Vec<(DateTime<Utc>, f64)> = self
+        let mut series: Vec<(DateTime<Utc>, f64)> = self
             .ledger
             .recent_observed_metrics(OBSERVATIONS)
             .await?
@@ -99,7 +100,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 let spt = m.get(crate::observe::SECONDS_PER_TOKEN)?.as_f64()?;
                 Some((at, spt))
             })
+            .chain(self.glances.iter().copied())
+            .filter(|(_, v)| v.is_finite() && *v > 0.0)
             .collect();
+        series.sort_by_key(|(at, _)| *at);
         let from = series.partition_point(|(at, _)| *at <= since);
         let values: Vec<f64> = series.iter().map(|(_, v)| *v).collect();
         Ok(drift_since(&values, from, floor).map(|d| {

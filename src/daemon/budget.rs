@@ -52,7 +52,7 @@ impl std::fmt::Display for Spent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "engine {:.0}% of {} (max {:.0}%)",
+            "engine {:.1}% of {} (max {:.0}%)",
             100.0 * self.share(),
             display::age(self.budget.window()),
             100.0 * self.budget.max_share
@@ -294,7 +294,7 @@ mod tests {
         assert!(reason.contains("ran 1800 s of the last 1h"), "{reason}");
         assert!(reason.contains("max_engine_share 50%"), "{reason}");
         assert!(reason.contains("12:10:00 UTC"), "{reason}");
-        assert_eq!(spent.to_string(), "engine 50% of 1h (max 50%)");
+        assert_eq!(spent.to_string(), "engine 50.0% of 1h (max 50%)");
         // Once that run has aged out, a cycle may start.
         let later = until + chrono::Duration::seconds(1);
         assert!(matches!(b.look(&runs, later), Look::Open(_)));

@@ -340,4 +340,48 @@ mod tests {
         assert_eq!(r.status(), 404);
         task.abort();
     }
+
+    #[test]
+    fn the_engine_time_and_the_wait_are_exposed() {
+        let m = DaemonMetrics::new(1.0, Progress::default());
+        let samples = prometheus::parse(&m.render()).unwrap();
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_engine_share"),
+            None
+        );
+        let waiting = |samples: &[prometheus::Sample], why: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == "orchestrator_waiting" && s.labels["reason"] == why)
+                .map(|s| s.value)
+        };
+        assert_eq!(waiting(&samples, "converged"), Some(0.0));
+        m.set_engine(
+            0.25,
+            crate::ledger::EngineSeconds {
+                floor: 10.0,
+                ab: 20.0,
+                confirmation: 5.0,
+                failed: 1.5,
+            },
+        );
+        m.set_waiting(Some(crate::vocab::WaitKind::Budget));
+        let samples = prometheus::parse(&m.render()).unwrap();
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_engine_share"),
+            Some(0.25)
+        );
+        let by_use = |u: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == "orchestrator_engine_seconds_last_day" && s.labels["use"] == u)
+                .map(|s| s.value)
+        };
+        assert_eq!(by_use("floor"), Some(10.0));
+        assert_eq!(by_use("ab"), Some(20.0));
+        assert_eq!(by_use("confirmation"), Some(5.0));
+        assert_eq!(by_use("failed"), Some(1.5));
+        assert_eq!(waiting(&samples, "budget"), Some(1.0));
+        assert_eq!(waiting(&samples, "converged"), Some(0.0));
+    }
 }

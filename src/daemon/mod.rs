@@ -69,6 +69,14 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
+impl RunOptions {
+    /// A bounded run (`--once`, `--cycles N`) never waits: converged or
+    /// over budget, it says why and ends. Only the daemon waits.
+    pub fn bounded(&self) -> bool {
+        self.once || self.cycles.is_some()
+    }
+}
+
 /// How the loop ended.
 #[derive(Debug, Clone, Default)]
 pub struct RunSummary {
@@ -215,6 +223,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     // with what it had).
     let mut summary = RunSummary::default();
     let (mut running, mut menu) = (config.clone(), menu);
+    let mut glances = Vec::new();
     let result = loop {
         let end = run_loop(
             &running,
@@ -228,16 +237,20 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             &progress,
             opts,
             &mut summary,
+            std::mem::take(&mut glances),
         )
         .await;
         match end {
-            Ok(LoopEnd::Reload) => match reload(&running) {
-                Ok((c, m, p)) => {
-                    tracing::info!("loaded the changed config and menu");
-                    (running, menu, proposer) = (c, m, p);
+            Ok(LoopEnd::Reload(seen)) => {
+                glances = seen;
+                match reload(&running) {
+                    Ok((c, m, p)) => {
+                        tracing::info!("loaded the changed config and menu");
+                        (running, menu, proposer) = (c, m, p);
+                    }
+                    Err(why) => tracing::error!("{why}"),
                 }
-                Err(why) => tracing::error!("{why}"),
-            },
+            }
             Ok(LoopEnd::Done) => break Ok(std::mem::take(&mut summary)),
             Err(e) => break Err(e),
         }
@@ -330,8 +343,9 @@ async fn close_open_cycle(config: &Config) {
 enum LoopEnd {
     /// Done: the cycles asked for ran, or a shutdown.
     Done,
-    /// A converged wait saw the config or the menu change: load them again.
-    Reload,
+    /// A converged wait saw the config or the menu change: load them again
+    /// (with the live metrics glanced at so far).
+    Reload(Vec<(chrono::DateTime<Utc>, f64)>),
 }
 
 /// The changed config and menu, and the proposer they make, when the
@@ -390,6 +404,7 @@ async fn run_loop(
     progress: &Progress,
     opts: RunOptions,
     summary: &mut RunSummary,
+    glances: Vec<(chrono::DateTime<Utc>, f64)>,
 ) -> anyhow::Result<LoopEnd> {
     let scorers = Scorers::from_config(config);
     let http = reqwest::Client::builder()
@@ -402,7 +417,7 @@ async fn run_loop(
     let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let budget = budget::Budget::of(&config.cycle);
-    let mut waits = wait::Waits::new(config, ledger, &http, cancel.clone());
+    let mut waits = wait::Waits::new(config, ledger, &http, cancel.clone(), glances);
     let mut last_cycle = None;
     let mut consecutive_failures = 0u32;
     loop {
@@ -446,6 +461,7 @@ async fn run_loop(
         // its stack, checked just above).
         applier::apply_approved(config, ledger).await;
         reverter::revert_requested(config, ledger).await;
+        let glances = waits.glances().to_vec();
         let mut cycle = CycleRunner {
             config,
             policy,
@@ -457,6 +473,7 @@ async fn run_loop(
             cancel: cancel.clone(),
             http: &http,
             progress: progress.clone(),
+            glances: &glances,
         };
         // The budget first, then the look: over budget, or with nothing
         // worth measuring, the daemon waits instead of running a cycle.
@@ -472,9 +489,9 @@ async fn run_loop(
         {
             Ok(Before::Run) => {}
             Ok(Before::Again) => continue,
-            Ok(Before::Reload) => return Ok(LoopEnd::Reload),
+            Ok(Before::Reload) => return Ok(LoopEnd::Reload(waits.into_glances())),
             Ok(Before::Stop) => {
-                summary.interrupted = !opts.once;
+                summary.interrupted = !opts.bounded();
                 break;
             }
             Err(e) => {
@@ -498,6 +515,7 @@ async fn run_loop(
         };
         report.target = config.objective.target_seconds_per_token.get();
         last_cycle = Some(report.cycle_id);
+        waits.cycle_ran();
         // The engine time it spent, and the window's share, on its line.
         match engine_accounts(&budget, ledger, daemon_metrics).await {
             Ok(spent) => println!("{report}  {spent}"),
@@ -555,8 +573,8 @@ enum Before {
 }
 
 /// The budget, then the look ([`CycleRunner::converged`]): waits while over
-/// budget or converged, and says what the loop does next. `--once` never
-/// waits: it says why nothing runs and stops.
+/// budget or converged, and says what the loop does next. A bounded run
+/// never waits: it says why it stops.
 async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
     budget: &budget::Budget,
     cycle: &CycleRunner<'_, P, C>,
@@ -575,8 +593,8 @@ async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
     };
     if let budget::Look::Over { until, reason, .. } = budget.read(ledger, Utc::now()).await? {
         metrics.set_waiting(Some(WaitKind::Budget));
-        if opts.once {
-            println!("wait        budget: {reason} (`run --once` does not wait: nothing ran)");
+        if opts.bounded() {
+            println!("stop        budget: {reason} (a bounded run does not wait)");
             return Ok(Before::Stop);
         }
         return waits.budget(&reason, until, last_cycle).await.map(woke);
@@ -586,6 +604,7 @@ async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
             .end("the window's engine time has room for a cycle again")
             .await?;
     }
+    waits.before_look().await?;
     let Some(converged) = cycle.converged().await? else {
         if waits.waiting() == Some(WaitKind::Converged) {
             waits
@@ -596,9 +615,9 @@ async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
         return Ok(Before::Run);
     };
     metrics.set_waiting(Some(WaitKind::Converged));
-    if opts.once {
+    if opts.bounded() {
         println!(
-            "wait        converged: {} (`run --once` does not wait: nothing ran)",
+            "stop        converged: {} (a bounded run does not wait)",
             converged.reason
         );
         return Ok(Before::Stop);

@@ -3,10 +3,11 @@
 //! one row per stretch), said on stdout and on the metrics endpoint.
 //!
 //! **Converged** ([`crate::cycle::Converged`]): the daemon looks again after
-//! `interval_s × 2^k` (k the looks so far that found it still converged),
-//! at most `[cycle] max_wait_s`, and wakes at once, resetting the back-off,
-//! on any of [`WAKES_ON`], which it checks every `interval_s` without
-//! running the engine ([`Watch`]):
+//! `interval_s × 2^(k+1)` (k the looks so far that found it still
+//! converged; `interval_s` taken as at least [`MIN_POLL`]), at most
+//! `[cycle] max_wait_s`, and wakes at once, resetting the back-off, on any
+//! of [`WAKES_ON`], which it checks every `interval_s` (at least
+//! [`MIN_POLL`]) without running the engine ([`Watch`]):
 //!
 //! - a stage of its stack approved or rejected;
 //! - the config file, a menu file or the live profile (its canonical
@@ -51,6 +52,11 @@ const HEAT_MOVED: f64 = 0.25;
 /// How many observations before the wait the drift test sees the level
 /// from.
 const OBSERVATIONS: u32 = 48;
+
+/// The shortest poll of a waiting daemon: each reads the config, menu and
+/// profile files, the ledger, the heat and the metrics endpoint, so a
+/// test's `interval_s` of 10 ms must not make it a busy loop.
+pub const MIN_POLL: Duration = Duration::from_secs(1);
 
 /// What changed, woken by.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,14 +219,34 @@ pub struct Waits<'a> {
     pub http: &'a reqwest::Client,
     pub cancel: Cancel,
     open: Option<Open>,
+    /// The live seconds per token glanced at since the last cycle: the
+    /// look and the next cycle count them as observations.
+    glances: Vec<(DateTime<Utc>, f64)>,
+    /// What a converged wait compares against: taken before the look that
+    /// began it and kept across the looks that continue it, so a change
+    /// made while it looks is still a change.
+    baseline: Option<Baseline>,
+}
+
+/// The state a converged wait wakes on changes from.
+#[derive(Debug, Clone)]
+struct Baseline {
+    watch: Watch,
+    /// The live seconds per token: the observations before, then glances.
+    series: Vec<f64>,
+    /// Where the glances begin in `series`: a drift is a move from there on.
+    from: usize,
 }
 
 impl<'a> Waits<'a> {
+    /// `glances`: those of the loop before a reload of the config (a
+    /// drift is a move from the level seen before it too).
     pub fn new(
         config: &'a Config,
         ledger: &'a Ledger,
         http: &'a reqwest::Client,
         cancel: Cancel,
+        glances: Vec<(DateTime<Utc>, f64)>,
     ) -> Waits<'a> {
         Waits {
             config,
@@ -228,7 +254,54 @@ impl<'a> Waits<'a> {
             http,
             cancel,
             open: None,
+            glances,
+            baseline: None,
         }
+    }
+
+    /// The glances, for the loop after a reload.
+    pub fn into_glances(self) -> Vec<(DateTime<Utc>, f64)> {
+        self.glances
+    }
+
+    /// The live seconds per token glanced at since the last cycle.
+    pub fn glances(&self) -> &[(DateTime<Utc>, f64)] {
+        &self.glances
+    }
+
+    /// A cycle ran: its observation is in the ledger, the glances before
+    /// it are history, and the next wait compares with what is then.
+    pub fn cycle_ran(&mut self) {
+        self.glances.clear();
+        self.baseline = None;
+    }
+
+    /// Takes the baseline a converged wait compares with, unless a wait
+    /// holds one: call it before the look, so that what changes while the
+    /// daemon looks wakes it.
+    pub async fn before_look(&mut self) -> Result<(), LedgerError> {
+        if self.baseline.is_some() {
+            return Ok(());
+        }
+        let metrics = self.config.stack.metrics.as_ref();
+        let heat = crate::observe::glance_heat(metrics, self.http).await;
+        let watch = Watch::take(self.config, self.ledger, heat.as_ref()).await?;
+        let series: Vec<f64> = self
+            .ledger
+            .recent_observed_metrics(OBSERVATIONS)
+            .await?
+            .into_iter()
+            .filter_map(|(_, m)| m.get(crate::observe::SECONDS_PER_TOKEN)?.as_f64())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .chain(self.glances.iter().map(|(_, v)| *v))
+            .collect();
+        let from = series.len();
+        self.baseline = Some(Baseline {
+            watch,
+            series,
+            from,
+        });
+        Ok(())
     }
 
     /// Whether a wait is open, and of which kind.
@@ -328,22 +401,13 @@ impl<'a> Waits<'a> {
             Some(o) if o.kind == WaitKind::Converged => o.looks + 1,
             _ => 0,
         };
-        let interval = self.config.cycle.interval_s.duration();
+        let interval = self.config.cycle.interval_s.duration().max(MIN_POLL);
         let backoff = Self::backoff(interval, self.config.cycle.max_wait_s.duration(), looks);
         let until = Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
         self.record(WaitKind::Converged, &c.reason, WAKES_ON, until, after)
             .await?;
+        self.before_look().await?;
         let metrics = self.config.stack.metrics.as_ref();
-        let (_, heat) = crate::observe::glance(metrics, self.http).await;
-        let watch = Watch::take(self.config, self.ledger, heat.as_ref()).await?;
-        let mut series: Vec<f64> = self
-            .ledger
-            .recent_observed_metrics(OBSERVATIONS)
-            .await?
-            .into_iter()
-            .filter_map(|(_, m)| m.get(crate::observe::SECONDS_PER_TOKEN)?.as_f64())
-            .collect();
-        let from = series.len();
         loop {
             let left = (until - Utc::now()).to_std().unwrap_or_default();
             if left.is_zero() {
@@ -356,17 +420,23 @@ impl<'a> Waits<'a> {
             }
             let (live, heat) = crate::observe::glance(metrics, self.http).await;
             let now = Watch::take(self.config, self.ledger, heat.as_ref()).await?;
-            if let Some(wake) = watch.changed(&now) {
-                return Ok(Woke::Changed(wake));
+            let Some(base) = self.baseline.as_mut() else {
+                return Ok(Woke::LookAgain);
+            };
+            let mut woke = base.watch.changed(&now);
+            if woke.is_none()
+                && let Some(spt) = live.seconds_per_token.filter(|v| v.is_finite() && *v > 0.0)
+            {
+                self.glances.push((Utc::now(), spt));
+                base.series.push(spt);
+                woke = drift_since(&base.series, base.from, c.drift_floor).map(|d| {
+                    Wake::MetricsDrifted(format!("{:.4} to {:.4} s/token", d.before, d.after))
+                });
             }
-            if let Some(spt) = live.seconds_per_token.filter(|v| v.is_finite() && *v > 0.0) {
-                series.push(spt);
-                if let Some(d) = drift_since(&series, from, c.drift_floor) {
-                    return Ok(Woke::Changed(Wake::MetricsDrifted(format!(
-                        "{:.4} to {:.4} s/token",
-                        d.before, d.after
-                    ))));
-                }
+            if let Some(wake) = woke {
+                // The next wait compares with what is then.
+                self.baseline = None;
+                return Ok(Woke::Changed(wake));
             }
         }
     }

@@ -158,8 +158,9 @@ pub fn pelt(x: &[f64]) -> Option<Vec<ChangePoint>> {
 }
 
 /// Where a positive series (seconds per token) last moved for good: the
-/// last PELT change point of its logs at or after index `from` whose level
-/// moved by more than `min_log_ratio` either way (a relative change as a
+/// last PELT change point of its logs at or after index `from`, whose new
+/// level held for [`DRIFT_POINTS`] points or more and moved by more than
+/// `min_log_ratio` either way (a relative change as a
 /// log ratio: moves inside the noise floor are no drift). `before` and
 /// `after` are the levels as values of the series (geometric means).
 /// `None` when there is none, or too few points to tell.
@@ -168,16 +169,28 @@ pub fn drift_since(x: &[f64], from: usize, min_log_ratio: f64) -> Option<ChangeP
         return None;
     }
     let logs: Vec<f64> = x.iter().map(|v| v.ln()).collect();
-    pelt(&logs)?
-        .into_iter()
+    let cps = pelt(&logs)?;
+    let ends: Vec<usize> = cps
+        .iter()
+        .skip(1)
+        .map(|c| c.index)
+        .chain([x.len()])
+        .collect();
+    cps.iter()
+        .zip(ends)
         .rev()
-        .find(|c| c.index >= from && (c.after - c.before).abs() > min_log_ratio)
-        .map(|c| ChangePoint {
+        // A level is what lasts: one or two odd points are no drift.
+        .filter(|(c, end)| end - c.index >= DRIFT_POINTS)
+        .find(|(c, _)| c.index >= from && (c.after - c.before).abs() > min_log_ratio)
+        .map(|(c, _)| ChangePoint {
             index: c.index,
             before: c.before.exp(),
             after: c.after.exp(),
         })
 }
+
+/// The fewest points the new level of a drift holds.
+pub const DRIFT_POINTS: usize = 3;
 
 #[cfg(test)]
 mod tests {
@@ -252,6 +265,12 @@ mod tests {
         assert_eq!(drift_since(&x, 30, 0.05), None);
         // Within the floor: no drift.
         assert_eq!(drift_since(&x, 10, 0.3), None);
+        // One or two odd points at the end are no level yet.
+        let mut blip = level(40, 0.1, 0.1);
+        blip.extend([0.2, 0.2]);
+        assert_eq!(drift_since(&blip, 10, 0.05), None);
+        blip.push(0.2);
+        assert!(drift_since(&blip, 10, 0.05).is_some());
         // Steady: none; a bad value: none.
         assert_eq!(drift_since(&level(40, 0.1, 0.1), 0, 0.01), None);
         assert_eq!(drift_since(&[0.1, 0.0, 0.1, 0.1], 0, 0.01), None);

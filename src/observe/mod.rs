@@ -177,11 +177,16 @@ pub async fn glance(
             .unwrap_or_default(),
         None => LiveMetrics::default(),
     };
-    let heat = match &cfg.heat {
+    (metrics, glance_heat(Some(cfg), client).await)
+}
+
+/// [`glance`]'s heat alone: no metrics scrape (a scrape resets the window
+/// of a stack that averages its gauges between two).
+pub async fn glance_heat(cfg: Option<&Metrics>, client: &reqwest::Client) -> Option<Heat> {
+    match &cfg?.heat {
         Some(source) => read_heat(client, source).await.ok(),
         None => None,
-    };
-    (metrics, heat)
+    }
 }
 
 /// Scrapes the metrics endpoint once more and drops the answer, after the

@@ -465,6 +465,8 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
     let serve = demo.serve;
     // Only remeasure on the menu: no protocol of a candidate needs a floor
     // first, so the model is asked every cycle, however noisy the machine.
+    // A floor is stale after a millisecond, so each cycle has a reason to offer
+    // remeasure (a fresh one is withheld, and a converged bounded run stops).
     edit_config(&demo, |t| {
         t.replace(
             &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
@@ -475,6 +477,7 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
             "\n[stack]\nunsupported = [\"rerank_pins\", \"deepen_warm_set\", \"stage_speculative\", \"rebalance_trunk_cache\"]\n",
             1,
         )
+        .replace("noise_floor_max_age_s = 86400", "noise_floor_max_age_s = 0.001")
     });
     let mut daemon = Daemon::start(&demo, &["--cycles", "4"], &[]);
     daemon.wait(Duration::from_secs(400));
