@@ -20,6 +20,7 @@
 //! - [`budget`]: the engine-time budget over its sliding window.
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`notify`]: systemd's notify protocol (READY, WATCHDOG, STOPPING).
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 //! - [`wait`]: the converged loop's back-off and what wakes it, and the
@@ -29,6 +30,7 @@ pub mod applier;
 pub mod budget;
 pub mod lock;
 pub mod metrics;
+mod notify;
 mod outage;
 pub mod proposer;
 mod reverter;
@@ -52,7 +54,7 @@ use crate::menu::Menu;
 use crate::process::cancel::{Cancel, CancelHandle};
 use crate::process::orphans;
 use crate::progress::Progress;
-use crate::vocab::{CycleStatus, StageState};
+use crate::vocab::CycleStatus;
 
 use metrics::DaemonMetrics;
 use proposer::AnyProposer;
@@ -124,6 +126,8 @@ pub struct StartRefused(pub String);
 
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
+    // Before any child is started: none inherits the protocol's variables.
+    let watchdog = notify::Watchdog::from_env();
     let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let mut proposer =
         AnyProposer::from_config(&config).map_err(|e| StartRefused(e.to_string()))?;
@@ -217,44 +221,51 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             )
         })?;
     let metrics_task = tokio::spawn(metrics::serve(listener, daemon_metrics.clone()));
+    daemon_metrics.refresh_stages(&ledger).await;
+    notify::ready();
 
     // A converged loop woken by a changed config or menu loads them again
     // (what it cannot take without a restart is refused, and it goes on
     // with what it had).
-    let mut summary = RunSummary::default();
-    let (mut running, mut menu) = (config.clone(), menu);
-    let mut glances = Vec::new();
-    let result = loop {
-        let end = run_loop(
-            &running,
-            &menu,
-            running.policy,
-            &ledger,
-            &mut stack_lock,
-            &mut proposer,
-            &cancel,
-            &daemon_metrics,
-            &progress,
-            opts,
-            &mut summary,
-            std::mem::take(&mut glances),
-        )
-        .await;
-        match end {
-            Ok(LoopEnd::Reload(seen)) => {
-                glances = seen;
-                match reload(&running) {
-                    Ok((c, m, p)) => {
-                        tracing::info!("loaded the changed config and menu");
-                        (running, menu, proposer) = (c, m, p);
+    let result = watchdog
+        .keep_alive(async {
+            let mut summary = RunSummary::default();
+            let (mut running, mut menu) = (config.clone(), menu);
+            let mut glances = Vec::new();
+            loop {
+                let end = run_loop(
+                    &running,
+                    &menu,
+                    running.policy,
+                    &ledger,
+                    &mut stack_lock,
+                    &mut proposer,
+                    &cancel,
+                    &daemon_metrics,
+                    &progress,
+                    opts,
+                    &mut summary,
+                    std::mem::take(&mut glances),
+                )
+                .await;
+                match end {
+                    Ok(LoopEnd::Reload(seen)) => {
+                        glances = seen;
+                        match reload(&running) {
+                            Ok((c, m, p)) => {
+                                tracing::info!("loaded the changed config and menu");
+                                (running, menu, proposer) = (c, m, p);
+                            }
+                            Err(why) => tracing::error!("{why}"),
+                        }
                     }
-                    Err(why) => tracing::error!("{why}"),
+                    Ok(LoopEnd::Done) => break Ok(std::mem::take(&mut summary)),
+                    Err(e) => break Err(e),
                 }
             }
-            Ok(LoopEnd::Done) => break Ok(std::mem::take(&mut summary)),
-            Err(e) => break Err(e),
-        }
-    };
+        })
+        .await;
+    notify::stopping("stopping: the loop ended");
 
     reporter.abort();
     metrics_task.abort();
@@ -517,13 +528,15 @@ async fn run_loop(
         last_cycle = Some(report.cycle_id);
         waits.cycle_ran();
         // The engine time it spent, and the window's share, on its line.
-        match engine_accounts(&budget, ledger, daemon_metrics).await {
-            Ok(spent) => println!("{report}  {spent}"),
+        let line = match engine_accounts(&budget, ledger, daemon_metrics).await {
+            Ok(spent) => format!("{report}  {spent}"),
             Err(e) => {
                 tracing::warn!("reading the engine time: {e}");
-                println!("{report}");
+                report.to_string()
             }
-        }
+        };
+        println!("{line}");
+        notify::status(&line);
         summary.cycles += 1;
         let failed = report.status == Some(CycleStatus::Failed);
         summary.last_failed = failed;
@@ -540,9 +553,7 @@ async fn run_loop(
             daemon_metrics.observe_seconds_per_token(live);
         }
         daemon_metrics.set_noise_floor(report.floor);
-        if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
-            daemon_metrics.set_staged_waiting(staged.len() as u64);
-        }
+        daemon_metrics.refresh_stages(ledger).await;
         if report.status == Some(CycleStatus::Aborted) {
             summary.aborted += 1;
             summary.interrupted = true;
@@ -675,10 +686,12 @@ async fn watch_signals(handle: CancelHandle) {
         tracing::error!("cannot install the SIGINT/SIGTERM handlers; stop with SIGKILL only");
         return;
     };
-    tokio::select! {
-        _ = int.recv() => tracing::warn!("SIGINT: finishing the current step and stopping"),
-        _ = term.recv() => tracing::warn!("SIGTERM: finishing the current step and stopping"),
-    }
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::warn!("{name}: finishing the current step and stopping");
+    notify::stopping(&format!("stopping: {name}, finishing the current step"));
     handle.cancel();
 }
 

@@ -128,6 +128,20 @@ macro_rules! from_row {
     };
 }
 
+/// A cycle row's columns. Its `proposer` is the one whose proposals the
+/// cycle recorded: the stored `cycles.proposer` is the proposer the daemon
+/// was configured with, asked or not, so a cycle that never got a proposal
+/// (a floor refresh, a confirmation, a composition, one that ended before
+/// proposing) reads as having none. The lookup walks `proposals`' unique
+/// `(cycle_id, attempt)` index.
+macro_rules! cycle_columns {
+    () => {
+        "id, started_at, ended_at, status, error, \
+         (SELECT p.proposer FROM proposals p WHERE p.cycle_id = cycles.id \
+          ORDER BY p.attempt LIMIT 1) AS proposer, stack, class"
+    };
+}
+
 mod applies;
 mod backend;
 mod check;
@@ -153,6 +167,7 @@ mod runs;
 mod schema;
 mod scope;
 mod stack_lock;
+mod stage_counts;
 mod stage_expiry;
 mod stages;
 mod target;
@@ -204,6 +219,7 @@ pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use schema::SchemaState;
 pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
+pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
