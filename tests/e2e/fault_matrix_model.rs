@@ -161,8 +161,14 @@ fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
     let demo = Demo::new("model", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
     use_model_double(&demo, model.port);
+    // The good answer after each fault is a remeasure, measured like any
+    // choice: a floor stale by the next cycle keeps it offered.
     edit_config(&demo, |t| {
         t.replace("request_timeout_s = 300", "request_timeout_s = 2")
+            .replace(
+                "noise_floor_max_age_s = 86400",
+                "noise_floor_max_age_s = 0.001",
+            )
     });
     relax_noise_bound(&demo);
     assert_eq!(junk_body().len(), 60, "JUNK_DESCRIBED names its size");
