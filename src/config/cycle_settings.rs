@@ -86,8 +86,8 @@ fn default_max_wait() -> Seconds {
 }
 /// Half: the engine is the users' at least half of any window even where
 /// the daemon cannot see their requests, while a fresh install's first
-/// floor and A/Bs (6-15 engine minutes on a loaded 2-core machine) fit in
-/// the first hour's 30 minutes unthrottled.
+/// floor and A/Bs, slow as they are on a loaded machine, have the first
+/// hour's 30 engine minutes before the cap is reached.
 fn default_max_engine_share() -> EngineShare {
     EngineShare::try_from(0.5).expect("0.5 is a share")
 }

@@ -299,4 +299,27 @@ mod tests {
         let later = until + chrono::Duration::seconds(1);
         assert!(matches!(b.look(&runs, later), Look::Open(_)));
     }
+
+    /// The window slides: a run counts while it started less than a
+    /// window ago, and no longer once it started a window ago or more.
+    #[test]
+    fn a_run_counts_exactly_while_it_started_within_the_window() {
+        let now = Utc.with_ymd_and_hms(2026, 12, 4, 12, 0, 0).unwrap();
+        let b = budget(0.5, 3600);
+        let at = |ago_s: i64| vec![run(1, now - chrono::Duration::seconds(ago_s), 1800.0)];
+        for ago in [1, 600, 3000, 3599] {
+            assert!(
+                matches!(b.look(&at(ago), now), Look::Over { .. }),
+                "a run {ago} s ago counts"
+            );
+        }
+        for ago in [3600, 3601, 7200] {
+            let look = b.look(&at(ago), now);
+            assert!(
+                matches!(look, Look::Open(_)),
+                "a run {ago} s ago is out: {look:?}"
+            );
+            assert_eq!(look.spent().engine.total(), 0.0);
+        }
+    }
 }

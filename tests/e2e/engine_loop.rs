@@ -427,3 +427,83 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     assert_eq!(code, 0, "{report}");
     demo.assert_children_gone();
 }
+
+/// The engine-time budget on the real daemon: a window of 20 s of which
+/// the engine may take a fifth. The daemon waits (recorded, said) rather
+/// than start a cycle the window has no room for, and at every cycle's
+/// start the window before it holds at most the cap.
+#[test]
+fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
+    let _heavy = common::heavy();
+    let demo = Demo::new("bandit", TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
+    let path = demo.path("config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let budget = text
+        .replace("max_engine_share = 0.5", "max_engine_share = 0.2")
+        .replace("engine_window_s = 3600", "engine_window_s = 20");
+    assert_ne!(
+        budget.matches("= 0.2").count(),
+        text.matches("= 0.2").count()
+    );
+    assert!(
+        budget.contains("engine_window_s = 20"),
+        "config.toml has the budget keys"
+    );
+    std::fs::write(&path, budget).unwrap();
+
+    let mut daemon = Daemon::start(&demo, &[], &[]);
+    wait_for(
+        &mut daemon,
+        "wait        budget: ",
+        2,
+        Duration::from_secs(600),
+    );
+    eprintln!("{}", daemon.stdout());
+    let status = daemon.stop(Duration::from_secs(120));
+    assert!(status.success(), "{status:?}\n{}", daemon.stderr());
+    let out = daemon.stdout();
+    assert!(
+        out.contains("[cycle] max_engine_share 20%")
+            && out.contains("when enough of the window's runs have aged out"),
+        "{out}"
+    );
+    assert!(
+        out.contains("wake        after ")
+            && out.contains("of budget: the window's engine time has room"),
+        "a budget wait ends when the window has room: {out}"
+    );
+
+    // At every cycle's start the window before it held at most the cap.
+    let (cycles, runs, waits) = demo.read_ledger(async |l| {
+        let far = Utc::now() - chrono::Duration::days(1);
+        (
+            l.recent_cycles(1000).await.unwrap(),
+            l.engine_runs(far, Utc::now()).await.unwrap(),
+            l.recent_waits(1000).await.unwrap(),
+        )
+    });
+    assert!(cycles.len() >= 2, "{cycles:#?}");
+    let cap = 0.2 * 20.0;
+    for c in &cycles {
+        let start = c.cycle.started_at;
+        let window: f64 = runs
+            .iter()
+            .filter(|r| {
+                r.started_at > start - chrono::Duration::seconds(20) && r.started_at <= start
+            })
+            .map(|r| r.seconds)
+            .sum();
+        assert!(
+            window <= cap + 1e-9,
+            "cycle {} started with {window:.2} s of engine time in its window (cap {cap} s)",
+            c.cycle.id
+        );
+    }
+    assert!(
+        waits
+            .iter()
+            .any(|w| w.kind == orchestrator::vocab::WaitKind::Budget && w.ended_at.is_some()),
+        "{waits:#?}"
+    );
+    demo.assert_children_gone();
+}
