@@ -423,16 +423,17 @@ impl<'a> Waits<'a> {
             let Some(base) = self.baseline.as_mut() else {
                 return Ok(Woke::LookAgain);
             };
-            let mut woke = base.watch.changed(&now);
-            if woke.is_none()
-                && let Some(spt) = live.seconds_per_token.filter(|v| v.is_finite() && *v > 0.0)
-            {
+            // Every glance is an observation of the live metrics, whatever
+            // else woke the daemon: the level a later drift moves from.
+            if let Some(spt) = live.seconds_per_token.filter(|v| v.is_finite() && *v > 0.0) {
                 self.glances.push((Utc::now(), spt));
                 base.series.push(spt);
-                woke = drift_since(&base.series, base.from, c.drift_floor).map(|d| {
-                    Wake::MetricsDrifted(format!("{:.4} to {:.4} s/token", d.before, d.after))
-                });
             }
+            let woke = base.watch.changed(&now).or_else(|| {
+                drift_since(&base.series, base.from, c.drift_floor).map(|d| {
+                    Wake::MetricsDrifted(format!("{:.4} to {:.4} s/token", d.before, d.after))
+                })
+            });
             if let Some(wake) = woke {
                 // The next wait compares with what is then.
                 self.baseline = None;

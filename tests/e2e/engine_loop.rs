@@ -371,7 +371,11 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
 
     // The live seconds per token drifts for good: a floor measured before
     // it no longer describes the stack, so remeasure is offered, a cycle
-    // measures it, and the loop converges again.
+    // measures it, and the loop converges again. First the daemon sees the
+    // level it drifts from (its first look of this wait comes after two
+    // glances at it).
+    let looks = daemon.stdout().matches("still converged (look 1)").count();
+    wait_for(&mut daemon, "still converged (look 1)", looks + 1, minute);
     metrics.set(0.16);
     wait_for(
         &mut daemon,
@@ -504,6 +508,20 @@ fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
             .iter()
             .any(|w| w.kind == orchestrator::vocab::WaitKind::Budget && w.ended_at.is_some()),
         "{waits:#?}"
+    );
+    // `check` shows the window's share and the engine time per day, by
+    // what it bought, as the ledger holds it.
+    let check = demo.cmd().arg("check").output().unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    let today = Utc::now().date_naive().to_string();
+    let total: f64 = runs.iter().map(|r| r.seconds).sum();
+    assert!(
+        text.contains("engine   engine ") && text.contains("% of 20s (max 20%)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("         {today}: {total:.0} s (floor ")),
+        "{text}"
     );
     demo.assert_children_gone();
 }
