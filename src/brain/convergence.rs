@@ -135,7 +135,7 @@ mod tests {
             .iter()
             .enumerate()
             .flat_map(|(i, a)| {
-                crate::brain::exclusions::of_proposal(
+                crate::menu::exclusions::of_proposal(
                     a,
                     &Why::Decided {
                         experiment: i as i64 + 1,

@@ -371,7 +371,7 @@ pub(crate) struct OnLive {
 impl OnLive {
     pub(crate) fn decided(mut self, p: &Proposal, verdict: VerdictKind) -> OnLive {
         let id = self.history.len() as i64 + 1;
-        self.excluded.extend(crate::brain::exclusions::of_proposal(
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
             p,
             &crate::menu::Why::Decided { experiment: id },
         ));
@@ -389,7 +389,7 @@ impl OnLive {
     }
 
     pub(crate) fn refused(mut self, p: &Proposal) -> OnLive {
-        self.excluded.extend(crate::brain::exclusions::of_proposal(
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
             p,
             &crate::menu::Why::RefusedByPlanner { cycle: Some(1) },
         ));
@@ -398,7 +398,9 @@ impl OnLive {
 
     pub(crate) fn menu(&self, live: &crate::profile::Profile) -> Menu {
         repo_menu()
-            .excluding(crate::brain::exclusions::live(crate::plan::unchanged(live)))
+            .excluding(crate::menu::exclusions::base_values(
+                crate::plan::unchanged(live),
+            ))
             .excluding(self.excluded.clone())
     }
 

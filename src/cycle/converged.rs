@@ -10,10 +10,10 @@
 //! its floor is fresh). The look reads the ledger and the live profile
 //! only: it opens no cycle and measures nothing.
 
-use super::{CycleReport, CycleRunner, Stop};
-use crate::brain::{self, LedgerDuplicates, Proposer, convergence, levers};
+use super::CycleRunner;
+use crate::brain::{LedgerDuplicates, Proposer, convergence, levers};
 use crate::clock::Clock;
-use crate::ledger::{CycleId, LedgerError};
+use crate::ledger::LedgerError;
 use crate::menu::Menu;
 use crate::plan;
 use crate::profile::ProfileFile;
@@ -51,7 +51,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let menu = self
             .menu
             .clone()
-            .excluding(brain::exclusions::live(plan::unchanged(&base.profile)))
+            .excluding(crate::menu::exclusions::base_values(plan::unchanged(
+                &base.profile,
+            )))
             .excluding(duplicates.refused(self.menu).await?);
         Ok(
             match self.remeasure_withheld(base, built_on_staged).await? {
@@ -69,12 +71,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(None);
         };
         let live_digest = live.profile.digest();
-        let mut scratch = CycleReport::new(CycleId(0));
-        let base = match self.working_base(live, &mut scratch).await {
-            Ok(base) => base,
-            Err(Stop::Ledger(e)) => return Err(e),
-            Err(_) => return Ok(None),
-        };
+        let (base, built_on) = self.working_base(live).await?;
         if self.policy.max_floor.is_none() {
             for method in self.candidate_methods() {
                 if self.floor(method, &base, None).await?.stale {
@@ -86,12 +83,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         {
             return Ok(None);
         }
-        let menu = self
-            .proposal_menu(&base, scratch.built_on.is_some())
-            .await?;
+        let menu = self.proposal_menu(&base, built_on.is_some()).await?;
         let base_digest = base.profile.digest();
         let drift_floor = self
-            .remeasure_floor(&base, scratch.built_on.is_some())
+            .remeasure_floor(&base, built_on.is_some())
             .await?
             .and_then(|(_, f)| f.floor(self.policy.min_floor))
             .unwrap_or(self.policy.min_floor)

@@ -18,6 +18,7 @@ mod class_applies;
 mod compositions;
 mod costs;
 mod engine_time;
+mod manual;
 mod open;
 mod parts;
 mod report;
