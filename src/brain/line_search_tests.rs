@@ -132,3 +132,38 @@ fn the_bandit_chooses_the_line_searchs_arm_first_and_ucb1_after() {
     // None of them was measured anywhere: UCB1 plays each once.
     assert!(ranked.iter().all(|(_, s)| s.is_infinite()));
 }
+
+/// A win its confirmation did not repeat is never staged: its side is not
+/// passed (the line would be done there, and the loop converge on a win it
+/// cannot stage), but bisected below it. A win still waiting for its
+/// confirmation, or confirmed, passes.
+#[test]
+fn a_win_its_confirmation_did_not_repeat_is_bisected_below() {
+    let live = slow_start();
+    let on = OnLive::default().decided(&draft(8), VerdictKind::Win);
+    assert_eq!(on.next_of(&live, None, MenuId::StageSpeculative), None);
+    let first = on.history[0].experiment_id;
+    let confirmed = |verdict| {
+        let mut on = OnLive {
+            excluded: on.excluded.clone(),
+            history: on.history.clone(),
+        };
+        let mut c = crate::brain::double::measured_on(99, &draft(8), verdict, live_digest());
+        c.confirmation_of = Some(first);
+        on.history.insert(0, c);
+        on.next_of(&live, None, MenuId::StageSpeculative)
+    };
+    assert_eq!(confirmed(VerdictKind::Win), None);
+    assert_eq!(
+        confirmed(VerdictKind::Failed),
+        None,
+        "a failed confirmation is run again"
+    );
+    for verdict in [
+        VerdictKind::Inconclusive,
+        VerdictKind::WithinNoise,
+        VerdictKind::Loss,
+    ] {
+        assert_eq!(confirmed(verdict), Some(draft(4)), "{verdict:?}");
+    }
+}
