@@ -126,6 +126,32 @@ spelled_enum!(
 );
 
 spelled_enum!(
+    /// Why the daemon runs no cycle for a while (`waits` in the ledger).
+    WaitKind, "wait kind" {
+        /// No experiment on the profile the loop builds on is expected to
+        /// tell it anything new: it backs off until something changes.
+        Converged => "converged",
+        /// Its measurements took `[cycle] max_engine_share` of the window.
+        Budget => "budget",
+    }
+);
+
+spelled_enum!(
+    /// What an engine run's time bought, for the engine-time accounts
+    /// (`check`, the cycle line, the metrics endpoint, the report).
+    EngineUse, "engine use" {
+        /// An A/A of a noise floor (a `remeasure`, scheduled or proposed).
+        Floor => "floor",
+        /// A first A/B of a candidate.
+        Ab => "ab",
+        /// The independent second A/B that confirms a win.
+        Confirmation => "confirmation",
+        /// An experiment that ended `failed`: time that bought nothing.
+        Failed => "failed",
+    }
+);
+
+spelled_enum!(
     /// How an experiment is measured.
     Method, "measurement method" {
         /// A command run per measurement, reading its JSON output.

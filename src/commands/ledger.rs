@@ -1,4 +1,5 @@
-//! `orchestrator ledger`: recent cycles with their verdicts, or with
+//! `orchestrator ledger`: recent cycles with their verdicts and the
+//! daemon's waits among them (why, what wakes it, what did), or with
 //! `--check` the ledger's invariants (see `ledger::check`).
 
 use std::path::Path;
@@ -46,13 +47,14 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             }
         };
         let cycles = ledger.recent_cycles(args.limit).await;
+        let waits = ledger.recent_waits(args.limit).await;
         ledger.close().await;
-        let cycles = cycles?;
+        let (cycles, waits) = (cycles?, waits?);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&cycles)?);
             return Ok(());
         }
-        if cycles.is_empty() {
+        if cycles.is_empty() && waits.is_empty() {
             match args.stack.as_deref() {
                 Some(stack) => println!(
                     "no cycles of stack `{stack}` recorded yet in {}",
@@ -62,7 +64,13 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        // Newest first, the daemon's waits among its cycles by when they
+        // began, as many of each as the limit allows.
+        let mut waits = waits.iter().peekable();
         for c in &cycles {
+            while let Some(w) = waits.next_if(|w| w.started_at >= c.cycle.started_at) {
+                print_wait(w);
+            }
             let took = c
                 .cycle
                 .ended_at
@@ -103,8 +111,35 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        waits.for_each(print_wait);
         Ok(())
     })
+}
+
+/// A wait of the daemon: why, what wakes it, and what did.
+fn print_wait(w: &crate::ledger::Wait) {
+    let state = match (&w.ended_at, &w.woken_by) {
+        (Some(end), Some(by)) => format!("ended after {}: {by}", display::age(*end - w.started_at)),
+        _ => format!(
+            "waiting, next look at {} at the latest",
+            w.next_look_at.format("%Y-%m-%d %H:%M:%S")
+        ),
+    };
+    println!(
+        "wait  {:>5}  {:<12} {}  {:<9} {state}{}",
+        w.id.0,
+        w.stack.as_deref().unwrap_or("-"),
+        w.started_at.format("%Y-%m-%d %H:%M:%S"),
+        w.kind.as_str(),
+        match w.looks {
+            0 => String::new(),
+            n => format!(" ({n} look(s) found it still due)"),
+        }
+    );
+    println!("             why: {}", w.reason);
+    if !w.wakes_on.is_empty() {
+        println!("             wakes on: {}", w.wakes_on.join("; "));
+    }
 }
 
 /// Who chose a cycle's experiment. Only a cycle that recorded a proposal

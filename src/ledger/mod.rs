@@ -44,6 +44,9 @@
 //! | `ReportNoiseFloors`           | `noise_floors_by_stack`                   |
 //! | `ReportStages`                | `stages_by_time`                          |
 //! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
+//! | `EngineRuns`, `ReportEngineRuns` | `runs_by_start`, then primary and unique keys |
+//! | `RecentWaits`                 | `waits_by_start`                          |
+//! | `RecentLiveMetric`            | primary key (newest first, bounded by the limit), then `cycles`' |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
 //! a test asserts that none of them scans a whole table (the PostgreSQL
@@ -149,6 +152,7 @@ mod compositions;
 mod connect;
 mod costs;
 mod cycles;
+mod engine_time;
 mod error;
 mod experiments;
 mod ids;
@@ -169,6 +173,7 @@ mod stage_expiry;
 mod stages;
 mod target;
 mod verdicts;
+mod waits;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -197,11 +202,12 @@ pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
 };
+pub use engine_time::{EngineRun, EngineSeconds};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{
     CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
-    RunId, StageId, VerdictId,
+    RunId, StageId, VerdictId, WaitId,
 };
 pub use manual::{MANUAL, NewManualExperiment};
 pub use noise::{NewNoiseFloor, NoiseFloor};
@@ -219,6 +225,7 @@ pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
+pub use waits::{NewWait, Wait};
 
 use error::Ctx;
 
@@ -289,7 +296,7 @@ impl Ledger {
         busy_timeout: Duration,
         max_bytes: Option<u64>,
     ) -> Result<Ledger> {
-        Ledger::connect(path.as_ref(), busy_timeout, max_bytes, true).await
+        Ledger::connect(path.as_ref(), busy_timeout, max_bytes, true, true).await
     }
 
     /// Opens the ledger at `path` only if it exists (and applies pending
@@ -298,7 +305,14 @@ impl Ledger {
     /// path. Callers refuse a missing file first, with the fix; this is the
     /// guarantee when the file vanishes in between.
     pub async fn open_existing(path: impl AsRef<Path>) -> Result<Ledger> {
-        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false).await
+        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false, true).await
+    }
+
+    /// Opens the ledger at `path` only if it exists, and never migrates it
+    /// (so writes nothing): for `orchestrator check`, which reads it only
+    /// when [`Ledger::schema_state`] says it is current.
+    pub async fn open_unmigrated(path: impl AsRef<Path>) -> Result<Ledger> {
+        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false, false).await
     }
 
     async fn connect(
@@ -306,6 +320,7 @@ impl Ledger {
         busy_timeout: Duration,
         max_bytes: Option<u64>,
         create: bool,
+        migrate: bool,
     ) -> Result<Ledger> {
         let ctx = Ctx {
             path: Arc::from(path),
@@ -387,7 +402,9 @@ impl Ledger {
             pool: Pool::Sqlite(pool),
             ctx,
         };
-        ledger.migrate().await?;
+        if migrate {
+            ledger.migrate().await?;
+        }
         Ok(ledger)
     }
 
