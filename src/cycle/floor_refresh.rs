@@ -73,7 +73,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let floor = f.measured.map(Floor::get);
         Ok(Done::new(
             tried,
-            Judged::recorded(&f.verdict, floor, &f.runs),
+            Judged::recorded(f.experiment_id, &f.verdict, floor, &f.runs),
         ))
     }
 

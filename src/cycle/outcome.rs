@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::ledger::{ExperimentId, Interval, NewVerdict, StageId};
+use crate::ledger::{ExperimentId, Interval, NewVerdict, RecordedWin, StageId};
 use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
 use crate::vocab::{Arm, VerdictKind};
@@ -99,6 +99,9 @@ pub(super) struct Judged {
     pub reason: Option<String>,
     /// Median seconds per token of the baseline's valid runs.
     pub base_measured: Option<f64>,
+    /// The win as its verdict recorded it, what a stage is built from;
+    /// `None` for any other verdict.
+    pub win: Option<RecordedWin>,
 }
 
 impl Judged {
@@ -110,17 +113,25 @@ impl Judged {
             floor: None,
             reason: Some(why.to_string()),
             base_measured: None,
+            win: None,
         }
     }
 
-    /// The recorded verdict `v` of runs `runs`, judged against `floor`.
-    pub fn recorded(v: &NewVerdict, floor: Option<f64>, runs: &[RecordedRun]) -> Judged {
+    /// The verdict `v` recorded for experiment `experiment_id` from its
+    /// runs `runs`, judged against `floor`.
+    pub fn recorded(
+        experiment_id: ExperimentId,
+        v: &NewVerdict,
+        floor: Option<f64>,
+        runs: &[RecordedRun],
+    ) -> Judged {
         Judged {
             verdict: v.kind,
             effect: v.effect.zip(v.interval),
             floor,
             reason: v.reason.clone(),
             base_measured: median_baseline(runs),
+            win: RecordedWin::of(experiment_id, v),
         }
     }
 }
