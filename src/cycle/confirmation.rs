@@ -12,7 +12,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 
 use super::experiment::Origin;
-use super::outcome::{Done, Scheduled, Tried};
+use super::outcome::{Done, Tried};
 use super::{CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
@@ -21,7 +21,7 @@ use crate::measure::scorer::Scorer;
 use crate::menu::MenuId;
 use crate::profile::Profile;
 use crate::profile::ProfileFile;
-use crate::vocab::{Digest, VerdictKind};
+use crate::vocab::{Digest, Scheduled, VerdictKind};
 
 /// The win a cycle's confirmation step found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

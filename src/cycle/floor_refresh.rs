@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::experiment::Origin;
-use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::outcome::{Done, Judged, Tried};
 use super::{CycleRunner, Stop, ab_stop};
 use crate::brain::Proposer;
 use crate::clock::Clock;
@@ -19,7 +19,7 @@ use crate::measure::scorer::Scorer;
 use crate::menu::MenuId;
 use crate::profile::ProfileFile;
 use crate::progress::phase;
-use crate::vocab::VerdictKind;
+use crate::vocab::{Scheduled, VerdictKind};
 
 /// A floor measured by a cycle: its A/A experiment, that A/A's recorded
 /// verdict, and the floor to judge with, if it may be used.

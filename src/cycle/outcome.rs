@@ -10,31 +10,7 @@ use serde_json::Value;
 use crate::ledger::{ExperimentId, Interval, NewVerdict, RecordedWin, StageId};
 use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, VerdictKind};
-
-/// Why the orchestrator chose a cycle's experiment itself, without asking
-/// the proposer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheduled {
-    /// An A/A of the base: a floor was missing or stale, or the cycle waits
-    /// while its win is left to its classmates.
-    FloorRefresh,
-    /// The independent second A/B of a win.
-    Confirmation,
-    /// The A/B of the combined candidate of staged wins.
-    Composition,
-}
-
-impl Scheduled {
-    /// How the cycle line names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheduled::FloorRefresh => "noise floor refresh",
-            Scheduled::Confirmation => "confirmation",
-            Scheduled::Composition => "composition",
-        }
-    }
-}
+use crate::vocab::{Arm, Scheduled, VerdictKind};
 
 /// What a kind of cycle set out to do, as far as it got: known before it
 /// measures, so a cycle cut short still says it (on its line, and in the

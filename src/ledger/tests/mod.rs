@@ -146,7 +146,7 @@ pub(super) fn digest(n: u8) -> Digest {
     Digest::of(&[n])
 }
 
-pub(super) fn experiment(cycle_id: CycleId, base: u8, candidate: u8) -> NewExperiment {
+pub(crate) fn experiment(cycle_id: CycleId, base: u8, candidate: u8) -> NewExperiment {
     NewExperiment {
         cycle_id,
         proposal_id: None,
