@@ -153,6 +153,10 @@ pub enum Scheduled {
     Confirmation,
     /// The A/B of the combined candidate of staged wins.
     Composition,
+    /// A person's or a tuner's profile judged by `orchestrator compare`.
+    ManualComparison,
+    /// The independent second A/B of a manual comparison's win.
+    ManualConfirmation,
 }
 
 impl Scheduled {
@@ -162,6 +166,8 @@ impl Scheduled {
             Scheduled::FloorRefresh => "noise floor refresh",
             Scheduled::Confirmation => "confirmation",
             Scheduled::Composition => "composition",
+            Scheduled::ManualComparison => "manual comparison",
+            Scheduled::ManualConfirmation => "confirmation of a manual comparison",
         }
     }
 }

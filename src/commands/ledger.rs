@@ -85,6 +85,7 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             for v in &c.verdicts {
                 let what = match (&v.menu_id, &v.parameters) {
                     (Some(m), Some(p)) => format!("{m} {p}"),
+                    _ if v.manual => "manual (orchestrator compare)".to_string(),
                     _ => "(no experiment)".to_string(),
                 };
                 let stats = match (v.verdict.effect, v.verdict.interval) {
@@ -113,6 +114,15 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
 /// a floor first is named for itself, not for that floor's A/A (whose
 /// verdict comes first).
 fn chooser(c: &CycleSummary) -> String {
+    // A person's: `orchestrator compare`.
+    if let Some(why) = c
+        .verdicts
+        .iter()
+        .filter(|v| v.manual)
+        .find_map(|v| v.scheduled())
+    {
+        return why.to_string();
+    }
     match (
         c.cycle.proposer,
         c.verdicts.iter().filter_map(|v| v.scheduled()).max(),

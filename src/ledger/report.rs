@@ -162,6 +162,10 @@ impl ReportStack {
     }
 }
 
+// The report is the loop's: the cycles of a manual comparison
+// (`orchestrator compare`, proposer `human`) are left out of it, and
+// `orchestrator ledger` lists them.
+
 /// Both texts of a per-stack period query: `$col` is the stack column the
 /// condition is on, between the query's `$before` and `$after` parts.
 macro_rules! per_stack {
@@ -176,7 +180,7 @@ per_stack!(
     SQL_REPORT_UNOWNED_CYCLES,
     "stack",
     concat!("SELECT ", cycle_columns!(), " FROM cycles WHERE "),
-    "started_at >= $1 AND started_at < $2 ORDER BY started_at"
+    "started_at >= $1 AND started_at < $2 AND proposer <> 'human' ORDER BY started_at"
 );
 
 per_stack!(
@@ -191,7 +195,7 @@ per_stack!(
      LEFT JOIN experiments e ON e.id = v.experiment_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      WHERE ",
-    "c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at"
+    "c.started_at >= $1 AND c.started_at < $2 AND c.proposer <> 'human' ORDER BY c.started_at"
 );
 
 per_stack!(
@@ -221,7 +225,7 @@ per_stack!(
      FROM experiments e CROSS JOIN cycles c \
      LEFT JOIN observations o ON o.cycle_id = c.id CROSS JOIN runs r \
      WHERE c.id = e.cycle_id AND r.experiment_id = e.id AND ",
-    "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
+    "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' AND c.proposer <> 'human' \
      ORDER BY e.created_at"
 );
 
