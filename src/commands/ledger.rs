@@ -145,7 +145,9 @@ fn print_wait(w: &crate::ledger::Wait) {
 /// Who chose a cycle's experiment. Only a cycle that recorded a proposal
 /// names a proposer (its A/B may have measured a floor too); one whose
 /// experiment the orchestrator scheduled itself, or that ended before any
-/// proposal, names none.
+/// proposal, names none. A confirmation or composition that had to measure
+/// a floor first is named for itself, not for that floor's A/A (whose
+/// verdict comes first).
 fn chooser(c: &CycleSummary) -> String {
     // A person's: `orchestrator compare`.
     if let Some(why) = c
@@ -158,7 +160,7 @@ fn chooser(c: &CycleSummary) -> String {
     }
     match (
         c.cycle.proposer,
-        c.verdicts.iter().find_map(|v| v.scheduled()),
+        c.verdicts.iter().filter_map(|v| v.scheduled()).max(),
     ) {
         (Some(p), _) => format!("proposer {p}"),
         (None, Some(why)) => format!("scheduled ({why})"),
@@ -342,6 +344,58 @@ mod tests {
                 .iter()
                 .any(|c| c["cycle"]["proposer"].is_null())
         );
+    }
+
+    /// A scheduled cycle is named for what it was scheduled for, and a
+    /// confirmation or composition that measured a floor first is named for
+    /// itself, not for that floor (whose verdict comes first).
+    #[tokio::test]
+    async fn a_scheduled_cycle_is_named_for_its_kind_not_its_floor() {
+        use crate::ledger::tests::experiment;
+        use crate::ledger::{ExperimentId, NewExperiment};
+        use crate::menu::MenuId;
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let verdict = |kind| NewVerdict {
+            kind,
+            effect: Some(-0.1),
+            interval: Some(crate::ledger::Interval {
+                low: -0.2,
+                high: -0.05,
+            }),
+            noise_floor: Some(0.03),
+            pairs: 4,
+            method: Some("test".into()),
+            reason: None,
+            ..NewVerdict::refusal(kind, "", t(2))
+        };
+        let record = async |e: NewExperiment, kind| -> ExperimentId {
+            let id = ledger.insert_experiment(&e).await.unwrap();
+            ledger.insert_verdict(id, &verdict(kind)).await.unwrap();
+            id
+        };
+        let floor = |cycle| NewExperiment {
+            menu_id: MenuId::Remeasure,
+            parameters: serde_json::json!({}),
+            ..experiment(cycle, 1, 1)
+        };
+        let opened = async || ledger.open_cycle(t(1), ProposerKind::Bandit).await.unwrap();
+        let refresh = opened().await;
+        record(floor(refresh), VerdictKind::WithinNoise).await;
+        let composition = opened().await;
+        record(floor(composition), VerdictKind::WithinNoise).await;
+        let composite = record(experiment(composition, 1, 2), VerdictKind::Win).await;
+        let confirmation = opened().await;
+        record(floor(confirmation), VerdictKind::WithinNoise).await;
+        let again = NewExperiment {
+            confirmation_of: Some(composite),
+            ..experiment(confirmation, 1, 2)
+        };
+        record(again, VerdictKind::Win).await;
+        let cycles = ledger.recent_cycles(10).await.unwrap();
+        let line = |id| chooser(cycles.iter().find(|c| c.cycle.id == id).unwrap());
+        assert_eq!(line(refresh), "scheduled (noise floor refresh)");
+        assert_eq!(line(composition), "scheduled (composition)");
+        assert_eq!(line(confirmation), "scheduled (confirmation)");
     }
 
     /// `orchestrator ledger --check` on a PostgreSQL ledger named by the

@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use confirmation::Pending;
 pub use converged::Converged;
 pub use floor::{CurrentFloor, Freshness};
-use outcome::{Done, Judged, Scheduled, Tried};
+use outcome::{Done, Judged, Tried};
 pub use summary::CycleSummary;
 
 use crate::brain::Proposer;
@@ -71,7 +71,7 @@ use crate::observe::{self, Observation};
 use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{Method, VerdictKind};
+use crate::vocab::{Method, Scheduled, VerdictKind};
 
 /// Runs cycles: everything a cycle uses; built once by the daemon.
 pub struct CycleRunner<'a, P, C> {

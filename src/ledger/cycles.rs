@@ -13,7 +13,7 @@ use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
 use super::verdicts::Verdict;
 use super::{Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, Digest, ProposerKind};
+use crate::vocab::{CycleStatus, Digest, ProposerKind, Scheduled};
 
 /// The ledger's record of one cycle of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -132,17 +132,21 @@ pub struct CycleVerdict {
 impl CycleVerdict {
     /// Why the orchestrator ran this experiment itself, without asking the
     /// proposer; `None` when the proposer chose it (or nothing was tried).
-    pub fn scheduled(&self) -> Option<&'static str> {
+    /// With no proposal, the rows tell the kinds apart: a manual
+    /// comparison's experiments say so, a confirmation names the win it
+    /// re-tests, a floor refresh is a `remeasure`, and the one other
+    /// experiment the orchestrator records itself is a composition.
+    pub fn scheduled(&self) -> Option<Scheduled> {
         if self.manual {
             return Some(match self.confirmation_of {
-                Some(_) => "confirmation of a manual comparison",
-                None => "manual comparison",
+                Some(_) => Scheduled::ManualConfirmation,
+                None => Scheduled::ManualComparison,
             });
         }
         match (self.menu_id, self.proposal_id, self.confirmation_of) {
-            (Some(_), None, Some(_)) => Some("confirmation"),
-            (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
-            (Some(_), None, None) => Some("scheduled"),
+            (Some(_), None, Some(_)) => Some(Scheduled::Confirmation),
+            (Some(MenuId::Remeasure), None, None) => Some(Scheduled::FloorRefresh),
+            (Some(_), None, None) => Some(Scheduled::Composition),
             _ => None,
         }
     }

@@ -63,7 +63,9 @@
 //! (cycles, observations, the `orchestrator ledger` listing), `proposals`,
 //! `experiments` (with the history and duplicate queries), `runs`, `parts`
 //! (a profile's measured parts of a token), `verdicts`, `noise`,
-//! `references`, `stages`, `claims` (which stack confirms a win),
+//! `references`, `stages`, `staging` (a
+//! confirmed win staged from its two recorded wins, in one guarded insert),
+//! `claims` (which stack confirms a win),
 //! `class_applies` (a stage approved for its class, applied by each
 //! classmate), `applies` (whether an approved stage reached its stack's
 //! live profile), `reverts` (a stage's replaced profile put back, and
@@ -171,6 +173,7 @@ mod stack_lock;
 mod stage_counts;
 mod stage_expiry;
 mod stages;
+mod staging;
 mod target;
 mod verdicts;
 mod waits;
@@ -223,6 +226,7 @@ pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
 pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
+pub use staging::RecordedWin;
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
 pub use waits::{NewWait, Wait};
