@@ -10,7 +10,7 @@
 
 use super::JudgeError;
 use super::interference::interfered;
-use super::interval::{Blocks, Estimate, block_statistic, discordant};
+use super::interval::{Blocks, Estimate, arm_gaps, block_statistic, discordant};
 use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
@@ -205,7 +205,8 @@ impl SequentialTest {
 
     /// The interval over the accepted blocks so far.
     pub fn estimate(&self) -> Option<Estimate> {
-        self.blocks.estimate(self.floor, self.policy.boundary())
+        self.blocks
+            .estimate(self.floor, self.policy.boundary_at(self.blocks.n))
     }
 
     /// The interval a verdict on the accepted blocks so far would report
@@ -223,11 +224,18 @@ impl SequentialTest {
     /// blocks, where most bound verdicts fall, its small-sample factor
     /// reads 25% above the plain spread and sent a third of the replay's
     /// big wins on its noisier traces to a floor (`judge_replay`, ×0.3:
-    /// 29-34 runs all in against 22-30). `None` before two blocks.
+    /// 29-34 runs all in against 22-30). Of a single block, `√2` times
+    /// the spread its arm gaps give ([`Blocks::own_spread`]): the root mean
+    /// square of the gaps, each of which is an A/A pair of its arm. `None`
+    /// before a block was accepted.
     pub fn own_floor(&self) -> Option<f64> {
         use super::noise::{MAD_TO_SIGMA, mad};
-        (self.accepted.len() >= 2)
-            .then(|| std::f64::consts::SQRT_2 * MAD_TO_SIGMA * mad(&self.accepted))
+        use std::f64::consts::SQRT_2;
+        match self.accepted.len() {
+            0 => None,
+            1 => self.blocks.own_spread().map(|(s, _)| SQRT_2 * s),
+            _ => Some(SQRT_2 * MAD_TO_SIGMA * mad(&self.accepted)),
+        }
     }
 
     /// Blocks discarded so far.
@@ -258,9 +266,9 @@ impl SequentialTest {
         kind: VerdictKind,
         least: Floor,
     ) -> Option<(usize, VerdictKind)> {
-        let z = self.policy.boundary();
         let earlier = self.looks.len().saturating_sub(1);
         for blocks in &self.looks[..earlier] {
+            let z = self.policy.boundary_at(blocks.n);
             for f in [least, self.floor] {
                 let other = blocks
                     .estimate(f, z)
@@ -292,13 +300,18 @@ impl SequentialTest {
             self.pending = Some((baseline, candidate));
             return Ok(Step::Continue {
                 pairs: self.pairs,
-                estimate: self.blocks.estimate(self.floor, self.policy.boundary()),
+                estimate: self
+                    .blocks
+                    .estimate(self.floor, self.policy.boundary_at(self.blocks.n)),
             });
         };
         let second = (baseline, candidate);
         let p = self.policy;
         let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
-        self.all.push(block_statistic(spt(first), spt(second)));
+        self.all.push(
+            block_statistic(spt(first), spt(second)),
+            arm_gaps(spt(first), spt(second)),
+        );
         let runs = [first.0, first.1, second.0, second.1];
         if let Some(rise) = interfered(&runs, p.floor_contention, p.max_contention_rise) {
             self.discards.interfered += 1;
@@ -311,14 +324,16 @@ impl SequentialTest {
             return self.discarded();
         }
         let statistic = block_statistic(first, second);
-        self.blocks.push(statistic);
+        self.blocks.push(statistic, arm_gaps(first, second));
         self.accepted.push(statistic);
         self.pairs += 2;
         let pairs = self.pairs;
         if pairs >= p.min_pairs {
             self.looks.push(self.blocks);
         }
-        let estimate = self.blocks.estimate(self.floor, p.boundary());
+        let estimate = self
+            .blocks
+            .estimate(self.floor, p.boundary_at(self.blocks.n));
         // Decide only on whole ABBA blocks, where drift cancels.
         if let (true, Some(est)) = (pairs >= p.min_pairs, estimate) {
             let kind = classify(est.interval, self.floor)
@@ -360,7 +375,7 @@ impl SequentialTest {
         if discards.total() > self.policy.max_discarded_blocks {
             let estimate = self
                 .all
-                .estimate(self.floor, self.policy.boundary())
+                .estimate(self.floor, self.policy.boundary_at(self.all.n))
                 .expect("a discarded block was pushed to `all`");
             let reported = self
                 .all
@@ -436,7 +451,17 @@ mod tests {
 
     #[test]
     fn the_own_floor_is_the_blocks_spread_robust_to_one_moved_block() {
-        assert_eq!(own_floor_of(&[-1.0]), None);
+        assert_eq!(own_floor_of(&[]), None);
+        // One block whose arms repeat themselves exactly: no spread.
+        assert_eq!(own_floor_of(&[-1.0]), Some(0.0));
+        // One block: the root mean square of its two arm gaps, each an A/A
+        // pair of its arm (baseline 10 then 11, candidate 5 then 5).
+        let mut t = SequentialTest::new(policy(0.05, 4, 60), floor(0.99));
+        t.push(10.0, 5.0).unwrap();
+        t.push(11.0, 5.0).unwrap();
+        let one = t.own_floor().unwrap();
+        let gap = 1.1f64.ln();
+        assert!((one - (gap * gap / 2.0).sqrt()).abs() < 1e-12, "{one}");
         // Two blocks: √2 · 1.4826 · |x1 − x2| / 2.
         let two = own_floor_of(&[-1.0, -1.4]).unwrap();
         assert!((two - 2f64.sqrt() * 1.482_602 * 0.2).abs() < 1e-5, "{two}");
@@ -542,15 +567,56 @@ mod tests {
     }
 
     #[test]
-    fn no_verdict_from_a_single_block_however_large_the_effect() {
+    fn a_single_block_decides_only_when_its_own_arms_agree() {
         let p = Policy::default();
+        assert_eq!(p.min_pairs, 2, "the first look is at one block");
+        // An 11% win, twice a 6% floor, whose arms repeat themselves:
+        // decided at one block.
+        let d = decided(decide(&pairs(&[-0.12, -0.12]), floor(0.06), &p).unwrap());
+        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 2));
+        // The same statistic from a block whose baseline runs are 25%
+        // apart (10 then 12.5, the candidate 11% under their mean; not
+        // discordant, under 4 floors): its own spread, from that gap, is
+        // too wide to decide at one block.
+        let c = (10.0f64 * 12.5).sqrt() * (-0.12f64).exp();
+        let mut t = SequentialTest::new(p, floor(0.06));
+        assert!(matches!(t.push(10.0, c).unwrap(), Step::Continue { .. }));
+        match t.push(12.5, c).unwrap() {
+            Step::Continue {
+                pairs: 2,
+                estimate: Some(e),
+            } => {
+                assert!((e.log_ratio + 0.12).abs() < 1e-12);
+                assert!(e.interval.1 > -0.06, "{e:?}");
+            }
+            other => panic!("one noisy block decided: {other:?}"),
+        }
+        // A policy may still ask for two blocks.
+        let two = Policy::new(p.confidence, 4, 16, p.min_floor).unwrap();
         assert!(matches!(
-            decide(&pairs(&[-0.5, -0.5]), floor(0.03), &p).unwrap(),
+            decide(&pairs(&[-0.5, -0.5]), floor(0.03), &two).unwrap(),
             Step::Continue { pairs: 2, .. }
         ));
-        let d = decided(decide(&pairs(&[-0.5; 4]), floor(0.03), &p).unwrap());
-        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 4));
-        assert!(Policy::new(p.confidence, 2, 10, p.min_floor).is_err());
+        assert!(Policy::new(p.confidence, 0, 10, p.min_floor).is_err());
+    }
+
+    #[test]
+    fn the_first_look_is_held_to_a_stricter_constant_than_the_later_ones() {
+        let p = Policy::default();
+        // Pocock's constant for looks 1..8 blocks, and for 2..8.
+        let first = crate::judge::pocock::constant(1, 8, p.confidence.alpha());
+        let later = crate::judge::pocock::constant(2, 8, p.confidence.alpha());
+        assert!(first > later, "{first} {later}");
+        assert_eq!(p.boundary_at(1), first);
+        assert_eq!(p.boundary_at(2), later);
+        assert_eq!(p.boundary_at(8), later);
+        assert_eq!(p.boundary(), later);
+        // The reported 90% interval is one Pocock family over every look.
+        let reported = crate::judge::pocock::constant(1, 8, 0.10);
+        assert_eq!(p.report_boundary(), reported);
+        // With two blocks first, one constant for every look, as before.
+        let two = Policy::new(p.confidence, 4, 16, p.min_floor).unwrap();
+        assert_eq!(two.boundary_at(1), two.boundary_at(2));
     }
 
     #[test]
