@@ -25,7 +25,11 @@ use crate::vocab::{Arm, VerdictKind};
 /// ABBA blocks only.
 /// v5 is v4 with the stored interval at the reported level
 /// ([`super::interval::REPORTED_CONFIDENCE`]), not the decision's.
-pub const METHOD: &str = "pocock-rci-own-spread-v5";
+/// v6 is v5 with a first look at one block, whose own spread is its arms'
+/// gaps and whose constant is Pocock's for every look from it
+/// ([`super::Policy::boundary_at`]); the reported interval's constant
+/// covers that look too.
+pub const METHOD: &str = "pocock-rci-own-spread-v6";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
