@@ -165,7 +165,7 @@ impl Blocks {
 /// probability of the standard normal quantile `z`.
 /// Cached per thread: a policy asks for the same few `(z, nu)` at every look,
 /// and the replay benchmark asks millions of times.
-fn student_quantile(z: f64, nu: f64) -> f64 {
+pub(crate) fn student_quantile(z: f64, nu: f64) -> f64 {
     use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
     use std::cell::RefCell;
     use std::collections::HashMap;

@@ -29,7 +29,10 @@ use crate::vocab::{Arm, VerdictKind};
 /// gaps and whose constant is Pocock's for every look from it
 /// ([`super::Policy::boundary_at`]); the reported interval's constant
 /// covers that look too.
-pub const METHOD: &str = "pocock-rci-own-spread-v6";
+/// v7 is v6 whose `win` or `loss` also needs its reported interval to
+/// exclude zero on its side ([`agrees`]), so a verdict and the interval it
+/// shows never contradict each other.
+pub const METHOD: &str = "pocock-rci-own-spread-v7";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,6 +146,25 @@ pub fn classify(interval: (f64, f64), floor: Floor) -> Option<VerdictKind> {
     }
 }
 
+/// Whether the interval a verdict reports says what the verdict says: a
+/// `win` only when the whole reported interval is faster (below zero), a
+/// `loss` only when it is wholly slower, `within_noise` only when it
+/// reaches inside the floor. The test decides on a narrower interval (the
+/// policy's confidence) than the one it reports (90%, for every look at
+/// once), so without this a win could be shown with an interval that
+/// spans zero (`-2.4% [-8.85%, +4.24%]` was stored once): a directional
+/// verdict then waits for the blocks that make its reported interval
+/// agree, and at the last look it is `inconclusive`.
+pub fn agrees(kind: VerdictKind, reported: (f64, f64), floor: Floor) -> bool {
+    let (lo, hi) = reported;
+    match kind {
+        VerdictKind::Win => hi < 0.0,
+        VerdictKind::Loss => lo > 0.0,
+        VerdictKind::WithinNoise => lo < floor.get() && hi > -floor.get(),
+        _ => true,
+    }
+}
+
 /// Judges a sequence of `(baseline, candidate)` pairs as the sequential
 /// test would, pair by pair: the first decision, or where it stands after
 /// the last pair. Pairs after a decision are ignored (they would never have
@@ -240,6 +262,30 @@ impl SequentialTest {
             1 => self.blocks.own_spread().map(|(s, _)| SQRT_2 * s),
             _ => Some(SQRT_2 * MAD_TO_SIGMA * mad(&self.accepted)),
         }
+    }
+
+    /// Takes back a decision this test reached, so that it goes on to its
+    /// next look: for a verdict against the bound that its premise did not
+    /// let stand ([`super::schedule::AbSchedule::against_bound`]).
+    pub(crate) fn reopen(&mut self) {
+        self.decided = None;
+    }
+
+    /// Whether the next look, one block on, would decide `win` or `loss`
+    /// against `floor` if the estimate and the own spread stayed as they
+    /// are: the half-width it would have, against the distance of the
+    /// estimate beyond `floor`. What it would take for more pairs to be
+    /// worth running against this floor; `false` before a block.
+    pub fn next_look_may_decide(&self, floor: Floor) -> bool {
+        let Some((s, _)) = self.blocks.own_spread() else {
+            return false;
+        };
+        let next = self.blocks.n + 1;
+        let z = self.policy.boundary_at(next);
+        let own = super::interval::student_quantile(z, self.blocks.n as f64) * s;
+        let half = own.max(z * floor.get() / std::f64::consts::SQRT_2) / (next as f64).sqrt();
+        let mean = self.blocks.estimate(floor, z).map_or(0.0, |e| e.log_ratio);
+        mean.abs() - half > floor.get()
     }
 
     /// Blocks discarded so far.
@@ -340,10 +386,11 @@ impl SequentialTest {
             .estimate(self.floor, p.boundary_at(self.blocks.n));
         // Decide only on whole ABBA blocks, where drift cancels.
         if let (true, Some(est)) = (pairs >= p.min_pairs, estimate) {
+            let reported = self.reported().expect("a block was accepted");
             let kind = classify(est.interval, self.floor)
+                .filter(|k| agrees(*k, reported, self.floor))
                 .or((pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive));
             if let Some(kind) = kind {
-                let reported = self.reported().expect("a block was accepted");
                 return Ok(Step::Decided(self.decide(kind, est, reported, None)));
             }
         }
@@ -740,8 +787,74 @@ mod tests {
         }
     }
 
+    /// One block whose decision interval (the policy's 10%) lies beyond
+    /// `-floor` while its reported 90% interval spans zero: the shape of a
+    /// stored `win` shown as `[-8.85%, +4.24%]`. It must not be a win.
+    #[test]
+    fn a_win_whose_reported_interval_spans_zero_is_not_decided() {
+        use crate::judge::interval::student_quantile;
+        let f = 0.05;
+        let p = policy(0.10, 2, 16);
+        // Baseline runs equal; the candidate's two differ by 2h, so the
+        // block's own spread is h (under the discordance limit of 4f).
+        let h = 1.5 * f;
+        let half = |z: f64| (student_quantile(z, 2.0) * h).max(z * f / std::f64::consts::SQRT_2);
+        let decision = half(p.boundary_at(1));
+        let reported = half(p.report_boundary());
+        let m = -(f + decision) * 1.05;
+        assert!(
+            m + reported > 0.0,
+            "the reported interval must span zero here"
+        );
+        let pairs = [(1.0, (m + h).exp()), (1.0, (m - h).exp())];
+        // The decision's interval alone says win.
+        assert_eq!(
+            classify((m - decision, m + decision), floor(f)),
+            Some(VerdictKind::Win)
+        );
+        match decide(&pairs, floor(f), &p).unwrap() {
+            Step::Decided(d) => panic!("decided {:?} with reported {:?}", d.kind, d.reported),
+            Step::Continue { .. } => {}
+            Step::Discarded { .. } => panic!("the block was discarded"),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+        /// A verdict never contradicts the interval it reports: a win's
+        /// lies below zero, a loss's above, a within-noise one reaches
+        /// inside the floor; and it holds the decision's own interval.
+        #[test]
+        fn a_verdict_agrees_with_its_reported_interval(
+            effect in -0.4f64..0.4,
+            sigma in 0.001f64..0.2,
+            f in 0.01f64..0.3,
+            seed in any::<u64>(),
+        ) {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let noise = Normal::new(0.0, sigma).unwrap();
+            let ts: Vec<(f64, f64)> = (0..16)
+                .map(|_| {
+                    let b: f64 = noise.sample(&mut rng);
+                    let c: f64 = noise.sample(&mut rng);
+                    (b.exp(), (effect + c).exp())
+                })
+                .collect();
+            let p = policy(0.10, 2, 16);
+            if let Step::Decided(d) = decide(&ts, floor(f), &p).unwrap() {
+                prop_assert!(agrees(d.kind, d.reported, floor(f)), "{:?} {:?}", d.kind, d.reported);
+                match d.kind {
+                    VerdictKind::Win => prop_assert!(d.reported.1 < 0.0),
+                    VerdictKind::Loss => prop_assert!(d.reported.0 > 0.0),
+                    _ => {}
+                }
+                if d.too_noisy.is_none() {
+                    prop_assert!(d.reported.0 <= d.estimate.interval.0 + 1e-12);
+                    prop_assert!(d.reported.1 >= d.estimate.interval.1 - 1e-12);
+                }
+            }
+        }
+
 
         #[test]
         fn swapped_arms_give_the_mirrored_verdict(
