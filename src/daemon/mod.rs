@@ -14,12 +14,14 @@
 //! - [`applier`]: writes approved stages of its stack to its live profile.
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`notify`]: systemd's notify protocol (READY, WATCHDOG, STOPPING).
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 
 pub mod applier;
 pub mod lock;
 pub mod metrics;
+mod notify;
 mod outage;
 pub mod proposer;
 mod reverter;
@@ -42,7 +44,7 @@ use crate::menu::Menu;
 use crate::process::cancel::{Cancel, CancelHandle};
 use crate::process::orphans;
 use crate::progress::Progress;
-use crate::vocab::{CycleStatus, StageState};
+use crate::vocab::CycleStatus;
 
 use metrics::DaemonMetrics;
 use proposer::AnyProposer;
@@ -106,6 +108,8 @@ pub struct StartRefused(pub String);
 
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
+    // Before any child is started: none inherits the protocol's variables.
+    let watchdog = notify::Watchdog::from_env();
     let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let policy = config.policy;
     let mut proposer =
@@ -194,20 +198,24 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             )
         })?;
     let metrics_task = tokio::spawn(metrics::serve(listener, daemon_metrics.clone()));
+    daemon_metrics.refresh_stages(&ledger).await;
+    notify::ready();
 
-    let result = run_loop(
-        &config,
-        &menu,
-        policy,
-        &ledger,
-        &mut stack_lock,
-        &mut proposer,
-        &cancel,
-        &daemon_metrics,
-        &progress,
-        opts,
-    )
-    .await;
+    let result = watchdog
+        .keep_alive(run_loop(
+            &config,
+            &menu,
+            policy,
+            &ledger,
+            &mut stack_lock,
+            &mut proposer,
+            &cancel,
+            &daemon_metrics,
+            &progress,
+            opts,
+        ))
+        .await;
+    notify::stopping("stopping: the loop ended");
 
     reporter.abort();
     metrics_task.abort();
@@ -237,7 +245,7 @@ fn lost_the_stack(e: &anyhow::Error) -> bool {
 
 /// Kills what a dead daemon of this ledger left running, then tags this
 /// daemon's own children with the ledger (see [`orphans`]).
-fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
     let tag = orphans::tag(ledger);
     match orphans::reap(&tag) {
         Ok(killed) if killed.is_empty() => {}
@@ -385,7 +393,9 @@ async fn run_loop(
             }
         };
         report.target = config.objective.target_seconds_per_token.get();
-        println!("{report}");
+        let line = report.to_string();
+        println!("{line}");
+        notify::status(&line);
         summary.cycles += 1;
         let failed = report.status == Some(CycleStatus::Failed);
         summary.last_failed = failed;
@@ -402,9 +412,7 @@ async fn run_loop(
             daemon_metrics.observe_seconds_per_token(live);
         }
         daemon_metrics.set_noise_floor(report.floor);
-        if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
-            daemon_metrics.set_staged_waiting(staged.len() as u64);
-        }
+        daemon_metrics.refresh_stages(ledger).await;
         if report.status == Some(CycleStatus::Aborted) {
             summary.aborted += 1;
             summary.interrupted = true;
@@ -427,7 +435,7 @@ pub fn backoff(k: u32, base: Duration, cap: Duration) -> Duration {
 }
 
 /// Cancels on the first SIGINT or SIGTERM.
-async fn watch_signals(handle: CancelHandle) {
+pub(crate) async fn watch_signals(handle: CancelHandle) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -436,10 +444,12 @@ async fn watch_signals(handle: CancelHandle) {
         tracing::error!("cannot install the SIGINT/SIGTERM handlers; stop with SIGKILL only");
         return;
     };
-    tokio::select! {
-        _ = int.recv() => tracing::warn!("SIGINT: finishing the current step and stopping"),
-        _ = term.recv() => tracing::warn!("SIGTERM: finishing the current step and stopping"),
-    }
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::warn!("{name}: finishing the current step and stopping");
+    notify::stopping(&format!("stopping: {name}, finishing the current step"));
     handle.cancel();
 }
 

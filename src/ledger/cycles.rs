@@ -24,8 +24,9 @@ pub struct CycleRecord {
     pub status: CycleStatus,
     /// Why it failed or was aborted; `None` for running and completed cycles.
     pub error: Option<String>,
-    /// The proposer configured for this cycle.
-    pub proposer: ProposerKind,
+    /// The proposer whose proposals this cycle recorded; `None` when it got
+    /// none (the orchestrator scheduled its experiment, or it ended first).
+    pub proposer: Option<ProposerKind>,
     /// The stack that ran it (`[stack] name`); `None` for a row written
     /// before stacks were recorded, or by an unscoped handle.
     pub stack: Option<String>,
@@ -114,7 +115,12 @@ pub struct CycleSummary {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CycleVerdict {
     pub verdict: Verdict,
+    /// The menu entry tried; `None` for a manual comparison (`manual`) and
+    /// when nothing was tried.
     pub menu_id: Option<MenuId>,
+    /// A manual comparison's A/B (`orchestrator compare`): no menu entry
+    /// planned its candidate.
+    pub manual: bool,
     pub parameters: Option<Value>,
     /// The proposal that chose the experiment; `None` when the orchestrator
     /// scheduled it (a noise floor, a confirmation) or there is none.
@@ -127,6 +133,12 @@ impl CycleVerdict {
     /// Why the orchestrator ran this experiment itself, without asking the
     /// proposer; `None` when the proposer chose it (or nothing was tried).
     pub fn scheduled(&self) -> Option<&'static str> {
+        if self.manual {
+            return Some(match self.confirmation_of {
+                Some(_) => "confirmation of a manual comparison",
+                None => "manual comparison",
+            });
+        }
         match (self.menu_id, self.proposal_id, self.confirmation_of) {
             (Some(_), None, Some(_)) => Some("confirmation"),
             (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
@@ -145,9 +157,12 @@ const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at =
      WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
 /// A scoped handle (`orchestrator ledger --stack`) lists its stack's only.
-pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles \
-     WHERE CAST($2 AS TEXT) IS NULL OR stack = $2 \
-     ORDER BY started_at DESC, id DESC LIMIT $1";
+pub(crate) const SQL_RECENT_CYCLES: &str = concat!(
+    "SELECT ",
+    cycle_columns!(),
+    " FROM cycles WHERE CAST($2 AS TEXT) IS NULL OR stack = $2 \
+     ORDER BY started_at DESC, id DESC LIMIT $1"
+);
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
      e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
@@ -183,9 +198,11 @@ async fn open_cycle(
 
 async fn get_cycle(c: Conn<'_>, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
     on_db!(c, |c| {
-        sqlx::query_as(
-            "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles WHERE id = $1",
-        )
+        sqlx::query_as(concat!(
+            "SELECT ",
+            cycle_columns!(),
+            " FROM cycles WHERE id = $1"
+        ))
         .bind(id)
         .fetch_optional(c)
         .await
@@ -334,7 +351,16 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
             .collect();
         for row in rows {
             let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
-            let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+            let entry: Option<String> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+            let manual = entry.as_deref() == Some(super::manual::MANUAL);
+            let menu_id = match entry.filter(|_| !manual) {
+                Some(m) => Some(m.parse::<MenuId>().map_err(|()| {
+                    cx.err(op)(sqlx::Error::Decode(
+                        format!("`{m}` is not a menu id").into(),
+                    ))
+                })?),
+                None => None,
+            };
             let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
             let proposal_id: Option<ProposalId> =
                 row.try_get("e_proposal_id").map_err(cx.err(op))?;
@@ -344,6 +370,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
                 s.verdicts.push(CycleVerdict {
                     verdict,
                     menu_id,
+                    manual,
                     parameters,
                     proposal_id,
                     confirmation_of,

@@ -66,7 +66,7 @@
 //! live profile), `reverts` (a stage's replaced profile put back, and
 //! the restarts run after a write), `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
-//! --check`), `plan` (the named queries), and `costs` (each cycle's wall
+//! --check`), `query_plan` (the named queries and their plans), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
@@ -125,6 +125,20 @@ macro_rules! from_row {
     };
 }
 
+/// A cycle row's columns. Its `proposer` is the one whose proposals the
+/// cycle recorded: the stored `cycles.proposer` is the proposer the daemon
+/// was configured with, asked or not, so a cycle that never got a proposal
+/// (a floor refresh, a confirmation, a composition, one that ended before
+/// proposing) reads as having none. The lookup walks `proposals`' unique
+/// `(cycle_id, attempt)` index.
+macro_rules! cycle_columns {
+    () => {
+        "id, started_at, ended_at, status, error, \
+         (SELECT p.proposer FROM proposals p WHERE p.cycle_id = cycles.id \
+          ORDER BY p.attempt LIMIT 1) AS proposer, stack, class"
+    };
+}
+
 mod applies;
 mod backend;
 mod check;
@@ -138,9 +152,10 @@ mod cycles;
 mod error;
 mod experiments;
 mod ids;
+mod manual;
 mod noise;
 mod parts;
-mod plan;
+mod query_plan;
 mod proposals;
 mod references;
 mod report;
@@ -149,6 +164,7 @@ mod runs;
 mod schema;
 mod scope;
 mod stack_lock;
+mod stage_counts;
 mod stage_expiry;
 mod stages;
 mod target;
@@ -187,10 +203,11 @@ pub use ids::{
     CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
     RunId, StageId, VerdictId,
 };
+pub use manual::{MANUAL, NewManualExperiment};
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
-pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use query_plan::NamedQuery;
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use reverts::{Restarted, RevertStatus, StageRevert};
@@ -198,6 +215,7 @@ pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use schema::SchemaState;
 pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
+pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
@@ -509,17 +527,60 @@ impl Ledger {
         {
             return Ok(());
         }
+        // A migration may rebuild a table other tables refer to (SQLite's
+        // procedure for changing a constraint: create, copy, drop, rename),
+        // which needs foreign keys off; the pragma is a no-op inside a
+        // transaction, so it is set around it, and the keys are checked
+        // before the commit instead.
+        sqlx::query("PRAGMA foreign_keys = OFF")
+            .execute(&mut *conn)
+            .await
+            .map_err(self.ctx.err("migrate"))?;
+        let migrated = self.migrate_on(&mut conn).await;
+        let restored = sqlx::query("PRAGMA foreign_keys = ON")
+            .execute(&mut *conn)
+            .await
+            .map_err(self.ctx.err("migrate"));
+        migrated.and(restored.map(drop))
+    }
+
+    /// The migrations in one `IMMEDIATE` transaction, committed only when
+    /// they broke no foreign key (a reference broken before them, which
+    /// `ledger --check` reports, is not theirs to refuse).
+    async fn migrate_on(&self, conn: &mut sqlx::SqliteConnection) -> Result<()> {
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.ctx.err("lock the ledger to migrate it"))?;
+        let broken_before = self.broken_references(&mut tx).await?;
         MIGRATOR
             .run_direct(&mut *tx)
             .await
             .map_err(|source| self.migrate_error(source))?;
+        let broken = self.broken_references(&mut tx).await?;
+        if broken > broken_before {
+            return Err(LedgerError::Migrate {
+                path: self.ctx.path.to_path_buf(),
+                source: sqlx::migrate::MigrateError::Source(
+                    format!(
+                        "migrating would leave {} row(s) referring to rows that do not exist; nothing was changed",
+                        broken - broken_before
+                    )
+                    .into(),
+                ),
+            });
+        }
         tx.commit()
             .await
             .map_err(self.ctx.err("commit the migrations"))
+    }
+
+    /// How many rows refer to a row that does not exist.
+    async fn broken_references(&self, c: &mut sqlx::SqliteConnection) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM pragma_foreign_key_check")
+            .fetch_one(&mut *c)
+            .await
+            .map_err(self.ctx.err("check the ledger's foreign keys"))
     }
 
     fn migrate_error(&self, source: sqlx::migrate::MigrateError) -> LedgerError {
@@ -550,18 +611,13 @@ fn hostname() -> String {
 /// this process (permissions, or a read-only filesystem: `access(2)` says
 /// `EROFS` even to root).
 fn read_only(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    [path, dir].iter().any(|p| {
-        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: access(2) on a NUL-terminated path; no memory effects.
-        p.exists() && unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0
-    })
+    [path, dir]
+        .iter()
+        .any(|p| p.exists() && nix::unistd::access(*p, nix::unistd::AccessFlags::W_OK).is_err())
 }
 
 impl WriteTx {

@@ -17,6 +17,7 @@ mod claims;
 mod class_applies;
 mod compositions;
 mod costs;
+mod manual;
 mod open;
 mod parts;
 mod report;
@@ -174,6 +175,21 @@ pub(super) fn measured(kind: VerdictKind, effect: f64, low: f64, high: f64) -> N
         pairs: 6,
         method: Some("test confidence sequence".to_string()),
         reason: None,
+    }
+}
+
+/// The bandit's valid first proposal in `cycle_id`, at `at`: a `remeasure`.
+pub(crate) fn bandit_proposal(cycle_id: CycleId, at: DateTime<Utc>) -> NewProposal {
+    NewProposal {
+        cycle_id,
+        proposer: ProposerKind::Bandit,
+        attempt: 1,
+        created_at: at,
+        prompt: None,
+        raw_answer: None,
+        parsed: Some(json!({"experiment": "remeasure"})),
+        rejection: None,
+        note: None,
     }
 }
 
