@@ -32,7 +32,9 @@ use crate::vocab::{Arm, VerdictKind};
 /// v7 is v6 whose `win` or `loss` also needs its reported interval to
 /// exclude zero on its side ([`agrees`]), so a verdict and the interval it
 /// shows never contradict each other.
-pub const METHOD: &str = "pocock-rci-own-spread-v7";
+/// v8 is v7 whose own spread from two blocks on is the larger of the
+/// blocks' spread and their arm gaps' pooled ([`super::interval`]).
+pub const METHOD: &str = "pocock-rci-own-spread-v8";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
