@@ -540,8 +540,8 @@ fn mann_whitney_k(n: usize, m: usize, tail: f64) -> usize {
     for row in ways.iter_mut() {
         row[0][0] = 1.0;
     }
-    for j in 0..=m {
-        ways[0][j][0] = 1.0;
+    for by_u in ways[0].iter_mut() {
+        by_u[0] = 1.0;
     }
     for i in 1..=n {
         for j in 1..=m {
