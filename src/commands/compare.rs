@@ -180,6 +180,8 @@ async fn judge(
         cancel: cancel.clone(),
         http: &http,
         progress,
+        // No daemon waited before it.
+        glances: &[],
     };
     let first = runner.run_manual(&base, &candidate, None, &notes).await?;
     let confirmation = match (first.verdict, first.experiment_id) {

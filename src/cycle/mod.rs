@@ -30,7 +30,10 @@
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
 //! [`experiment`]; which floor is current in [`floor`]. Each kind returns
 //! what it did as a value ([`outcome`]), from which the cycle's record and
-//! summary line are built ([`summary`]).
+//! summary line are built ([`summary`]). A proposer is offered `remeasure`
+//! only with a reason ([`remeasure_offer`]); [`converged`] is the daemon's
+//! look before a cycle, which says when no cycle would tell the loop
+//! anything new.
 //!
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
@@ -39,6 +42,7 @@ mod base;
 mod classmate;
 mod composition;
 mod confirmation;
+mod converged;
 mod duplicate_check;
 mod experiment;
 mod floor;
@@ -47,13 +51,15 @@ mod manual;
 mod outcome;
 mod proposal;
 mod realization;
+mod remeasure_offer;
 mod summary;
 
 use std::path::{Path, PathBuf};
 
 use confirmation::Pending;
+pub use converged::Converged;
 pub use floor::{CurrentFloor, Freshness};
-use outcome::{Done, Judged, Scheduled, Tried};
+use outcome::{Done, Judged, Tried};
 pub use summary::CycleSummary;
 
 use crate::brain::Proposer;
@@ -71,7 +77,7 @@ use crate::observe::{self, Observation};
 use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{Method, VerdictKind};
+use crate::vocab::{Method, Scheduled, VerdictKind};
 
 /// Runs cycles: everything a cycle uses; built once by the daemon.
 pub struct CycleRunner<'a, P, C> {
@@ -86,6 +92,10 @@ pub struct CycleRunner<'a, P, C> {
     pub http: &'a reqwest::Client,
     /// Where the cycle says what it is doing (see [`crate::progress`]).
     pub progress: Progress,
+    /// The live seconds per token a waiting daemon glanced at since its
+    /// last cycle (`daemon::wait`): observations too, so a drift that woke
+    /// it also offers `remeasure` ([`remeasure_offer`]).
+    pub glances: &'a [(chrono::DateTime<chrono::Utc>, f64)],
 }
 
 /// Why a cycle stopped early.

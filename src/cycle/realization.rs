@@ -18,7 +18,7 @@
 
 use std::path::Path;
 
-use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::outcome::{Done, Judged, Tried};
 use super::{CycleRunner, Stop, profiles_dir};
 use crate::apply::running::{self, Running};
 use crate::brain::Proposer;
@@ -26,7 +26,7 @@ use crate::clock::Clock;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, Stage};
 use crate::measure::by_protocol::StackScorer;
 use crate::profile::ProfileFile;
-use crate::vocab::{Arm, Method, VerdictKind};
+use crate::vocab::{Arm, Method, Scheduled, VerdictKind};
 
 /// A realization this cycle owes: the stage, its experiment (what it
 /// changed), both arms' profiles and the scorer that runs them.
@@ -107,6 +107,15 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }
         self.note(&not_now.stage, &not_now.why).await?;
         Ok(None)
+    }
+
+    /// Whether a realization is due on `live` that can be measured now
+    /// (the daemon's read-only look before a cycle: not converged then).
+    pub(super) async fn realization_measurable(
+        &self,
+        live: &ProfileFile,
+    ) -> Result<bool, LedgerError> {
+        Ok(matches!(self.realization_state(live).await?, Some(Ok(_))))
     }
 
     /// Whether an open realization on `live` can be measured now, without
@@ -196,7 +205,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             scorer,
         } = due;
         let mut tried = Tried::experiment(
-            Some(Scheduled::Realization(stage.id)),
+            Some(Scheduled::Realization(stage.id.0)),
             original.menu_id,
             original.parameters.clone(),
         );

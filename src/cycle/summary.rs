@@ -9,9 +9,9 @@ use serde_json::Value;
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, VerdictKind};
+use crate::vocab::{CycleStatus, Scheduled, VerdictKind};
 
-use super::outcome::{Done, Scheduled};
+use super::outcome::Done;
 
 /// The longest reason a cycle line shows (the ledger keeps it whole).
 const MAX_REASON: usize = 600;
@@ -243,7 +243,7 @@ mod tests {
     fn a_realized_loss_names_the_revert_and_a_win_says_realized() {
         let mut r = CycleSummary::new(CycleId(9));
         r.status = Some(CycleStatus::Completed);
-        r.scheduled = Some(Scheduled::Realization(StageId(3)));
+        r.scheduled = Some(Scheduled::Realization(3));
         r.verdict = Some(VerdictKind::Loss);
         let line = r.to_string();
         assert!(line.contains("[realization of stage #3]"), "{line}");

@@ -76,6 +76,48 @@ impl Realizations {
     }
 }
 
+/// The realization families of the metrics endpoint, declared from the
+/// first scrape: the latest realized stage's claim beside its realized
+/// effect, and the applied stages by what they realized.
+pub fn render(out: &mut String, r: Option<&Realizations>) {
+    use std::fmt::Write as _;
+    let latest = r.and_then(|r| r.latest);
+    for (name, help, v) in [
+        (
+            "orchestrator_last_realized_stage",
+            "The approved stage realized last (its id).",
+            latest.map(|l| l.0 as f64),
+        ),
+        (
+            "orchestrator_last_realized_claimed_log_ratio",
+            "Its claimed effect: log ratio of seconds per token, candidate/replaced (negative is faster).",
+            latest.map(|l| l.1),
+        ),
+        (
+            "orchestrator_last_realized_log_ratio",
+            "Its realized effect on the live server against a shadow of the replaced profile (log ratio).",
+            latest.map(|l| l.2),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        if let Some(v) = v {
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP orchestrator_stages_realized Applied stages by what they realized on the live server (unrealized: not measured yet, or given up).\n# TYPE orchestrator_stages_realized gauge"
+    );
+    if let Some(r) = r {
+        for (outcome, n) in r.by_outcome() {
+            let _ = writeln!(
+                out,
+                "orchestrator_stages_realized{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,11 @@ use sqlx::{FromRow, Row};
 use super::Conn;
 use super::codec::{canonical_json, json_col, opt_json_col, require_object, ts};
 use super::error::Ctx;
-use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
+use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId, StageId};
 use super::verdicts::Verdict;
 use super::{Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, Digest, ProposerKind};
+use crate::vocab::{CycleStatus, Digest, ProposerKind, Scheduled};
 
 /// The ledger's record of one cycle of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -127,22 +127,31 @@ pub struct CycleVerdict {
     pub proposal_id: Option<ProposalId>,
     /// The win this experiment re-tests, when it is a confirmation.
     pub confirmation_of: Option<ExperimentId>,
+    /// The applied stage whose realization this experiment measures.
+    pub realizes: Option<StageId>,
 }
 
 impl CycleVerdict {
     /// Why the orchestrator ran this experiment itself, without asking the
     /// proposer; `None` when the proposer chose it (or nothing was tried).
-    pub fn scheduled(&self) -> Option<&'static str> {
+    /// With no proposal, the rows tell the kinds apart: a manual
+    /// comparison's experiments say so, a realization names its stage, a
+    /// confirmation names the win it re-tests, a floor refresh is a `remeasure`, and the one other
+    /// experiment the orchestrator records itself is a composition.
+    pub fn scheduled(&self) -> Option<Scheduled> {
         if self.manual {
             return Some(match self.confirmation_of {
-                Some(_) => "confirmation of a manual comparison",
-                None => "manual comparison",
+                Some(_) => Scheduled::ManualConfirmation,
+                None => Scheduled::ManualComparison,
             });
         }
+        if let Some(stage) = self.realizes {
+            return Some(Scheduled::Realization(stage.0));
+        }
         match (self.menu_id, self.proposal_id, self.confirmation_of) {
-            (Some(_), None, Some(_)) => Some("confirmation"),
-            (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
-            (Some(_), None, None) => Some("scheduled"),
+            (Some(_), None, Some(_)) => Some(Scheduled::Confirmation),
+            (Some(MenuId::Remeasure), None, None) => Some(Scheduled::FloorRefresh),
+            (Some(_), None, None) => Some(Scheduled::Composition),
             _ => None,
         }
     }
@@ -156,6 +165,13 @@ pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted'
 const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = GREATEST($1, started_at), error = $2 \
      WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
+/// The newest observations first, by primary key (bounded by the limit), of
+/// the handle's stack.
+pub(crate) const SQL_RECENT_LIVE_METRIC: &str = "SELECT o.observed_at, o.metrics FROM observations o \
+     JOIN cycles c ON c.id = o.cycle_id \
+     WHERE CAST($2 AS TEXT) IS NULL OR c.stack = $2 \
+     ORDER BY o.id DESC LIMIT $1";
+
 /// A scoped handle (`orchestrator ledger --stack`) lists its stack's only.
 pub(crate) const SQL_RECENT_CYCLES: &str = concat!(
     "SELECT ",
@@ -165,13 +181,15 @@ pub(crate) const SQL_RECENT_CYCLES: &str = concat!(
 );
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
-     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
+     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of, z.stage_id AS e_realizes \
      FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
+     LEFT JOIN realizations z ON z.experiment_id = v.experiment_id \
      WHERE v.cycle_id IN (SELECT value FROM json_each($1)) ORDER BY v.cycle_id, v.id";
 
 const PG_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
-     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
+     e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of, z.stage_id AS e_realizes \
      FROM verdicts v LEFT JOIN experiments e ON e.id = v.experiment_id \
+     LEFT JOIN realizations z ON z.experiment_id = v.experiment_id \
      WHERE v.cycle_id IN (SELECT value::bigint FROM json_array_elements_text($1::json)) \
      ORDER BY v.cycle_id, v.id";
 
@@ -366,6 +384,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
                 row.try_get("e_proposal_id").map_err(cx.err(op))?;
             let confirmation_of: Option<ExperimentId> =
                 row.try_get("e_confirmation_of").map_err(cx.err(op))?;
+            let realizes: Option<StageId> = row.try_get("e_realizes").map_err(cx.err(op))?;
             if let Some(s) = out.iter_mut().find(|s| s.cycle.id == verdict.cycle_id) {
                 s.verdicts.push(CycleVerdict {
                     verdict,
@@ -374,6 +393,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
                     parameters,
                     proposal_id,
                     confirmation_of,
+                    realizes,
                 });
             }
         }
@@ -486,6 +506,28 @@ impl Ledger {
     pub async fn observation(&self, cycle_id: CycleId) -> Result<Option<Observation>> {
         let mut c = self.conn("read an observation").await?;
         observation(c.conn(), &self.ctx, cycle_id).await
+    }
+
+    /// The metrics snapshots of the last `limit` observations of this
+    /// handle's stack, oldest first, with when: the live series a floor and
+    /// a waiting loop watch for a drift.
+    pub async fn recent_observed_metrics(&self, limit: u32) -> Result<Vec<(DateTime<Utc>, Value)>> {
+        let op = "read the recent live metrics";
+        let mut c = self.conn(op).await?;
+        let rows: Vec<(DateTime<Utc>, String)> =
+            on_db!(c.conn(), |c| sqlx::query_as(SQL_RECENT_LIVE_METRIC)
+                .bind(i64::from(limit))
+                .bind(self.ctx.stack())
+                .fetch_all(c)
+                .await
+                .map_err(self.ctx.err(op)))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (at, text) in rows.into_iter().rev() {
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| self.ctx.err(op)(sqlx::Error::Decode(Box::new(e))))?;
+            out.push((at, v));
+        }
+        Ok(out)
     }
 
     /// The `limit` most recent cycles, newest first, each with its verdicts.

@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Conn, Ledger, Result, claims, compositions, cycles, experiments, noise, proposals,
-    realizations, references, report, runs, stages, verdicts,
+    Conn, Ledger, Result, claims, compositions, cycles, engine_time, experiments, noise, proposals,
+    realizations, references, report, runs, stages, verdicts, waits,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -48,6 +48,11 @@ pub enum NamedQuery {
     ReportLatestUnownedCycle,
     LiveStages,
     StageRealizations,
+    EngineRuns,
+    ReportEngineRuns,
+    ReportUnownedEngineRuns,
+    RecentWaits,
+    RecentLiveMetric,
 }
 
 impl NamedQuery {
@@ -88,6 +93,11 @@ impl NamedQuery {
         NamedQuery::ReportLatestUnownedCycle,
         NamedQuery::LiveStages,
         NamedQuery::StageRealizations,
+        NamedQuery::EngineRuns,
+        NamedQuery::ReportEngineRuns,
+        NamedQuery::ReportUnownedEngineRuns,
+        NamedQuery::RecentWaits,
+        NamedQuery::RecentLiveMetric,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -129,6 +139,11 @@ impl NamedQuery {
             NamedQuery::ReportLatestUnownedCycle => report::SQL_REPORT_LATEST_UNOWNED_CYCLE,
             NamedQuery::LiveStages => realizations::SQL_LIVE_STAGES,
             NamedQuery::StageRealizations => realizations::SQL_ATTEMPTS_OF_STAGE,
+            NamedQuery::EngineRuns => engine_time::SQL_ENGINE_RUNS,
+            NamedQuery::ReportEngineRuns => report::SQL_REPORT_ENGINE_RUNS,
+            NamedQuery::ReportUnownedEngineRuns => report::SQL_REPORT_UNOWNED_ENGINE_RUNS,
+            NamedQuery::RecentWaits => waits::SQL_RECENT_WAITS,
+            NamedQuery::RecentLiveMetric => cycles::SQL_RECENT_LIVE_METRIC,
         }
     }
 }
