@@ -123,6 +123,14 @@ fn an_approved_win_restarted_on_is_measured_realized_by_the_next_cycles() {
     );
     assert!(realized["revert"].is_null());
     assert!(lines.contains(&format!("REALIZED stage #{id}")), "{lines}");
+    // `orchestrator ledger` names the cycle for what it measured (the
+    // seeded claim's cycle has no proposal either: it is not one).
+    let ledger = s.ok(&["ledger"]);
+    assert_eq!(
+        ledger.matches("scheduled (realization)").count(),
+        1,
+        "{ledger}"
+    );
     // The live server ran faster than the replaced profile's shadow.
     let shown = s.show(id);
     let attempts = shown["realization_attempts"].as_array().unwrap();
