@@ -9,7 +9,8 @@
 //! no arm is worth measuring ([`crate::brain::convergence`]: every line of
 //! the search done, every other value tried, `remeasure` withheld because
 //! its floor is fresh). The look reads the ledger and the live profile
-//! only: it opens no cycle and measures nothing.
+//! (and, while an applied stage's realization is open, the live server's
+//! health path): it opens no cycle and measures nothing.
 
 use super::CycleRunner;
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers};
