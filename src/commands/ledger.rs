@@ -74,18 +74,32 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 Some(why) => format!("scheduled ({why})"),
                 None => format!("proposer {}", c.cycle.proposer),
             };
+            // A deferred cycle is `aborted` in the ledger; it says deferred,
+            // at which point, why and after how long a wait.
+            let (status, note) = match &c.deferral {
+                Some(d) => (
+                    "deferred",
+                    format!(
+                        "  deferred at {} after waiting {:.0} s: {}",
+                        d.during, d.waited_s, d.reason
+                    ),
+                ),
+                None => (
+                    c.cycle.status.as_str(),
+                    c.cycle
+                        .error
+                        .as_deref()
+                        .map(|e| format!("  error: {e}"))
+                        .unwrap_or_default(),
+                ),
+            };
             println!(
-                "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{}",
+                "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{note}",
                 c.cycle.id.0,
                 c.cycle.stack.as_deref().unwrap_or("-"),
                 c.cycle.started_at.format("%Y-%m-%d %H:%M:%S"),
-                c.cycle.status.as_str(),
+                status,
                 took,
-                c.cycle
-                    .error
-                    .as_deref()
-                    .map(|e| format!("  error: {e}"))
-                    .unwrap_or_default()
             );
             for v in &c.verdicts {
                 let what = match (&v.menu_id, &v.parameters) {

@@ -116,6 +116,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     Stop::Ledger(_) => None,
                     Stop::Aborted(why) => Some(format!("aborted: {why}")),
                     Stop::Failed(why) => Some(why.clone()),
+                    Stop::Deferred(_, d) => Some(format!("deferred: {}", d.reason)),
                 };
                 if let Some(why) = why {
                     let v = NewVerdict::refusal(VerdictKind::Failed, &why, self.clock.now());

@@ -10,7 +10,7 @@ use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
 use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, CycleStatus, VerdictKind};
+use crate::vocab::{Arm, CycleStatus, DeferredAt, VerdictKind};
 
 /// The longest reason a cycle line shows (the ledger keeps it whole).
 const MAX_REASON: usize = 600;
@@ -41,6 +41,8 @@ pub struct CycleReport {
     pub live_metric: Option<f64>,
     pub target: f64,
     pub seconds: f64,
+    /// The cycle stood aside for the live server's users too long, here.
+    pub deferred: Option<DeferredAt>,
 }
 
 impl CycleReport {
@@ -62,6 +64,7 @@ impl CycleReport {
             live_metric: None,
             target: 1.0,
             seconds: 0.0,
+            deferred: None,
         }
     }
 
@@ -113,7 +116,9 @@ impl fmt::Display for CycleReport {
         }
         // An interrupted cycle is `aborted`, as the ledger's cycle status and
         // the run's summary count it, though its verdict is `failed`.
+        // A deferred one is `aborted` in the ledger too, and says deferred.
         let verdict = match (self.status, self.verdict) {
+            (_, _) if self.deferred.is_some() => "deferred",
             (Some(CycleStatus::Aborted), _) => "aborted",
             (_, Some(v)) => v.as_str(),
             (_, None) => "-",

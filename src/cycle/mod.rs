@@ -33,6 +33,7 @@ mod base;
 mod classmate;
 mod composition;
 mod confirmation;
+mod deferral;
 mod experiment;
 mod floor;
 mod floor_refresh;
@@ -74,6 +75,9 @@ pub struct CycleRunner<'a, P, C> {
     pub http: &'a reqwest::Client,
     /// Where the cycle says what it is doing (see [`crate::progress`]).
     pub progress: Progress,
+    /// The live server's users first ([`deferral`]); `None` where the live
+    /// load is not read.
+    pub stand_aside: Option<&'a crate::measure::stand_aside::StandAside>,
 }
 
 /// Why a cycle stopped early.
@@ -84,6 +88,12 @@ enum Stop {
     Aborted(String),
     /// It could not go on: the cycle is recorded `failed`, loudly.
     Failed(String),
+    /// The live server's users kept it waiting too long: recorded deferred
+    /// ([`deferral`]).
+    Deferred(
+        crate::vocab::DeferredAt,
+        crate::measure::stand_aside::Deferral,
+    ),
 }
 
 impl From<LedgerError> for Stop {
@@ -122,6 +132,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 self.record_failure(&mut report, &why).await?;
                 CycleOutcome::Failed(why)
             }
+            Err(Stop::Deferred(at, d)) => {
+                CycleOutcome::Aborted(self.record_deferral(id, at, &d, &mut report).await?)
+            }
         };
         if let CycleOutcome::Failed(why) = &outcome {
             tracing::error!(cycle = %id, "cycle failed: {why}");
@@ -154,8 +167,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     }
 
     async fn body(&mut self, id: CycleId, r: &mut CycleReport) -> Result<(), Stop> {
+        self.stand_aside_at_start().await?;
         // The phase lines (debug level) mark the cycle's timeline for
         // people reading a log and for the crash-consistency test.
+        self.progress.phase(phase::OBSERVE, "");
         tracing::debug!(cycle = %id, "phase observe");
         let cfg = self.config;
         let live = ProfileFile::load(&cfg.stack.live_profile).map_err(|e| {
@@ -342,6 +357,9 @@ fn ab_stop(e: AbError) -> Stop {
         )),
         AbError::Ledger(e) => Stop::Ledger(e),
         AbError::Gate(e) => Stop::Failed(e.to_string()),
+        AbError::Deferred { deferral, .. } => {
+            Stop::Deferred(crate::vocab::DeferredAt::BetweenRuns, deferral)
+        }
         other => Stop::Failed(other.to_string()),
     }
 }

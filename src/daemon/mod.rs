@@ -16,6 +16,7 @@
 //! - [`metrics`]: the daemon's Prometheus endpoint.
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
+//! - `stand_aside`: the live-load monitor the cycles stand aside by.
 
 pub mod applier;
 pub mod lock;
@@ -23,6 +24,7 @@ pub mod metrics;
 mod outage;
 pub mod proposer;
 mod reverter;
+mod stand_aside;
 
 use std::time::Duration;
 
@@ -71,6 +73,9 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// The last cycle failed (an aborted one did not).
     pub last_failed: bool,
+    /// Cycles that stood aside for the live server's users too long
+    /// (recorded `aborted`, neither failed nor interrupted).
+    pub deferred: u64,
 }
 
 impl RunSummary {
@@ -79,7 +84,7 @@ impl RunSummary {
     /// interrupted after failing throughout is still a failure). An
     /// interrupted cycle is neither failed nor a success. `None` is exit 0.
     pub fn failure(&self) -> Option<String> {
-        let finished = self.cycles - self.aborted;
+        let finished = self.cycles - self.aborted - self.deferred;
         if self.last_failed {
             Some(format!(
                 "the last cycle failed ({} of {} cycle(s) failed)",
@@ -315,6 +320,7 @@ async fn run_loop(
         .build()
         .context("building the HTTP client")?;
     let clock = SystemClock;
+    let stand_aside = stand_aside::start(config, &http);
     let limit = if opts.once { Some(1) } else { opts.cycles };
     let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -372,6 +378,7 @@ async fn run_loop(
             cancel: cancel.clone(),
             http: &http,
             progress: progress.clone(),
+            stand_aside: stand_aside.as_ref(),
         };
         let mut report = match cycle.run().await {
             Ok(report) => report,
@@ -389,13 +396,14 @@ async fn run_loop(
         summary.cycles += 1;
         let failed = report.status == Some(CycleStatus::Failed);
         summary.last_failed = failed;
+        summary.deferred += u64::from(report.deferred.is_some());
         if failed {
             summary.failed += 1;
             consecutive_failures += 1;
         } else {
             consecutive_failures = 0;
         }
-        if let Some(v) = report.verdict {
+        if let Some(v) = report.verdict.filter(|_| report.deferred.is_none()) {
             daemon_metrics.cycle_finished(v, report.seconds, failed);
         }
         if let Some(live) = report.live() {
@@ -405,7 +413,8 @@ async fn run_loop(
         if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
             daemon_metrics.set_staged_waiting(staged.len() as u64);
         }
-        if report.status == Some(CycleStatus::Aborted) {
+        // A deferred cycle is recorded `aborted` but the daemon goes on.
+        if report.status == Some(CycleStatus::Aborted) && report.deferred.is_none() {
             summary.aborted += 1;
             summary.interrupted = true;
             break;

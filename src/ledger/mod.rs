@@ -135,6 +135,7 @@ mod compositions;
 mod connect;
 mod costs;
 mod cycles;
+mod deferrals;
 mod error;
 mod experiments;
 mod ids;
@@ -181,6 +182,7 @@ pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
 };
+pub use deferrals::CycleDeferral;
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{

@@ -92,6 +92,7 @@ fn runner<'a, S>(
         warmups_per_arm,
         deadline_cap,
         progress: Default::default(),
+        stand_aside: None,
     }
 }
 
