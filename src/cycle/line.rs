@@ -118,7 +118,7 @@ impl fmt::Display for CycleReport {
         // the run's summary count it, though its verdict is `failed`.
         // A deferred one is `aborted` in the ledger too, and says deferred.
         let verdict = match (self.status, self.verdict) {
-            (_, _) if self.deferred.is_some() => "deferred",
+            _ if self.deferred.is_some() => "deferred",
             (Some(CycleStatus::Aborted), _) => "aborted",
             (_, Some(v)) => v.as_str(),
             (_, None) => "-",
@@ -198,6 +198,22 @@ mod tests {
         assert!(
             line.contains("run #3 (candidate)")
                 && line.ends_with("lower memory.budget_gb in the profile)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_deferred_cycle_reads_deferred_with_its_reason() {
+        let mut r = failed(
+            CycleStatus::Aborted,
+            "deferred: the live server was serving 2 request(s) of its users",
+        );
+        r.deferred = Some(DeferredAt::Start);
+        let line = r.to_string();
+        assert!(line.contains("  deferred "), "{line}");
+        assert!(!line.contains("aborted"), "{line}");
+        assert!(
+            line.ends_with("(deferred: the live server was serving 2 request(s) of its users)"),
             "{line}"
         );
     }

@@ -210,13 +210,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             match schedule.record(timed)? {
                 Next::Run => {}
                 Next::Discarded(d) => {
-                    self.discard_last_block(&mut runs).await?;
-                    users
-                        .note(d.live, policy.max_discarded_blocks)
-                        .map_err(|deferral| AbError::Deferred {
-                            runs: runs.len(),
-                            deferral,
-                        })?;
+                    self.block_discarded(
+                        &mut runs,
+                        &mut users,
+                        d.live,
+                        policy.max_discarded_blocks,
+                    )
+                    .await?;
                 }
                 Next::NeedsFloor => {
                     return Ok(BoundedAb::NeedsFloor(Box::new(PausedAb { schedule, runs })));
@@ -304,13 +304,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             let end = match schedule.record(timed)? {
                 FloorNext::Run => continue,
                 FloorNext::Discarded(d) => {
-                    self.discard_last_block(&mut runs).await?;
-                    users
-                        .note(d.live, policy.max_discarded_blocks)
-                        .map_err(|deferral| AbError::Deferred {
-                            runs: runs.len(),
-                            deferral,
-                        })?;
+                    self.block_discarded(
+                        &mut runs,
+                        &mut users,
+                        d.live,
+                        policy.max_discarded_blocks,
+                    )
+                    .await?;
                     continue;
                 }
                 FloorNext::Done(end) => end,
@@ -358,6 +358,24 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             r.discarded = true;
         }
         Ok(())
+    }
+
+    /// Marks the block the judge discarded; defers the measurement once the
+    /// live server's users interrupted more than `most` of its blocks.
+    async fn block_discarded(
+        &self,
+        runs: &mut [RecordedRun],
+        users: &mut Interruptions,
+        live: usize,
+        most: usize,
+    ) -> Result<(), AbError> {
+        self.discard_last_block(runs).await?;
+        users
+            .note(live, most)
+            .map_err(|deferral| AbError::Deferred {
+                runs: runs.len(),
+                deferral,
+            })
     }
 
     /// Marks the last block's four runs as discarded, here and in the ledger.

@@ -6,7 +6,6 @@
 //! `measure_ab::a_block_a_live_user_interrupted_is_discarded_for_both_arms_and_rerun`.)
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -68,19 +67,8 @@ stand_aside_max_wait_s = 4
     path
 }
 
-fn orchestrator(config: &Path, args: &[&str]) -> std::process::Output {
-    assert_cmd::Command::cargo_bin("orchestrator")
-        .unwrap()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .timeout(Duration::from_secs(600))
-        .output()
-        .unwrap()
-}
-
 fn newest_cycle(config: &Path) -> Value {
-    let out = orchestrator(config, &["ledger", "--limit", "1", "--json"]);
+    let out = common::orchestrator(config, &["ledger", "--limit", "1", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -99,7 +87,7 @@ fn a_live_server_kept_busy_by_its_users_defers_the_cycle_and_it_is_recorded_so()
     let config = config(dir.path(), &model, &serve.addr);
 
     let user = BusyUser::start(&serve.addr, 200);
-    let out = orchestrator(&config, &["run", "--cycles", "1"]);
+    let out = common::orchestrator(&config, &["run", "--cycles", "1"]);
     let served = user.served.load(std::sync::atomic::Ordering::SeqCst);
     drop(user);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -143,7 +131,7 @@ fn a_live_server_kept_busy_by_its_users_defers_the_cycle_and_it_is_recorded_so()
         "no experiment: {cycle:#}"
     );
     assert_eq!(verdicts[0]["verdict"]["kind"], "failed");
-    let listing = orchestrator(&config, &["ledger"]);
+    let listing = common::orchestrator(&config, &["ledger"]);
     let listing = String::from_utf8_lossy(&listing.stdout);
     let row = listing.lines().find(|l| l.starts_with("cycle")).unwrap();
     assert!(
@@ -152,7 +140,7 @@ fn a_live_server_kept_busy_by_its_users_defers_the_cycle_and_it_is_recorded_so()
     );
 
     // The users gone, the next cycle measures.
-    let out = orchestrator(&config, &["run", "--cycles", "1"]);
+    let out = common::orchestrator(&config, &["run", "--cycles", "1"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
