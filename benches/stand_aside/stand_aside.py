@@ -10,12 +10,14 @@ Meanwhile the daemon is, in interleaved phases of --phase-s each:
 - stand_aside: `orchestrator run` on the shipped config.toml (the embedded
   table removed, pointed at this server), which maps the live load: it
   stands aside for the users;
+- no_quiet: the same with `stand_aside_quiet_s = 0`: a run may start in any
+  gap between two requests (what the quiet spell is for);
 - no_stand_aside: the same config without the live-load names: it measures
   as if nobody used the server (the harm standing aside avoids).
 
-The arms rotate each round (off, stand_aside, no_stand_aside; then
-stand_aside, no_stand_aside, off; ...), so a drift of the machine's own load
-falls on all of them. A request belongs to the arm in force when it was
+The arms rotate each round (off, stand_aside, no_quiet, no_stand_aside;
+then stand_aside, no_quiet, no_stand_aside, off; ...), so a drift of the
+machine's own load falls on all of them. A request belongs to the arm in force when it was
 sent; requests sent in the first --settle-s of a phase are left out (the
 previous daemon's children are still being stopped). It prints each arm's
 median and p99 latency and the ratios to `off`, and exits 1 when the
@@ -42,7 +44,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORCH = os.path.join(REPO, "target", "release", "orchestrator")
 TINYK3 = os.path.join(REPO, "target", "release", "tinyk3")
-ARMS = ["off", "stand_aside", "no_stand_aside"]
+ARMS = ["off", "stand_aside", "no_quiet", "no_stand_aside"]
 GOAL = {"p50": 1.1, "p99": 1.5}
 LIVE_NAMES = ("live_requests_processing", "live_requests_waiting", "live_requests_total")
 
@@ -91,6 +93,10 @@ def arm_config(work, arm, model, live_addr, far_addr, max_wait_s):
         if old not in text:
             sys.exit("config.toml no longer has %r; update benches/stand_aside" % old)
         text = text.replace(old, new)
+    if arm == "no_quiet":
+        if "stand_aside_quiet_s = 10" not in text:
+            sys.exit("config.toml no longer sets stand_aside_quiet_s = 10; update benches/stand_aside")
+        text = text.replace("stand_aside_quiet_s = 10", "stand_aside_quiet_s = 0")
     if arm == "no_stand_aside":
         kept = [l for l in text.splitlines() if not l.startswith(LIVE_NAMES)]
         text = "\n".join(kept) + "\n"
@@ -193,10 +199,10 @@ def daemon_summary(log_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--phase-s", type=float, default=120)
     ap.add_argument("--settle-s", type=float, default=5)
-    ap.add_argument("--period-s", type=float, default=3.0, help="seconds between two users' requests")
+    ap.add_argument("--period-s", type=float, default=5.0, help="seconds between two users' requests")
     ap.add_argument("--max-tokens", type=int, default=8, help="tokens each user's request asks for")
     ap.add_argument("--max-wait-s", type=int, default=60,
                     help="[daemon] stand_aside_max_wait_s of both daemon arms (the shipped 300 s would "
@@ -239,7 +245,7 @@ def main():
         time.sleep(a.settle_s * 2)
         phase = 0
         for r in range(a.rounds):
-            order = ARMS[r % 3:] + ARMS[: r % 3]
+            order = ARMS[r % len(ARMS):] + ARMS[: r % len(ARMS)]
             for arm in order:
                 daemon = None
                 if arm != "off":

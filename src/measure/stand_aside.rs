@@ -146,6 +146,9 @@ impl StandAside {
         let deadline = start + self.inner.settings.max_wait;
         let mut readings = self.inner.readings.subscribe();
         let mut logged = false;
+        // The longest the load stayed at or below the threshold, for the
+        // reason of a deferral.
+        let mut longest = Duration::ZERO;
         loop {
             let now = Instant::now();
             let wait = self
@@ -162,11 +165,15 @@ impl StandAside {
                 }
                 return Gate::Clear(waited);
             };
+            if let Wait::Quieting { since, .. } = wait {
+                longest = longest.max(now - since.max(start));
+            }
             if now >= deadline {
+                let waited = now - start;
                 return Gate::Deferred(Deferral {
-                    waited: now - start,
+                    waited,
                     live_requests: self.inner.lock().live,
-                    reason: wait.reason(&self.inner.settings),
+                    reason: wait.deferred(&self.inner.settings, waited, longest),
                 });
             }
             if !logged && !matches!(wait, Wait::FirstReading) {
@@ -178,7 +185,7 @@ impl StandAside {
                 logged = true;
             }
             let until = match wait {
-                Wait::Quieting { clear_at } => clear_at.min(deadline),
+                Wait::Quieting { clear_at, .. } => clear_at.min(deadline),
                 _ => deadline,
             };
             tokio::select! {
@@ -292,8 +299,8 @@ enum Wait {
     FirstReading,
     /// Beyond the threshold now.
     Busy(f64),
-    /// At or below it, but not for `quiet` yet.
-    Quieting { clear_at: Instant },
+    /// At or below it since `since`, but not for `quiet` yet.
+    Quieting { since: Instant, clear_at: Instant },
 }
 
 impl State {
@@ -313,7 +320,7 @@ impl State {
         }
         let since = self.watching_since.max(self.last_busy_at)?;
         let clear_at = since + settings.quiet;
-        (now < clear_at).then_some(Wait::Quieting { clear_at })
+        (now < clear_at).then_some(Wait::Quieting { since, clear_at })
     }
 }
 
@@ -328,6 +335,33 @@ impl Wait {
             Wait::Quieting { .. } => format!(
                 "the live server's users kept coming: it was never quiet for [daemon] stand_aside_quiet_s = {:.0} s",
                 settings.quiet.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Why a wait of `waited` that ended here defers the cycle.
+    fn deferred(
+        self,
+        settings: &StandAsideSettings,
+        waited: Duration,
+        longest: Duration,
+    ) -> String {
+        let quiet = settings.quiet.as_secs_f64();
+        let spell = format!(
+            "in the {:.0} s waited its longest quiet spell was {:.1} s",
+            waited.as_secs_f64(),
+            longest.as_secs_f64()
+        );
+        match self {
+            Wait::Busy(_) if quiet > 0.0 => format!(
+                "{}; {spell} of the {quiet:.0} s [daemon] stand_aside_quiet_s asks for",
+                self.reason(settings)
+            ),
+            Wait::Quieting { .. } => format!("{}; {spell}", self.reason(settings)),
+            _ => format!(
+                "{} (waited {:.0} s)",
+                self.reason(settings),
+                waited.as_secs_f64()
             ),
         }
     }
@@ -464,7 +498,10 @@ mod tests {
         assert_eq!(t0.elapsed(), Duration::from_secs(60));
         assert_eq!(d.live_requests, Some(1.0));
         assert!(
-            d.reason.contains("serving 1 request(s)") && d.reason.contains("stand_aside_above = 0"),
+            d.reason.contains("serving 1 request(s)")
+                && d.reason.contains("stand_aside_above = 0")
+                && d.reason
+                    .contains("in the 60 s waited its longest quiet spell was 0.0 s"),
             "{}",
             d.reason
         );
@@ -503,6 +540,41 @@ mod tests {
             sa.wait_clear(&Cancel::never()).await,
             Gate::Clear(Duration::ZERO)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_of_users_with_gaps_shorter_than_the_quiet_spell_defers() {
+        // A request of 1 s every 3 s: idle two thirds of the time, never
+        // for the 10 s a run waits for.
+        let load = ScriptedLoad::default();
+        let users = load.clone();
+        tokio::spawn(async move {
+            loop {
+                users.set(1.0, None);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                users.set(0.0, None);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+        let sa = spawn(&load, settings(0, 10, 30));
+        let Gate::Deferred(d) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("deferred")
+        };
+        assert_eq!(d.waited, Duration::from_secs(30));
+        assert!(
+            d.reason
+                .contains("never quiet for [daemon] stand_aside_quiet_s = 10 s")
+                && d.reason
+                    .contains("in the 30 s waited its longest quiet spell was 2."),
+            "{}",
+            d.reason
+        );
+        // Without the quiet spell a run goes in the first gap.
+        let sa = spawn(&load, settings(0, 0, 30));
+        let Gate::Clear(waited) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("cleared")
+        };
+        assert!(waited <= Duration::from_secs(3), "{waited:?}");
     }
 
     #[tokio::test(start_paused = true)]
