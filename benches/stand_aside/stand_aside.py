@@ -214,6 +214,9 @@ def main():
         if not os.access(b, os.X_OK):
             sys.exit("%s is missing: cargo build --release -p orchestrator -p tinyk3" % b)
 
+    # The code measured: the checkout's commit when the run starts.
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
     work = a.work or tempfile.mkdtemp(prefix="stand-aside-")
     os.makedirs(work, exist_ok=True)
     model = os.path.join(work, "model")
@@ -282,8 +285,6 @@ def main():
             "p99": percentile(ok, 0.99) if ok else float("nan"),
             "max": max(ok) if ok else float("nan"),
         }
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
     print()
     print("stand_aside benchmark, %s, commit %s" % (time.strftime("%Y-%m-%d %H:%M %Z"), commit))
     print("command: bash benches/stand_aside/run.sh %s" % " ".join(sys.argv[1:]))
