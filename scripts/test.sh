@@ -28,6 +28,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
 
+# The service unit is checked with `systemd-analyze verify` (Debian's
+# `systemd`; no systemd needs to run as PID 1, see scripts/verify-unit.sh).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "installing systemd for systemd-analyze verify (apt-get)..." >&2
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq systemd >/dev/null
+fi
+
 # The llama-server tier (tests/e2e/llama_server/) needs a real llama.cpp
 # llama-server, a small real GGUF model and a mixture-of-experts GGUF upcycled
 # from it: built, fetched and written once into a cache outside the checkout
@@ -75,4 +84,5 @@ python3 -m unittest benches/shootout/test_shootout.py
 
 # Tests drive the real binaries (orchestrator, tinyk3); cargo builds both.
 cargo build --workspace --all-targets
+bash scripts/verify-unit.sh "${CARGO_TARGET_DIR:-target}/debug/orchestrator"
 cargo test --workspace --no-fail-fast

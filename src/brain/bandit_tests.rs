@@ -371,9 +371,9 @@ fn the_live_value_is_no_arm() {
         std::path::Path::new("live.toml"),
     )
     .unwrap();
-    let menu = repo_menu().excluding(crate::brain::exclusions::live(crate::plan::unchanged(
-        &live,
-    )));
+    let menu = repo_menu().excluding(crate::menu::exclusions::base_values(
+        crate::plan::unchanged(&live),
+    ));
     let all = arms(&repo_menu());
     let left = arms(&menu);
     let split = |x: f64| Proposal {

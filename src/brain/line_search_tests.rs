@@ -80,7 +80,7 @@ struct OnLive {
 impl OnLive {
     fn decided(mut self, p: &Proposal, verdict: VerdictKind) -> OnLive {
         let id = self.history.len() as i64 + 1;
-        self.excluded.extend(crate::brain::exclusions::of_proposal(
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
             p,
             &Why::Decided { experiment: id },
         ));
@@ -98,7 +98,7 @@ impl OnLive {
     }
 
     fn refused(mut self, p: &Proposal) -> OnLive {
-        self.excluded.extend(crate::brain::exclusions::of_proposal(
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
             p,
             &Why::RefusedByPlanner { cycle: Some(1) },
         ));
@@ -107,7 +107,9 @@ impl OnLive {
 
     fn menu(&self, live: &Profile) -> Menu {
         repo_menu()
-            .excluding(crate::brain::exclusions::live(crate::plan::unchanged(live)))
+            .excluding(crate::menu::exclusions::base_values(
+                crate::plan::unchanged(live),
+            ))
             .excluding(self.excluded.clone())
     }
 

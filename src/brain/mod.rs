@@ -20,7 +20,6 @@
 pub mod bandit;
 pub mod client;
 pub mod error;
-pub mod exclusions;
 pub mod levers;
 pub mod line_search;
 pub mod model;
@@ -39,7 +38,7 @@ use serde_json::Value;
 use crate::ledger::{
     CycleId, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal, ProposalRejection,
 };
-use crate::menu::{Menu, MenuId, Proposal, Rejection};
+use crate::menu::{Excluded, Menu, MenuId, Proposal, Rejection, exclusions};
 use crate::observe::LiveMetrics;
 use crate::profile::{Knob, KnobValue};
 use crate::vocab::{Digest, ProposerKind};
@@ -54,7 +53,7 @@ pub use prompt::{NoiseFloorState, StackDescription};
 /// own data (config, metrics, the ledger), none of it the model's words.
 #[derive(Debug, Clone, Copy)]
 pub struct Situation<'a> {
-    /// The menu with the values excluded on the live profile (see
+    /// The menu with the values excluded on the base profile (see
     /// [`exclusions`]): the schema, the validator and the bandit's grid
     /// come from it.
     pub menu: &'a Menu,
@@ -139,6 +138,21 @@ impl DuplicateCheck for LedgerDuplicates<'_> {
         self.ledger
             .planner_refused(&proposal_value(proposal), self.base_digest)
             .await
+    }
+}
+
+impl LedgerDuplicates<'_> {
+    /// What the ledger shows decided or refused by the planner on this base
+    /// profile, as the values `menu` (the menu before any exclusion) leaves
+    /// out ([`exclusions::from_ledger`]).
+    pub async fn refused(&self, menu: &Menu) -> Result<Vec<Excluded>, LedgerError> {
+        let decided = self.ledger.decided_on(self.base_digest).await?;
+        let refused = self.ledger.planner_refusals_on(self.base_digest).await?;
+        Ok(exclusions::from_ledger(
+            menu,
+            decided.into_iter().map(|(e, m, p)| (e.0, m, p)).collect(),
+            refused.into_iter().map(|(c, p)| (c.0, p)).collect(),
+        ))
     }
 }
 

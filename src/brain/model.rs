@@ -14,12 +14,11 @@ use rand::rngs::StdRng;
 use super::bandit::BanditProposer;
 use super::client::ChatClient;
 use super::error::BrainError;
-use super::exclusions;
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
     proposal_value,
 };
-use crate::menu::{Rejection, Why};
+use crate::menu::{Rejection, Why, exclusions};
 use crate::vocab::ProposerKind;
 
 /// Exponential backoff with "full jitter": before retry `k` (0-based) sleep

@@ -678,7 +678,7 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
     );
     assert_eq!(
         ledger.cycle(cycle).await.unwrap().proposer,
-        ProposerKind::Bandit
+        Some(ProposerKind::Bandit)
     );
     // Then the model again; a cycle in which it chose resets the count.
     assert_eq!(p.kind(), ProposerKind::Model);

@@ -9,7 +9,7 @@ use crate::cli::LedgerArgs;
 use crate::config::Config;
 use crate::daemon::lock;
 use crate::display;
-use crate::ledger::{CheckContext, Violation};
+use crate::ledger::{CheckContext, CycleSummary, Violation};
 use crate::profile::Profile;
 
 /// A live profile file that does not parse, found by `ledger --check`:
@@ -68,31 +68,8 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 .ended_at
                 .map(|e| format!("{:.1}s", (e - c.cycle.started_at).as_seconds_f64()))
                 .unwrap_or_else(|| "-".into());
-            // The stored proposer is the daemon's; a cycle whose experiment
-            // the orchestrator scheduled itself asked no proposer.
-            let chooser = match c.verdicts.iter().find_map(|v| v.scheduled()) {
-                Some(why) => format!("scheduled ({why})"),
-                None => format!("proposer {}", c.cycle.proposer),
-            };
-            // A deferred cycle is `aborted` in the ledger; it says deferred,
-            // at which point, why and after how long a wait.
-            let (status, note) = match &c.deferral {
-                Some(d) => (
-                    "deferred",
-                    format!(
-                        "  deferred at {} after waiting {:.0} s: {}",
-                        d.during, d.waited_s, d.reason
-                    ),
-                ),
-                None => (
-                    c.cycle.status.as_str(),
-                    c.cycle
-                        .error
-                        .as_deref()
-                        .map(|e| format!("  error: {e}"))
-                        .unwrap_or_default(),
-                ),
-            };
+            let chooser = chooser(c);
+            let (status, note) = status_note(c);
             println!(
                 "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{note}",
                 c.cycle.id.0,
@@ -123,6 +100,44 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Who chose a cycle's experiment. Only a cycle that recorded a proposal
+/// names a proposer (its A/B may have measured a floor too); one whose
+/// experiment the orchestrator scheduled itself, or that ended before any
+/// proposal, names none.
+fn chooser(c: &CycleSummary) -> String {
+    match (
+        c.cycle.proposer,
+        c.verdicts.iter().find_map(|v| v.scheduled()),
+    ) {
+        (Some(p), _) => format!("proposer {p}"),
+        (None, Some(why)) => format!("scheduled ({why})"),
+        (None, None) => "no proposal".to_string(),
+    }
+}
+
+/// A cycle's status and what follows it on its line: a deferred cycle is
+/// `aborted` in the ledger, and says deferred, at which point, why and
+/// after how long a wait.
+fn status_note(c: &CycleSummary) -> (&'static str, String) {
+    match &c.deferral {
+        Some(d) => (
+            "deferred",
+            format!(
+                "  deferred at {} after waiting {:.0} s: {}",
+                d.during, d.waited_s, d.reason
+            ),
+        ),
+        None => (
+            c.cycle.status.as_str(),
+            c.cycle
+                .error
+                .as_deref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default(),
+        ),
+    }
 }
 
 /// `ledger --check`: reads the ledger (never writes it) and lists every
@@ -253,8 +268,55 @@ fn check(config: &Config, json: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::cli::LedgerArgs;
-    use crate::ledger::tests::{PG_PASSWORD_VAR, fresh_postgres, staged_win, t};
-    use crate::vocab::ProposerKind;
+    use crate::ledger::tests::{PG_PASSWORD_VAR, bandit_proposal, fresh_postgres, staged_win, t};
+    use crate::ledger::{Ledger, NewVerdict};
+    use crate::vocab::{ProposerKind, VerdictKind};
+
+    /// A cycle that got no proposal names no proposer, though the daemon
+    /// that ran it was configured with one: one that failed before
+    /// proposing, and one whose experiment the orchestrator scheduled.
+    #[tokio::test]
+    async fn a_cycle_without_a_proposal_names_no_proposer() {
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let failed = ledger.open_cycle(t(0), ProposerKind::Bandit).await.unwrap();
+        let v = NewVerdict::refusal(VerdictKind::Failed, "the live profile cannot be read", t(1));
+        ledger.insert_cycle_verdict(failed, &v).await.unwrap();
+        let (_, first, _) = staged_win(&ledger, 10).await;
+        let proposed = ledger
+            .open_cycle(t(100), ProposerKind::Bandit)
+            .await
+            .unwrap();
+        ledger
+            .insert_proposal(&bandit_proposal(proposed, t(101)))
+            .await
+            .unwrap();
+        let cycles = ledger.recent_cycles(10).await.unwrap();
+        let line = |id| chooser(cycles.iter().find(|c| c.cycle.id == id).unwrap());
+        assert_eq!(line(failed), "no proposal");
+        assert_eq!(line(proposed), "proposer bandit");
+        // staged_win's cycle: a first A/B and its confirmation, no proposal.
+        let win_cycle = cycles
+            .iter()
+            .find(|c| {
+                c.verdicts
+                    .iter()
+                    .any(|v| v.verdict.experiment_id == Some(first))
+            })
+            .unwrap();
+        assert_eq!(win_cycle.cycle.proposer, None);
+        assert!(
+            chooser(win_cycle).starts_with("scheduled"),
+            "{}",
+            chooser(win_cycle)
+        );
+        let json = serde_json::to_value(&cycles).unwrap();
+        assert!(
+            json.as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["cycle"]["proposer"].is_null())
+        );
+    }
 
     /// `orchestrator ledger --check` on a PostgreSQL ledger named by the
     /// config: consistent passes; a cycle left running with no daemon is

@@ -19,9 +19,10 @@
 //! not for a stack with a `[stack] class`: its classmates confirm its wins
 //! on their own live profiles.
 
-use super::{CycleReport, CycleRunner, Stop, profiles_dir};
+use super::{CycleRunner, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
+use crate::ledger::{LedgerError, StageId};
 use crate::measure::by_protocol::StackScorer;
 use crate::menu::MenuId;
 use crate::profile::{Profile, ProfileFile};
@@ -34,21 +35,21 @@ const MAX_CHAIN: usize = 4;
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The profile this cycle's experiments are measured against: `live`,
-    /// or the candidate of the waiting win it builds on.
+    /// or the candidate of the waiting win it builds on, with that win.
     pub(super) async fn working_base(
         &self,
         live: ProfileFile,
-        r: &mut CycleReport,
-    ) -> Result<ProfileFile, Stop> {
+    ) -> Result<(ProfileFile, Option<StageId>), LedgerError> {
         if !self.config.cycle.build_on_staged
             || self.config.stack.class.is_some()
             || !self.bench_measures_everything()
         {
-            return Ok(live);
+            return Ok((live, None));
         }
         let staged = self.ledger.stages(Some(StageState::Staged)).await?;
         let mut visited = vec![live.profile.digest()];
         let mut base = live;
+        let mut built_on = None;
         for _ in 0..MAX_CHAIN {
             let digest = base.profile.digest();
             let mut on_base = staged.iter().filter(|s| s.base_digest == digest);
@@ -71,7 +72,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                         stage.candidate_digest.short()
                     );
                     base = next;
-                    r.built_on = Some(stage.id);
+                    built_on = Some(stage.id);
                 }
                 Err(why) => {
                     tracing::warn!(stage = %stage.id, "not building on the staged win: {why}");
@@ -79,7 +80,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 }
             }
         }
-        Ok(base)
+        Ok((base, built_on))
     }
 
     /// Every A/B of the menu, and the floors that judge them, run the bench

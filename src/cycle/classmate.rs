@@ -21,11 +21,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// this host can measure, if any.
     pub(super) async fn classmate_win(
         &self,
-        live: &ProfileFile,
+        base: &ProfileFile,
     ) -> Result<Option<ExperimentId>, LedgerError> {
         let wins = self
             .ledger
-            .classmate_wins(&live.profile.digest(), CLASSMATE_WINS)
+            .classmate_wins(&base.profile.digest(), CLASSMATE_WINS)
             .await?;
         for win in wins {
             let Ok(candidate) =
@@ -38,7 +38,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             // would read its own file by that name (or none) and measure
             // another candidate than the win's. Such a win is its own
             // stack's to confirm.
-            if candidate.pins_path(&live.path).is_some() {
+            if candidate.pins_path(&base.path).is_some() {
                 continue;
             }
             // An entry this stack cannot carry out, or a protocol it cannot

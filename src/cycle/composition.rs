@@ -15,7 +15,8 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::experiment::Origin;
-use super::{CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
+use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::{CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::ledger::{
@@ -46,9 +47,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// a combination of two or more is due.
     pub(super) async fn composition_due(
         &self,
-        live: &ProfileFile,
+        base: &ProfileFile,
     ) -> Result<Option<Vec<Single>>, LedgerError> {
-        let digest = live.profile.digest();
+        let digest = base.profile.digest();
         let staged: Vec<_> = self
             .ledger
             .stages(Some(StageState::Staged))
@@ -106,29 +107,26 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         &mut self,
         id: CycleId,
         parts: Vec<Single>,
-        live: &ProfileFile,
+        base: &ProfileFile,
         obs: &Observation,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+    ) -> Result<Done, Stop> {
         let cfg = self.config;
         let ids: Vec<StageId> = parts.iter().map(|p| p.stage).collect();
         let lead = parts[0].menu_id;
-        r.scheduled = Some("composition");
-        r.menu_id = Some(lead);
-        r.params = Some(json!({ "parts": ids }));
+        let tried = Tried::experiment(Some(Scheduled::Composition), lead, json!({ "parts": ids }));
         let labels: Vec<String> = parts
             .iter()
             .map(|p| format!("stage #{} ({})", p.stage, p.menu_id))
             .collect();
         let named = labels.join(" + ");
-        let pins = live
+        let pins = base
             .profile
-            .pins_path(&live.path)
+            .pins_path(&base.path)
             .and_then(|p| PinList::load(&p).ok());
         let dir = profiles_dir(&cfg.stack.live_profile);
         let ctx = PlanContext {
-            live: &live.profile,
-            live_path: &live.path,
+            live: &base.profile,
+            live_path: &base.path,
             profiles_dir: &dir,
             expert_bytes: cfg.stack.expert_bytes,
             cache_spare_slots: cfg.stack.cache_spare_slots,
@@ -183,24 +181,26 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     .insert_composition(&NewComposition {
                         cycle_id: id,
                         created_at: self.clock.now(),
-                        base_digest: live.profile.digest(),
+                        base_digest: base.profile.digest(),
                         experiment_id: None,
                         refusal: Some(why.clone()),
                         parts: ids,
                     })
                     .await?;
                 let v = NewVerdict::refusal(VerdictKind::Rejected, &why, self.clock.now());
-                self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?;
-                r.verdict = Some(VerdictKind::Rejected);
-                r.reason = Some(why);
-                return Ok(());
+                self.ledger.insert_cycle_verdict(id, &v).await?;
+                return Ok(Done::new(
+                    tried,
+                    Judged::refusal(VerdictKind::Rejected, &why),
+                ));
             }
         };
         plan::write_plan(&plan).map_err(|e| {
-            Stop::Failed(format!(
+            Stop::failed(format!(
                 "writing the combined candidate {}: {e}",
                 plan.candidate_path.display()
             ))
+            .during(&tried)
         })?;
         let candidate = ProfileFile {
             path: plan.candidate_path.clone(),
@@ -209,7 +209,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let scorer = self
             .scorers
             .for_candidate(method)
-            .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+            .ok_or_else(|| Stop::failed(no_scorer(method)).during(&tried))?;
         let experiment_id = self
             .ledger
             .insert_experiment(&self.new_experiment(
@@ -220,7 +220,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     notes: &plan.notes,
                 },
                 scorer.method(),
-                &live.profile,
+                &base.profile,
                 &candidate.profile,
             ))
             .await?;
@@ -229,17 +229,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .insert_composition(&NewComposition {
                 cycle_id: id,
                 created_at: self.clock.now(),
-                base_digest: live.profile.digest(),
+                base_digest: base.profile.digest(),
                 experiment_id: Some(experiment_id),
                 refusal: None,
                 parts: ids,
             })
             .await?;
-        r.experiment_id = Some(experiment_id);
-        self.ab(experiment_id, live, &candidate, &scorer, None, r)
+        let judged = self
+            .ab(id, experiment_id, &tried, base, &candidate, &scorer, None)
             .await?;
-        if r.verdict == Some(VerdictKind::Win)
-            && let Some((_, interval)) = r.effect
+        if judged.verdict == VerdictKind::Win
+            && let Some((_, interval)) = judged.effect
         {
             let best = &parts[0];
             if let Err(why) = beats(interval, best.effect, best.stage) {
@@ -247,7 +247,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 self.ledger.refuse_composition(composition, &why).await?;
             }
         }
-        Ok(())
+        let tried = Tried {
+            experiment_id: Some(experiment_id),
+            ..tried
+        };
+        Ok(Done::new(tried, judged))
     }
 
     /// Whether the composite measured by `first` may be staged on its

@@ -12,7 +12,8 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 
 use super::experiment::Origin;
-use super::{CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
+use super::outcome::{Done, Scheduled, Tried};
+use super::{CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
@@ -52,10 +53,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// classmate's unconfirmed win on this live profile.
     pub(super) async fn pending_win(
         &self,
-        live: &ProfileFile,
+        base: &ProfileFile,
     ) -> Result<Option<Pending>, LedgerError> {
-        let Some(first) = self.own_pending_win(live).await? else {
-            return Ok(self.classmate_win(live).await?.map(Pending::Classmate));
+        let Some(first) = self.own_pending_win(base).await? else {
+            return Ok(self.classmate_win(base).await?.map(Pending::Classmate));
         };
         match self.ledger.confirmation_claim(first).await? {
             Some(claim)
@@ -67,7 +68,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     by = claim.stack.as_deref().unwrap_or_default(),
                     "a classmate confirms this stack's win"
                 );
-                Ok(self.classmate_win(live).await?.map(Pending::Classmate))
+                Ok(self.classmate_win(base).await?.map(Pending::Classmate))
             }
             // Not claimed yet: it may be left to the classmates a while.
             None if !self.config.stack.class_confirm_wait.is_zero() => {
@@ -94,7 +95,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// a daemon stopped at the wrong moment would silently drop a win.
     async fn own_pending_win(
         &self,
-        live: &ProfileFile,
+        base: &ProfileFile,
     ) -> Result<Option<ExperimentId>, LedgerError> {
         // The floor refreshes scheduled between a win and its confirmation
         // (a fresh floor comes first) do not hide the win.
@@ -108,7 +109,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         else {
             return Ok(None);
         };
-        let Some(first) = win_to_confirm(&last, &live.profile.digest()) else {
+        let Some(first) = win_to_confirm(&last, &base.profile.digest()) else {
             return Ok(None);
         };
         // A composite that won but did not beat its best part goes no further.
@@ -150,59 +151,59 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         id: CycleId,
         win: ExperimentId,
         until: DateTime<Utc>,
-        live: &ProfileFile,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+        base: &ProfileFile,
+    ) -> Result<Done, Stop> {
         let method = self.ledger.experiment(win).await?.method;
         let scorer = self
             .scorers
             .for_live(method)
-            .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
+            .ok_or_else(|| Stop::failed(no_scorer(method)))?;
         tracing::info!(
             cycle = %id,
             %win,
             class = self.config.stack.class.as_deref().unwrap_or_default(),
             "win #{win} is left to this stack's classmates to confirm until {until}; refreshing the noise floor meanwhile"
         );
-        r.scheduled = Some("noise floor refresh");
-        self.remeasure(id, None, live, &scorer, r).await
+        self.remeasure(id, None, Some(Scheduled::FloorRefresh), base, &scorer)
+            .await
     }
 
     /// The independent second A/B of a win (this stack's or a classmate's);
-    /// stages it when it wins again. `false` when another stack claimed the
+    /// stages it when it wins again. `None` when another stack claimed the
     /// win first: nothing was recorded, and the cycle does something else.
     pub(super) async fn confirm(
         &mut self,
         id: CycleId,
         first: ExperimentId,
-        live: &ProfileFile,
-        r: &mut CycleReport,
-    ) -> Result<bool, Stop> {
+        base: &ProfileFile,
+    ) -> Result<Option<Done>, Stop> {
         let original = self.ledger.experiment(first).await?;
-        r.menu_id = Some(original.menu_id);
-        r.params = Some(original.parameters.clone());
-        r.scheduled = Some("confirmation");
+        let tried = Tried::experiment(
+            Some(Scheduled::Confirmation),
+            original.menu_id,
+            original.parameters.clone(),
+        );
+        let fail = |why: String| Stop::failed(why).during(&tried);
         let candidate = Profile::parse(
             &original.candidate_profile,
             Path::new("the staged candidate"),
         )
-        .map_err(|e| Stop::Failed(e.to_string()))?;
+        .map_err(|e| fail(e.to_string()))?;
         let path = profiles_dir(&self.config.stack.live_profile)
             .join(format!("candidate-{}.toml", candidate.digest().short()));
-        let candidate = ProfileFile::write(&path, candidate).map_err(|e| {
-            Stop::Failed(format!("rewriting the candidate for its confirmation: {e}"))
-        })?;
+        let candidate = ProfileFile::write(&path, candidate)
+            .map_err(|e| fail(format!("rewriting the candidate for its confirmation: {e}")))?;
         let scorer = self
             .scorers
             .for_candidate(original.method)
-            .ok_or_else(|| Stop::Failed(no_scorer(original.method)))?;
+            .ok_or_else(|| fail(no_scorer(original.method)))?;
         let confirmation = self.new_experiment(
             id,
             Origin::Confirmation {
                 original: &original,
             },
             scorer.method(),
-            &live.profile,
+            &base.profile,
             &candidate.profile,
         );
         let Some(experiment_id) = self
@@ -215,8 +216,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 win = %first,
                 "another stack of the class claimed this win's confirmation first; this cycle does something else"
             );
-            (r.menu_id, r.params, r.scheduled) = (None, None, None);
-            return Ok(false);
+            return Ok(None);
         };
         let win_cycle = self.ledger.cycle(original.cycle_id).await?;
         if win_cycle.stack.as_deref() != self.ledger.scope().map(|s| s.name.as_str()) {
@@ -228,25 +228,38 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 win_cycle.class.as_deref().unwrap_or_default(),
             );
         }
-        r.experiment_id = Some(experiment_id);
+        let tried = Tried {
+            experiment_id: Some(experiment_id),
+            ..tried
+        };
         // Failed once it is recorded, so the next cycle does not retry it.
         if let Err(e) = self.menu.entry(original.menu_id) {
-            return Err(Stop::Failed(unconfirmable(first, &e)));
+            return Err(Stop::failed(unconfirmable(first, &e)).during(&tried));
         }
         // The confirmation must not be judged by a floor measured before its win.
         let not_before = self.ledger.verdict(first).await?.map(|v| v.decided_at);
-        self.ab(experiment_id, live, &candidate, &scorer, not_before, r)
+        let judged = self
+            .ab(
+                id,
+                experiment_id,
+                &tried,
+                base,
+                &candidate,
+                &scorer,
+                not_before,
+            )
             .await?;
         let stageable = match (
-            r.verdict,
-            r.effect,
+            judged.verdict,
+            judged.effect,
             self.ledger.composition_of(first).await?,
         ) {
-            (Some(VerdictKind::Win), Some((_, interval)), Some(c)) => {
+            (VerdictKind::Win, Some((_, interval)), Some(c)) => {
                 self.composite_stageable(&c, interval).await?
             }
-            (verdict, _, _) => verdict == Some(VerdictKind::Win),
+            (verdict, _, _) => verdict == VerdictKind::Win,
         };
+        let mut done = Done::new(tried, judged);
         if stageable {
             tracing::debug!(experiment = %experiment_id, "phase stage");
             let stage = self
@@ -254,9 +267,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 .insert_stage(first, experiment_id, self.clock.now())
                 .await?;
             tracing::info!(%stage, "a confirmed win is staged: `orchestrator stage show {stage}`");
-            r.staged = Some(stage);
+            done.staged = Some(stage);
         }
-        Ok(true)
+        Ok(Some(done))
     }
 }
 
@@ -274,8 +287,8 @@ const MAX_INTERRUPTED_CONFIRMATIONS: usize = 3;
 /// that is still live. A remeasure never asks: it is an A/A of the live
 /// profile, so its "win" is noise that crossed the floor, with no candidate
 /// to confirm or stage.
-fn win_to_confirm(last: &ExperimentOutcome, live: &Digest) -> Option<ExperimentId> {
-    if last.menu_id == MenuId::Remeasure || &last.base_digest != live {
+fn win_to_confirm(last: &ExperimentOutcome, base: &Digest) -> Option<ExperimentId> {
+    if last.menu_id == MenuId::Remeasure || &last.base_digest != base {
         return None;
     }
     match last.confirmation_of {

@@ -6,7 +6,8 @@
 //! judged nothing, so a confirmation cut short is run again) and a
 //! `cycle_deferrals` row that says so, why and after how long a wait.
 
-use super::{CycleReport, CycleRunner, Stop};
+use super::outcome::{Done, Tried};
+use super::{CycleRunner, Stop};
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::ledger::{CycleDeferral, CycleId, LedgerError};
@@ -25,23 +26,24 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .phase(phase::STAND_ASIDE, "for the live server's users");
         match sa.wait_clear(&self.cancel).await {
             Gate::Clear(_) => Ok(()),
-            Gate::Cancelled => Err(Stop::Aborted(
-                "shutdown while standing aside for the live server's users".into(),
+            Gate::Cancelled => Err(Stop::aborted(
+                "shutdown while standing aside for the live server's users",
             )),
-            Gate::Deferred(d) => Err(Stop::Deferred(DeferredAt::Start, d)),
+            Gate::Deferred(d) => Err(Stop::Deferred(DeferredAt::Start, d, Tried::default())),
         }
     }
 
-    /// Records the deferral of cycle `id` and returns the cycle's error.
+    /// Records the deferral of cycle `id`, with the `failed` verdict of
+    /// what it had under way (`tried`): the cycle's error, and what it did.
     pub(super) async fn record_deferral(
         &self,
         id: CycleId,
         at: DeferredAt,
         d: &Deferral,
-        r: &mut CycleReport,
-    ) -> Result<String, LedgerError> {
+        tried: Tried,
+    ) -> Result<(String, Done), LedgerError> {
         let why = format!("deferred: {}", d.reason);
-        self.record_failure(r, &why).await?;
+        let done = self.record_failure(id, tried, &why, &why).await?;
         self.ledger
             .insert_deferral(&CycleDeferral {
                 cycle_id: id,
@@ -52,8 +54,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 live_requests: d.live_requests,
             })
             .await?;
-        r.deferred = Some(at);
         tracing::warn!(cycle = %id, "cycle deferred ({at}): {}", d.reason);
-        Ok(why)
+        Ok((why, done))
     }
 }

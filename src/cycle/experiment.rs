@@ -6,9 +6,11 @@ use serde_json::{Value, json};
 
 use chrono::{DateTime, Utc};
 
-use super::{CycleReport, CycleRunner, Stop, ab_stop, no_scorer};
+use super::outcome::{Judged, Tried};
+use super::{CycleRunner, Stop, ab_stop, no_scorer};
 use crate::brain::{self, Proposer};
 use crate::clock::Clock;
+use crate::judge::Floor;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
 use crate::measure::ab::{AbRunner, AbVerdict, BoundedAb};
 use crate::measure::by_protocol::StackScorer;
@@ -50,7 +52,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         id: CycleId,
         origin: Origin<'_>,
         method: Method,
-        live: &Profile,
+        base: &Profile,
         candidate: &Profile,
     ) -> NewExperiment {
         let (proposal_id, confirmation_of, menu_id, parameters, planner_notes) = match origin {
@@ -91,42 +93,54 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             menu_id,
             parameters,
             method,
-            base_profile: live.canonical(),
-            base_digest: live.digest(),
+            base_profile: base.canonical(),
+            base_digest: base.digest(),
             candidate_profile: candidate.canonical(),
             candidate_digest: candidate.digest(),
             planner_notes,
         }
     }
 
-    /// Runs the A/B and records its verdict. `not_before`: a confirmation's
-    /// win, which a floor measured before it may not judge.
+    /// Runs the A/B of experiment `experiment_id` (of cycle `id`, doing
+    /// `tried`), records its
+    /// verdict and returns what it decided, for the caller to stage from.
+    /// `not_before`: a confirmation's win, which a floor measured before it
+    /// may not judge. A stop says what was tried, with the floor it was
+    /// judged against.
     ///
     /// With no valid floor the A/B is judged against the bound first
     /// ([`crate::judge::AbSchedule::against_bound`]); when the bound cannot
     /// decide, the floor is measured then, in an A/A of this cycle (a
     /// `remeasure` experiment with its own verdict, stored as any floor),
     /// and the A/B goes on against it.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the cycle, the experiment, what the cycle tried, both profiles, the scorer and the floor's earliest time are separate inputs with no struct of their own"
+    )]
     pub(super) async fn ab(
         &mut self,
+        id: CycleId,
         experiment_id: ExperimentId,
-        live: &ProfileFile,
+        tried: &Tried,
+        base: &ProfileFile,
         candidate: &ProfileFile,
         scorer: &StackScorer,
         not_before: Option<DateTime<Utc>>,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
-        let current = self.floor(scorer.method(), live, not_before).await?;
+    ) -> Result<Judged, Stop> {
+        let tried = &Tried {
+            experiment_id: Some(experiment_id),
+            ..tried.clone()
+        };
+        let with_floor = |floor: Option<Floor>| Tried {
+            floor: floor.map(Floor::get),
+            ..tried.clone()
+        };
+        let current = self.floor(scorer.method(), base, not_before).await?;
         let valid = current
             .floor(self.policy.min_floor)
             .filter(|_| !current.stale);
         let (mut gate, runner) = self.measuring(scorer).await?;
-        let measuring = match (r.scheduled, r.menu_id) {
-            (Some("confirmation"), Some(m)) => format!("confirmation A/B of {}", m.as_str()),
-            (Some("composition"), _) => "A/B of a composition of staged wins".into(),
-            (_, Some(m)) => format!("A/B of {}", m.as_str()),
-            _ => "A/B".into(),
-        };
+        let measuring = tried.measuring();
         self.progress.phase(phase::MEASURE, &measuring);
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let bounded = match valid {
@@ -139,7 +153,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     // widens) carries the interval's coverage.
                     .run_ab_against_bound(
                         experiment_id,
-                        live,
+                        base,
                         candidate,
                         &mut gate,
                         self.policy.against_floor(None),
@@ -149,14 +163,16 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         };
         // A reason of the cycle's own, over the verdict's.
         let mut reason = None;
+        // The measured floor the A/B is judged against.
+        let mut judged_by = None;
         let report = match (bounded, valid) {
-            (Some(ran), _) => match ran.map_err(ab_stop)? {
+            (Some(ran), _) => match ran.map_err(|e| ab_stop(e).during(&with_floor(None)))? {
                 BoundedAb::Done(report) => report,
                 BoundedAb::NeedsFloor(paused) => {
                     let live_scorer = self
                         .scorers
                         .for_live(scorer.method())
-                        .ok_or_else(|| Stop::Failed(no_scorer(scorer.method())))?;
+                        .ok_or_else(|| Stop::failed(no_scorer(scorer.method())).during(tried))?;
                     if let Some(why) = &current.why {
                         tracing::info!(
                             experiment = %experiment_id,
@@ -164,16 +180,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                         );
                     }
                     let refreshed = self
-                        .refresh_floor(r.cycle_id, None, live, &live_scorer, |_| {})
-                        .await?;
+                        .refresh_floor(id, None, base, &live_scorer, |_| {})
+                        .await
+                        .map_err(|s| s.during(tried))?;
                     self.progress.phase(phase::MEASURE, &measuring);
                     match refreshed.usable() {
                         Some(floor) => {
-                            r.floor = Some(floor.get());
+                            judged_by = Some(floor);
                             runner
                                 .resume_ab(
                                     experiment_id,
-                                    live,
+                                    base,
                                     candidate,
                                     &mut gate,
                                     // A run is interfered with when contended
@@ -184,7 +201,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                                     floor,
                                 )
                                 .await
-                                .map_err(ab_stop)?
+                                .map_err(|e| ab_stop(e).during(&with_floor(judged_by)))?
                         }
                         None => {
                             let why = format!(
@@ -207,45 +224,33 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 let floor = match valid {
                     Some(floor) => floor,
                     None => current.floor(self.policy.min_floor).ok_or_else(|| {
-                        Stop::Failed(format!(
+                        Stop::failed(format!(
                             "no noise floor has been measured for the {} protocol; the next cycle measures it",
                             scorer.method()
                         ))
+                        .during(tried)
                     })?,
                 };
-                r.floor = Some(floor.get());
+                judged_by = Some(floor);
                 runner
                     .run_ab(
                         experiment_id,
-                        live,
+                        base,
                         candidate,
                         &mut gate,
                         self.policy.against_floor(current.contention()),
                         floor,
                     )
                     .await
-                    .map_err(ab_stop)?
+                    .map_err(|e| ab_stop(e).during(&with_floor(judged_by)))?
             }
         };
         tracing::debug!(experiment = %experiment_id, "phase judge");
-        r.note_runs(&report.runs);
         let mut verdict = report.verdict.to_new_verdict(self.clock.now());
         if let Some(why) = reason {
             verdict.reason = Some(why);
         }
         self.ledger.insert_verdict(experiment_id, &verdict).await?;
-        r.verdict = Some(verdict.kind);
-        if verdict.floor_is_bound {
-            // The bound is no measured floor; the reason says what it is.
-            r.floor = None;
-        }
-        if let (Some(e), Some(i)) = (verdict.effect, verdict.interval) {
-            r.effect = Some((e, i));
-        }
-        // Failures, hash mismatches and a machine too noisy to decide say why.
-        if verdict.reason.is_some() {
-            r.reason = verdict.reason.clone();
-        }
         // A changed output is a broken engine: as loud as a failed run.
         if let VerdictKind::Failed | VerdictKind::HashMismatch = verdict.kind {
             tracing::error!(
@@ -255,7 +260,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 verdict.reason.as_deref().unwrap_or("")
             );
         }
-        Ok(())
+        // The bound is no measured floor; the reason says what it is.
+        let floor = judged_by
+            .filter(|_| !verdict.floor_is_bound)
+            .map(Floor::get);
+        Ok(Judged::recorded(&verdict, floor, &report.runs))
     }
 
     /// The hash gate of the scorer's prompt set and a runner over the scorer.

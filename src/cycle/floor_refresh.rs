@@ -5,7 +5,8 @@
 use serde_json::json;
 
 use super::experiment::Origin;
-use super::{CycleReport, CycleRunner, Stop, ab_stop};
+use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::{CycleRunner, Stop, ab_stop};
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::judge::Floor;
@@ -43,39 +44,37 @@ impl Refreshed {
 }
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
-    /// An A/A of the live profile: a new noise floor, and a verdict on it.
+    /// An A/A of the cycle's base: a new noise floor, and a verdict on it.
+    /// `scheduled` when the orchestrator chose it, not the proposer.
     pub(super) async fn remeasure(
         &mut self,
         id: CycleId,
         proposal_id: Option<ProposalId>,
-        live: &ProfileFile,
+        scheduled: Option<Scheduled>,
+        base: &ProfileFile,
         scorer: &StackScorer,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
-        r.menu_id = Some(MenuId::Remeasure);
-        r.params = Some(json!({}));
+    ) -> Result<Done, Stop> {
+        let mut tried = Tried::experiment(scheduled, MenuId::Remeasure, json!({}));
         let f = match self
-            .refresh_floor(id, proposal_id, live, scorer, |e| r.experiment_id = Some(e))
+            .refresh_floor(id, proposal_id, base, scorer, |e| {
+                tried.experiment_id = Some(e);
+            })
             .await
         {
             Ok(f) => f,
+            // The A/A's `failed` verdict is recorded already.
             Err(stop) => {
-                // The A/A's `failed` verdict is recorded already.
-                if let Stop::Aborted(why) | Stop::Failed(why) = &stop {
-                    r.verdict = Some(VerdictKind::Failed);
-                    r.reason = Some(why.clone());
-                }
-                return Err(stop);
+                return Err(stop.during(&Tried {
+                    recorded: true,
+                    ..tried
+                }));
             }
         };
-        r.note_runs(&f.runs);
-        r.floor = f.measured.map(Floor::get);
-        r.verdict = Some(f.verdict.kind);
-        r.reason = f.verdict.reason.clone();
-        if let (Some(e), Some(i)) = (f.verdict.effect, f.verdict.interval) {
-            r.effect = Some((e, i));
-        }
-        Ok(())
+        let floor = f.measured.map(Floor::get);
+        Ok(Done::new(
+            tried,
+            Judged::recorded(&f.verdict, floor, &f.runs),
+        ))
     }
 
     /// Measures and stores a noise floor in an A/A experiment of cycle `id`
@@ -86,19 +85,19 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         &self,
         id: CycleId,
         proposal_id: Option<ProposalId>,
-        live: &ProfileFile,
+        base: &ProfileFile,
         scorer: &StackScorer,
         created: impl FnOnce(ExperimentId),
     ) -> Result<Refreshed, Stop> {
-        let digest = live.profile.digest();
+        let digest = base.profile.digest();
         let experiment_id = self
             .ledger
             .insert_experiment(&self.new_experiment(
                 id,
                 Origin::FloorRefresh { proposal_id },
                 scorer.method(),
-                &live.profile,
-                &live.profile,
+                &base.profile,
+                &base.profile,
             ))
             .await?;
         created(experiment_id);
@@ -106,7 +105,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         self.progress.phase(phase::MEASURE_FLOOR, scorer.label());
         tracing::debug!(experiment = %experiment_id, "phase measure");
         let result = runner
-            .measure_noise_floor(experiment_id, live, &mut gate, self.policy)
+            .measure_noise_floor(experiment_id, base, &mut gate, self.policy)
             .await;
         tracing::debug!(experiment = %experiment_id, "phase judge");
         let report = match result.map_err(ab_stop) {
@@ -114,9 +113,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             Err(stop) => {
                 let why = match &stop {
                     Stop::Ledger(_) => None,
-                    Stop::Aborted(why) => Some(format!("aborted: {why}")),
-                    Stop::Failed(why) => Some(why.clone()),
-                    Stop::Deferred(_, d) => Some(format!("deferred: {}", d.reason)),
+                    Stop::Aborted(why, _) => Some(format!("aborted: {why}")),
+                    Stop::Failed(why, _) => Some(why.clone()),
+                    Stop::Deferred(_, d, _) => Some(format!("deferred: {}", d.reason)),
                 };
                 if let Some(why) = why {
                     let v = NewVerdict::refusal(VerdictKind::Failed, &why, self.clock.now());

@@ -23,8 +23,9 @@
 //! Every kind works from the live profile, or from the one confirmed win
 //! that waits for approval on it ([`base`], `[cycle] build_on_staged`).
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
-//! [`experiment`]; which floor is current in [`floor`]; the cycle's record
-//! and summary line in [`line`].
+//! [`experiment`]; which floor is current in [`floor`]. Each kind returns
+//! what it did as a value ([`outcome`]), from which the cycle's record and
+//! summary line are built ([`summary`]).
 //!
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
@@ -34,33 +35,38 @@ mod classmate;
 mod composition;
 mod confirmation;
 mod deferral;
+mod duplicate_check;
 mod experiment;
 mod floor;
 mod floor_refresh;
-mod line;
+mod outcome;
 mod proposal;
-mod screen;
+mod summary;
 
 use std::path::{Path, PathBuf};
 
 use confirmation::Pending;
 pub use floor::{CurrentFloor, Freshness};
-pub use line::CycleReport;
+use outcome::{Done, Judged, Scheduled, Tried};
+pub use summary::CycleSummary;
 
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::judge::{self, Policy};
-use crate::ledger::{CycleId, CycleOutcome, Ledger, LedgerError, NewObservation, NewVerdict};
+use crate::ledger::{
+    CycleId, CycleOutcome, Ledger, LedgerError, NewObservation, NewVerdict, StageId,
+};
 use crate::measure::ab::AbError;
 use crate::measure::by_protocol::Scorers;
 use crate::measure::scorer::Scorer;
+use crate::measure::stand_aside::Deferral;
 use crate::menu::{Menu, MenuId};
-use crate::observe;
+use crate::observe::{self, Observation};
 use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{Method, VerdictKind};
+use crate::vocab::{DeferredAt, Method, VerdictKind};
 
 /// Runs cycles: everything a cycle uses; built once by the daemon.
 pub struct CycleRunner<'a, P, C> {
@@ -85,15 +91,12 @@ enum Stop {
     /// The ledger could not be written: fatal for the daemon.
     Ledger(LedgerError),
     /// Shutdown: the cycle is recorded `aborted`.
-    Aborted(String),
+    Aborted(String, Tried),
     /// It could not go on: the cycle is recorded `failed`, loudly.
-    Failed(String),
+    Failed(String, Tried),
     /// The live server's users kept it waiting too long: recorded deferred
     /// ([`deferral`]).
-    Deferred(
-        crate::vocab::DeferredAt,
-        crate::measure::stand_aside::Deferral,
-    ),
+    Deferred(DeferredAt, Deferral, Tried),
 }
 
 impl From<LedgerError> for Stop {
@@ -102,71 +105,136 @@ impl From<LedgerError> for Stop {
     }
 }
 
+impl Stop {
+    fn failed(why: impl Into<String>) -> Stop {
+        Stop::Failed(why.into(), Tried::default())
+    }
+
+    fn aborted(why: impl Into<String>) -> Stop {
+        Stop::Aborted(why.into(), Tried::default())
+    }
+
+    /// Says what the cycle had under way, unless a callee said it already.
+    fn during(self, tried: &Tried) -> Stop {
+        match self {
+            Stop::Aborted(why, t) if t.is_empty() => Stop::Aborted(why, tried.clone()),
+            Stop::Failed(why, t) if t.is_empty() => Stop::Failed(why, tried.clone()),
+            Stop::Deferred(at, d, t) if t.is_empty() => Stop::Deferred(at, d, tried.clone()),
+            other => other,
+        }
+    }
+}
+
+/// What the cycle saw before it chose what to do: the profile it builds
+/// on, the waiting win that profile is (if it is one), and the live
+/// stack's metrics and heat.
+struct Seen {
+    base: ProfileFile,
+    built_on: Option<StageId>,
+    obs: Observation,
+    now: chrono::DateTime<chrono::Utc>,
+}
+
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// Runs one cycle to its end and records it. Only a ledger failure is an
     /// error; every other failure is a recorded `failed` cycle.
-    pub async fn run(&mut self) -> Result<CycleReport, LedgerError> {
+    pub async fn run(&mut self) -> Result<CycleSummary, LedgerError> {
         let started = self.clock.now();
         let id = self
             .ledger
             .open_cycle(started, self.proposer.kind())
             .await?;
-        let mut report = CycleReport::new(id);
         self.progress.start_cycle(id.get());
-        let stop = self.body(id, &mut report).await;
+        let (built_on, live_metric, ended) = match self.observe(id).await {
+            Ok(seen) => {
+                let ended = self.dispatch(id, &seen).await;
+                (seen.built_on, seen.obs.metrics.seconds_per_token, ended)
+            }
+            Err(stop) => (None, None, Err(stop)),
+        };
         self.progress.phase(phase::RECORD, "");
         let now = self.clock.now();
-        report.seconds = (now - started).as_seconds_f64();
-        let outcome = match stop {
-            Ok(()) if report.verdict == Some(VerdictKind::Failed) => {
-                CycleOutcome::Failed(report.reason.clone().unwrap_or_default())
-            }
-            Ok(()) => CycleOutcome::Completed,
+        let mut deferred = None;
+        let (outcome, done) = match ended {
+            Ok(done) if done.judged.verdict == VerdictKind::Failed => (
+                CycleOutcome::Failed(done.judged.reason.clone().unwrap_or_default()),
+                done,
+            ),
+            Ok(done) => (CycleOutcome::Completed, done),
             Err(Stop::Ledger(e)) => return Err(e),
-            Err(Stop::Aborted(why)) => {
-                self.record_failure(&mut report, &format!("aborted: {why}"))
+            Err(Stop::Aborted(why, tried)) => {
+                let done = self
+                    .record_failure(id, tried, &format!("aborted: {why}"), &why)
                     .await?;
-                CycleOutcome::Aborted(why)
+                (CycleOutcome::Aborted(why), done)
             }
-            Err(Stop::Failed(why)) => {
-                self.record_failure(&mut report, &why).await?;
-                CycleOutcome::Failed(why)
+            Err(Stop::Failed(why, tried)) => {
+                let done = self.record_failure(id, tried, &why, &why).await?;
+                (CycleOutcome::Failed(why), done)
             }
-            Err(Stop::Deferred(at, d)) => {
-                CycleOutcome::Aborted(self.record_deferral(id, at, &d, &mut report).await?)
+            Err(Stop::Deferred(at, d, tried)) => {
+                deferred = Some(at);
+                let (why, done) = self.record_deferral(id, at, &d, tried).await?;
+                (CycleOutcome::Aborted(why), done)
             }
         };
         if let CycleOutcome::Failed(why) = &outcome {
             tracing::error!(cycle = %id, "cycle failed: {why}");
         }
-        report.status = Some(match &outcome {
+        let status = match &outcome {
             CycleOutcome::Completed => crate::vocab::CycleStatus::Completed,
             CycleOutcome::Failed(_) => crate::vocab::CycleStatus::Failed,
             CycleOutcome::Aborted(_) => crate::vocab::CycleStatus::Aborted,
-        });
+        };
+        let mut summary = CycleSummary::of(
+            id,
+            status,
+            done,
+            built_on,
+            live_metric,
+            (now - started).as_seconds_f64(),
+        );
+        summary.deferred = deferred;
         tracing::debug!(cycle = %id, "phase record");
         let closed = self.ledger.close_cycle(id, &outcome, now).await;
         self.progress.end_cycle();
         closed?;
-        Ok(report)
+        Ok(summary)
     }
 
-    /// Records a `failed` verdict unless the cycle already has its verdict.
-    async fn record_failure(&self, r: &mut CycleReport, why: &str) -> Result<(), LedgerError> {
-        if r.verdict.is_some() {
-            return Ok(());
+    /// Records the `failed` verdict (`why`) of the experiment the cycle had
+    /// under way, or of the cycle when it had none, unless it is recorded
+    /// already (then as `recorded_why`, the experiment's own words).
+    async fn record_failure(
+        &self,
+        cycle: CycleId,
+        tried: Tried,
+        why: &str,
+        recorded_why: &str,
+    ) -> Result<Done, LedgerError> {
+        if tried.recorded {
+            let judged = Judged {
+                floor: tried.floor,
+                ..Judged::refusal(VerdictKind::Failed, recorded_why)
+            };
+            return Ok(Done::new(tried, judged));
         }
         let v = NewVerdict::refusal(VerdictKind::Failed, why, self.clock.now());
-        match r.experiment_id {
+        match tried.experiment_id {
             Some(e) => self.ledger.insert_verdict(e, &v).await?,
-            None => self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?,
+            None => self.ledger.insert_cycle_verdict(cycle, &v).await?,
         };
-        r.verdict = Some(VerdictKind::Failed);
-        r.reason = Some(why.to_string());
-        Ok(())
+        let judged = Judged {
+            floor: tried.floor,
+            ..Judged::refusal(VerdictKind::Failed, why)
+        };
+        Ok(Done::new(tried, judged))
     }
 
-    async fn body(&mut self, id: CycleId, r: &mut CycleReport) -> Result<(), Stop> {
+    /// Reads the live profile, expires what is no longer staged on it,
+    /// observes the stack and settles the cycle's base, recording the
+    /// observation.
+    async fn observe(&self, id: CycleId) -> Result<Seen, Stop> {
         self.stand_aside_at_start().await?;
         // The phase lines (debug level) mark the cycle's timeline for
         // people reading a log and for the crash-consistency test.
@@ -174,7 +242,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         tracing::debug!(cycle = %id, "phase observe");
         let cfg = self.config;
         let live = ProfileFile::load(&cfg.stack.live_profile).map_err(|e| {
-            Stop::Failed(format!(
+            Stop::failed(format!(
                 "the live profile cannot be read ({e}); fix it or approve a stage to rewrite it"
             ))
         })?;
@@ -194,28 +262,37 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
         let obs = observe::observe(cfg.stack.metrics.as_ref(), self.http)
             .await
-            .map_err(|e| Stop::Failed(e.to_string()))?;
+            .map_err(|e| Stop::failed(e.to_string()))?;
         warn_new_gaps(&obs.gaps);
-        // From here on, "live" is the profile the cycle builds on: the live
-        // profile, or a confirmed win that waits for approval ([`base`]).
-        // The observation records both: what the planner refuses in this
-        // cycle is filed under the base.
-        let live = self.working_base(live, r).await?;
+        // The profile the cycle builds on: the live profile, or a confirmed
+        // win that waits for approval ([`base`]). The observation records
+        // both: what the planner refuses in this cycle is filed under the
+        // base.
+        let (base, built_on) = self.working_base(live).await?;
         self.ledger
             .insert_observation(&NewObservation {
                 cycle_id: id,
                 observed_at: now,
                 metrics: obs.metrics_json(),
                 heat: obs.heat_json(),
-                live_profile_digest: live_digest.clone(),
-                base_profile_digest: live.profile.digest(),
+                live_profile_digest: live_digest,
+                base_profile_digest: base.profile.digest(),
             })
             .await?;
-        r.live_metric = obs.metrics.seconds_per_token;
+        Ok(Seen {
+            base,
+            built_on,
+            obs,
+            now,
+        })
+    }
 
+    /// Chooses the kind of cycle and runs it.
+    async fn dispatch(&mut self, id: CycleId, seen: &Seen) -> Result<Done, Stop> {
+        let base = &seen.base;
         // A win waiting for its confirmation needs a floor measured after
         // it: the two decisions must not share the noise of one floor.
-        let pending = self.pending_win(&live).await?;
+        let pending = self.pending_win(base).await?;
         let not_before = match pending {
             Some(p) => self.ledger.verdict(p.win()).await?.map(|v| v.decided_at),
             None => None,
@@ -228,38 +305,39 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         //    (`experiment::ab`).
         let methods = self.candidate_methods();
         for &method in methods.iter().filter(|_| self.policy.max_floor.is_none()) {
-            let current = self.floor(method, &live, not_before).await?;
+            let current = self.floor(method, base, not_before).await?;
             if current.stale {
                 let scorer = self
                     .scorers
                     .for_live(method)
-                    .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
-                r.scheduled = Some("noise floor refresh");
+                    .ok_or_else(|| Stop::failed(no_scorer(method)))?;
                 if let Some(why) = &current.why {
                     tracing::info!(cycle = %id, "measuring the noise floor: {why}");
                 }
-                return self.remeasure(id, None, &live, &scorer, r).await;
+                return self
+                    .remeasure(id, None, Some(Scheduled::FloorRefresh), base, &scorer)
+                    .await;
             }
         }
 
-        // 2. An unconfirmed win on the live profile is confirmed first
-        //    (unless a classmate claimed it first).
+        // 2. An unconfirmed win on the base is confirmed first (unless a
+        //    classmate claimed it first).
         if let Some(Pending::Waiting { win, until }) = pending {
-            return self.wait_for_classmates(id, win, until, &live, r).await;
+            return self.wait_for_classmates(id, win, until, base).await;
         }
         if let Some(Pending::Own(first) | Pending::Classmate(first)) = pending
-            && self.confirm(id, first, &live, r).await?
+            && let Some(done) = self.confirm(id, first, base).await?
         {
-            return Ok(());
+            return Ok(done);
         }
 
         // 3. Staged wins on different knobs are combined.
-        if let Some(parts) = self.composition_due(&live).await? {
-            return self.compose(id, parts, &live, &obs, r).await;
+        if let Some(parts) = self.composition_due(base).await? {
+            return self.compose(id, parts, base, &seen.obs).await;
         }
 
         // 4. The proposer chooses.
-        self.propose(id, &live, &obs, &methods, now, r).await
+        self.propose(id, seen, &methods).await
     }
 
     /// The protocols the menu's (non-remeasure) experiments are measured with.
@@ -280,7 +358,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     async fn floor(
         &self,
         method: Method,
-        live: &ProfileFile,
+        base: &ProfileFile,
         not_before: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<CurrentFloor, LedgerError> {
         // The machine now, as the stack's own runs felt it: the pressure of
@@ -305,7 +383,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             self.ledger,
             &self.config.stack.name,
             method,
-            &live.profile.digest(),
+            &base.profile.digest(),
             &rules,
             self.clock.now(),
         )
@@ -352,14 +430,14 @@ fn no_scorer(method: Method) -> String {
 
 fn ab_stop(e: AbError) -> Stop {
     match e {
-        AbError::Cancelled { runs } => Stop::Aborted(format!(
+        AbError::Cancelled { runs } => Stop::aborted(format!(
             "shutdown during the measurement, after {runs} run(s)"
         )),
         AbError::Ledger(e) => Stop::Ledger(e),
-        AbError::Gate(e) => Stop::Failed(e.to_string()),
+        AbError::Gate(e) => Stop::failed(e.to_string()),
         AbError::Deferred { deferral, .. } => {
-            Stop::Deferred(crate::vocab::DeferredAt::BetweenRuns, deferral)
+            Stop::Deferred(DeferredAt::BetweenRuns, deferral, Tried::default())
         }
-        other => Stop::Failed(other.to_string()),
+        other => Stop::failed(other.to_string()),
     }
 }

@@ -1,17 +1,16 @@
 //! A cycle of the proposer's choice: the situation it is shown, its answer
 //! recorded, and the chosen experiment planned and measured (or refused).
 
-use chrono::{DateTime, Utc};
-
+use super::duplicate_check::{self, PlanningDuplicateCheck};
 use super::experiment::Origin;
-use super::screen;
-use super::{CurrentFloor, CycleReport, CycleRunner, Stop, no_scorer, profiles_dir};
+use super::outcome::{Done, Judged, Tried};
+use super::{CurrentFloor, CycleRunner, Seen, Stop, no_scorer, profiles_dir};
 use crate::brain::{self, LedgerDuplicates, NoiseFloorState, Proposer, Situation};
 use crate::clock::Clock;
 use crate::ledger::{CycleId, LedgerError, NewVerdict, ProposalId};
 use crate::measure::scorer::Scorer;
 use crate::menu::{Menu, MenuId, Proposal};
-use crate::observe::{self, Observation};
+use crate::observe;
 use crate::plan::{self, PinList, Plan, PlanContext, PlanRefusal};
 use crate::profile::Profile;
 use crate::profile::ProfileFile;
@@ -24,16 +23,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     pub(super) async fn propose(
         &mut self,
         id: CycleId,
-        live: &ProfileFile,
-        obs: &Observation,
+        seen: &Seen,
         methods: &[Method],
-        now: DateTime<Utc>,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+    ) -> Result<Done, Stop> {
+        let (base, obs, now) = (&seen.base, &seen.obs, seen.now);
         let cfg = self.config;
-        let live_digest = live.profile.digest();
+        let base_digest = base.profile.digest();
         let bench_floor = match methods.first() {
-            Some(m) => self.floor(*m, live, None).await?,
+            Some(m) => self.floor(*m, base, None).await?,
             None => CurrentFloor {
                 row: None,
                 stale: true,
@@ -52,37 +49,39 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         };
         let duplicates = LedgerDuplicates {
             ledger: self.ledger,
-            base_digest: &live_digest,
+            base_digest: &base_digest,
         };
         // The live profile's own values and what was decided or refused on
         // it leave the schema, the validator and the bandit's grid.
         let menu = self
             .menu
             .clone()
-            .excluding(brain::exclusions::live(plan::unchanged(&live.profile)))
+            .excluding(crate::menu::exclusions::base_values(plan::unchanged(
+                &base.profile,
+            )))
             .excluding(duplicates.refused(self.menu).await?);
         let stack = brain::StackDescription::of(cfg, self.menu);
-        let live_knobs = live_knobs(self.menu, &live.profile);
+        let base_knobs = knob_values(self.menu, &base.profile);
         let measured = self
             .ledger
-            .recent_token_parts(&live_digest, brain::levers::RUNS)
+            .recent_token_parts(&base_digest, brain::levers::RUNS)
             .await?;
         let situation = Situation {
             token_shares: brain::levers::TokenShares::of_runs(&measured),
-            live_digest: Some(&live_digest),
+            live_digest: Some(&base_digest),
             menu: &menu,
             stack: &stack,
-            live_knobs: &live_knobs,
+            live_knobs: &base_knobs,
             target_seconds_per_token: cfg.objective.target_seconds_per_token.get(),
             metrics: &obs.metrics,
             noise_floor: &floor_state,
             history: &history,
         };
-        let current_pins = live_pins(live);
+        let current_pins = base_pins(base);
         let profiles_dir = profiles_dir(&cfg.stack.live_profile);
         let ctx = PlanContext {
-            live: &live.profile,
-            live_path: &live.path,
+            live: &base.profile,
+            live_path: &base.path,
             profiles_dir: &profiles_dir,
             expert_bytes: cfg.stack.expert_bytes,
             cache_spare_slots: cfg.stack.cache_spare_slots,
@@ -92,7 +91,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             top_k: None,
             menu: Some(self.menu),
         };
-        let screen = screen::Screen::new(duplicates, &ctx);
+        let check = PlanningDuplicateCheck::new(duplicates, &ctx);
         tracing::debug!(cycle = %id, "phase propose");
         self.progress
             .phase(phase::PROPOSE, self.proposer.kind().as_str());
@@ -107,9 +106,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let outcome = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => {
-                return Err(Stop::Aborted("shutdown while the proposer was choosing".into()));
+                return Err(Stop::aborted("shutdown while the proposer was choosing"));
             }
-            outcome = self.proposer.propose(&situation, &screen) => outcome,
+            outcome = self.proposer.propose(&situation, &check) => outcome,
         };
         drop(own);
         // The metrics above were read before the model was asked; the
@@ -135,44 +134,37 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     "every answer of the proposer was refused ({} attempts; last: {last})",
                     outcome.attempts.len()
                 );
-                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
-                return Ok(());
+                let judged = self.refuse(id, &why).await?;
+                return Ok(Done::new(Tried::default(), judged));
             }
-            brain::Decision::Failed(e) => return Err(Stop::Failed(format!("proposer: {e}"))),
+            brain::Decision::Failed(e) => return Err(Stop::failed(format!("proposer: {e}"))),
         };
-        r.menu_id = Some(proposal.experiment);
-        r.params = Some(brain::params_value(&proposal));
+        let tried = Tried::experiment(None, proposal.experiment, brain::params_value(&proposal));
 
         if proposal.experiment == MenuId::Remeasure {
             let method = self
                 .menu
                 .entry(MenuId::Remeasure)
-                .map_err(|e| Stop::Failed(e.to_string()))?
+                .map_err(|e| Stop::failed(e.to_string()).during(&tried))?
                 .method;
             let scorer = self
-                .floor_scorer(method, r.built_on.is_some())
-                .ok_or_else(|| Stop::Failed(no_scorer(method)))?;
-            return self.remeasure(id, last_proposal, live, &scorer, r).await;
+                .floor_scorer(method, seen.built_on.is_some())
+                .ok_or_else(|| Stop::failed(no_scorer(method)).during(&tried))?;
+            return self.remeasure(id, last_proposal, None, base, &scorer).await;
         }
         tracing::debug!(cycle = %id, "phase plan");
         self.progress
             .phase(phase::PLAN, proposal.experiment.as_str());
-        let plan = screen.plan(&proposal);
-        self.experiment(id, last_proposal, &proposal, plan, live, r)
+        let plan = check.plan(&proposal);
+        self.experiment(id, last_proposal, &proposal, plan, base, tried)
             .await
     }
 
-    async fn cycle_verdict(
-        &self,
-        r: &mut CycleReport,
-        kind: VerdictKind,
-        why: &str,
-    ) -> Result<(), LedgerError> {
-        let v = NewVerdict::refusal(kind, why, self.clock.now());
-        self.ledger.insert_cycle_verdict(r.cycle_id, &v).await?;
-        r.verdict = Some(kind);
-        r.reason = Some(why.to_string());
-        Ok(())
+    /// Records the cycle's `rejected` verdict: nothing is measured, `why`.
+    async fn refuse(&self, id: CycleId, why: &str) -> Result<Judged, LedgerError> {
+        let v = NewVerdict::refusal(VerdictKind::Rejected, why, self.clock.now());
+        self.ledger.insert_cycle_verdict(id, &v).await?;
+        Ok(Judged::refusal(VerdictKind::Rejected, why))
     }
 
     /// Plans, records and measures one proposed experiment.
@@ -182,24 +174,28 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         proposal_id: Option<ProposalId>,
         proposal: &Proposal,
         plan: Result<Plan, PlanRefusal>,
-        live: &ProfileFile,
-        r: &mut CycleReport,
-    ) -> Result<(), Stop> {
+        base: &ProfileFile,
+        tried: Tried,
+    ) -> Result<Done, Stop> {
         // The model's answers were screened by the planner already; a
         // bandit's choice is refused here.
         let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {
-                let why = format!("not measured: {}", screen::refusal_text(proposal, &refusal));
-                self.cycle_verdict(r, VerdictKind::Rejected, &why).await?;
-                return Ok(());
+                let why = format!(
+                    "not measured: {}",
+                    duplicate_check::refusal_text(proposal, &refusal)
+                );
+                let judged = self.refuse(id, &why).await?;
+                return Ok(Done::new(tried, judged));
             }
         };
         plan::write_plan(&plan).map_err(|e| {
-            Stop::Failed(format!(
+            Stop::failed(format!(
                 "writing the candidate profile {}: {e}",
                 plan.candidate_path.display()
             ))
+            .during(&tried)
         })?;
         let candidate = ProfileFile {
             path: plan.candidate_path.clone(),
@@ -208,11 +204,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let entry = self
             .menu
             .entry(proposal.experiment)
-            .map_err(|e| Stop::Failed(e.to_string()))?;
+            .map_err(|e| Stop::failed(e.to_string()).during(&tried))?;
         let scorer = self
             .scorers
             .for_candidate(entry.method)
-            .ok_or_else(|| Stop::Failed(no_scorer(entry.method)))?;
+            .ok_or_else(|| Stop::failed(no_scorer(entry.method)).during(&tried))?;
         let experiment_id = self
             .ledger
             .insert_experiment(&self.new_experiment(
@@ -223,19 +219,24 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     notes: &plan.notes,
                 },
                 scorer.method(),
-                &live.profile,
+                &base.profile,
                 &plan.candidate,
             ))
             .await?;
-        r.experiment_id = Some(experiment_id);
-        self.ab(experiment_id, live, &candidate, &scorer, None, r)
-            .await
+        let tried = Tried {
+            experiment_id: Some(experiment_id),
+            ..tried
+        };
+        let judged = self
+            .ab(id, experiment_id, &tried, base, &candidate, &scorer, None)
+            .await?;
+        Ok(Done::new(tried, judged))
     }
 }
 
-/// The live pin list, when the live profile names one that can be read.
-fn live_pins(live: &ProfileFile) -> Option<PinList> {
-    let path = live.profile.pins_path(&live.path)?;
+/// The base's pin list, when the base profile names one that can be read.
+fn base_pins(base: &ProfileFile) -> Option<PinList> {
+    let path = base.profile.pins_path(&base.path)?;
     match PinList::load(&path) {
         Ok(list) => Some(list),
         Err(e) => {
@@ -245,10 +246,10 @@ fn live_pins(live: &ProfileFile) -> Option<PinList> {
     }
 }
 
-/// The live value of every knob the menu's entries touch, in knob order.
-fn live_knobs(
+/// The base's value of every knob the menu's entries touch, in knob order.
+fn knob_values(
     menu: &Menu,
-    live: &Profile,
+    base: &Profile,
 ) -> Vec<(crate::profile::Knob, crate::profile::KnobValue)> {
     let mut knobs: Vec<crate::profile::Knob> = menu
         .entries()
@@ -257,5 +258,5 @@ fn live_knobs(
         .collect();
     knobs.sort();
     knobs.dedup();
-    knobs.into_iter().map(|k| (k, live.get(k))).collect()
+    knobs.into_iter().map(|k| (k, base.get(k))).collect()
 }

@@ -14,6 +14,7 @@
 //! - [`applier`]: writes approved stages of its stack to its live profile.
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
+//! - [`notify`]: systemd's notify protocol (READY, WATCHDOG, STOPPING).
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 //! - `stand_aside`: the live-load monitor the cycles stand aside by.
@@ -21,6 +22,7 @@
 pub mod applier;
 pub mod lock;
 pub mod metrics;
+mod notify;
 mod outage;
 pub mod proposer;
 mod reverter;
@@ -44,7 +46,7 @@ use crate::menu::Menu;
 use crate::process::cancel::{Cancel, CancelHandle};
 use crate::process::orphans;
 use crate::progress::Progress;
-use crate::vocab::{CycleStatus, StageState};
+use crate::vocab::CycleStatus;
 
 use metrics::DaemonMetrics;
 use proposer::AnyProposer;
@@ -111,6 +113,8 @@ pub struct StartRefused(pub String);
 
 /// Runs the loop until done or interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary> {
+    // Before any child is started: none inherits the protocol's variables.
+    let watchdog = notify::Watchdog::from_env();
     let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
     let policy = config.policy;
     let mut proposer =
@@ -199,20 +203,24 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             )
         })?;
     let metrics_task = tokio::spawn(metrics::serve(listener, daemon_metrics.clone()));
+    daemon_metrics.refresh_stages(&ledger).await;
+    notify::ready();
 
-    let result = run_loop(
-        &config,
-        &menu,
-        policy,
-        &ledger,
-        &mut stack_lock,
-        &mut proposer,
-        &cancel,
-        &daemon_metrics,
-        &progress,
-        opts,
-    )
-    .await;
+    let result = watchdog
+        .keep_alive(run_loop(
+            &config,
+            &menu,
+            policy,
+            &ledger,
+            &mut stack_lock,
+            &mut proposer,
+            &cancel,
+            &daemon_metrics,
+            &progress,
+            opts,
+        ))
+        .await;
+    notify::stopping("stopping: the loop ended");
 
     reporter.abort();
     metrics_task.abort();
@@ -392,7 +400,9 @@ async fn run_loop(
             }
         };
         report.target = config.objective.target_seconds_per_token.get();
-        println!("{report}");
+        let line = report.to_string();
+        println!("{line}");
+        notify::status(&line);
         summary.cycles += 1;
         let failed = report.status == Some(CycleStatus::Failed);
         summary.last_failed = failed;
@@ -410,9 +420,7 @@ async fn run_loop(
             daemon_metrics.observe_seconds_per_token(live);
         }
         daemon_metrics.set_noise_floor(report.floor);
-        if let Ok(staged) = ledger.stages(Some(StageState::Staged)).await {
-            daemon_metrics.set_staged_waiting(staged.len() as u64);
-        }
+        daemon_metrics.refresh_stages(ledger).await;
         // A deferred cycle is recorded `aborted` but the daemon goes on.
         if report.status == Some(CycleStatus::Aborted) && report.deferred.is_none() {
             summary.aborted += 1;
@@ -445,10 +453,12 @@ async fn watch_signals(handle: CancelHandle) {
         tracing::error!("cannot install the SIGINT/SIGTERM handlers; stop with SIGKILL only");
         return;
     };
-    tokio::select! {
-        _ = int.recv() => tracing::warn!("SIGINT: finishing the current step and stopping"),
-        _ = term.recv() => tracing::warn!("SIGTERM: finishing the current step and stopping"),
-    }
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::warn!("{name}: finishing the current step and stopping");
+    notify::stopping(&format!("stopping: {name}, finishing the current step"));
     handle.cancel();
 }
 

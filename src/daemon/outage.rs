@@ -20,7 +20,7 @@ use anyhow::Context;
 use chrono::Utc;
 
 use crate::config::Config;
-use crate::cycle::CycleReport;
+use crate::cycle::CycleSummary;
 use crate::ledger::{Ledger, LedgerError, StackLock};
 use crate::process::cancel::Cancel;
 use crate::vocab::VerdictKind;
@@ -160,7 +160,7 @@ async fn print_aborted(ledger: &Ledger, closed: u64, config: &Config) {
     match ledger.recent_cycles(limit).await {
         Ok(cycles) => {
             for c in cycles.iter().rev() {
-                let mut line = CycleReport::new(c.cycle.id);
+                let mut line = CycleSummary::new(c.cycle.id);
                 line.status = Some(c.cycle.status);
                 // Its open experiment was closed `failed`, which shows
                 // the reason; the status reads `aborted`.

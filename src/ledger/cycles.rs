@@ -24,8 +24,9 @@ pub struct CycleRecord {
     pub status: CycleStatus,
     /// Why it failed or was aborted; `None` for running and completed cycles.
     pub error: Option<String>,
-    /// The proposer configured for this cycle.
-    pub proposer: ProposerKind,
+    /// The proposer whose proposals this cycle recorded; `None` when it got
+    /// none (the orchestrator scheduled its experiment, or it ended first).
+    pub proposer: Option<ProposerKind>,
     /// The stack that ran it (`[stack] name`); `None` for a row written
     /// before stacks were recorded, or by an unscoped handle.
     pub stack: Option<String>,
@@ -148,9 +149,12 @@ const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at =
      WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
 
 /// A scoped handle (`orchestrator ledger --stack`) lists its stack's only.
-pub(crate) const SQL_RECENT_CYCLES: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles \
-     WHERE CAST($2 AS TEXT) IS NULL OR stack = $2 \
-     ORDER BY started_at DESC, id DESC LIMIT $1";
+pub(crate) const SQL_RECENT_CYCLES: &str = concat!(
+    "SELECT ",
+    cycle_columns!(),
+    " FROM cycles WHERE CAST($2 AS TEXT) IS NULL OR stack = $2 \
+     ORDER BY started_at DESC, id DESC LIMIT $1"
+);
 
 pub(crate) const SQL_CYCLE_VERDICTS: &str = "SELECT v.*, e.menu_id AS e_menu_id, e.parameters AS e_parameters, \
      e.proposal_id AS e_proposal_id, e.confirmation_of AS e_confirmation_of \
@@ -186,9 +190,11 @@ async fn open_cycle(
 
 async fn get_cycle(c: Conn<'_>, cx: &Ctx, id: CycleId) -> Result<CycleRecord> {
     on_db!(c, |c| {
-        sqlx::query_as(
-            "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles WHERE id = $1",
-        )
+        sqlx::query_as(concat!(
+            "SELECT ",
+            cycle_columns!(),
+            " FROM cycles WHERE id = $1"
+        ))
         .bind(id)
         .fetch_optional(c)
         .await

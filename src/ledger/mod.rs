@@ -66,7 +66,7 @@
 //! live profile), `reverts` (a stage's replaced profile put back, and
 //! the restarts run after a write), `compositions` (which staged wins a composite applies),
 //! `report` (the report's period queries, per stack), `check` (`ledger
-//! --check`), `plan` (the named queries), and `costs` (each cycle's wall
+//! --check`), `query_plan` (the named queries and their plans), and `costs` (each cycle's wall
 //! time against its engine runs' time, for the soak benchmark).
 
 /// A stored row is its id plus the new row the caller recorded (its
@@ -125,6 +125,20 @@ macro_rules! from_row {
     };
 }
 
+/// A cycle row's columns. Its `proposer` is the one whose proposals the
+/// cycle recorded: the stored `cycles.proposer` is the proposer the daemon
+/// was configured with, asked or not, so a cycle that never got a proposal
+/// (a floor refresh, a confirmation, a composition, one that ended before
+/// proposing) reads as having none. The lookup walks `proposals`' unique
+/// `(cycle_id, attempt)` index.
+macro_rules! cycle_columns {
+    () => {
+        "id, started_at, ended_at, status, error, \
+         (SELECT p.proposer FROM proposals p WHERE p.cycle_id = cycles.id \
+          ORDER BY p.attempt LIMIT 1) AS proposer, stack, class"
+    };
+}
+
 mod applies;
 mod backend;
 mod check;
@@ -141,7 +155,7 @@ mod experiments;
 mod ids;
 mod noise;
 mod parts;
-mod plan;
+mod query_plan;
 mod proposals;
 mod references;
 mod report;
@@ -150,6 +164,7 @@ mod runs;
 mod schema;
 mod scope;
 mod stack_lock;
+mod stage_counts;
 mod stage_expiry;
 mod stages;
 mod target;
@@ -191,8 +206,8 @@ pub use ids::{
 };
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
-pub use plan::NamedQuery;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
+pub use query_plan::NamedQuery;
 pub use references::{NewReferenceHash, ReferenceHash};
 pub use report::{LeverRun, ReportProposal, ReportRun, ReportStack, ReportStage, ReportVerdict};
 pub use reverts::{Restarted, RevertStatus, StageRevert};
@@ -200,6 +215,7 @@ pub use runs::{NewRun, Run, RunPressure, TimingSource, TokenParts};
 pub use schema::SchemaState;
 pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
+pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};

@@ -23,7 +23,8 @@ use crate::menu::MenuId;
 use crate::vocab::{Arm, Digest, Method, ProposerKind, StageState, VerdictKind};
 
 /// A verdict of a cycle started in the range, with what it was about and who
-/// proposed it (the proposal's proposer, else the cycle's).
+/// proposed it (its experiment's proposal's proposer; `None` when no
+/// proposer chose it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportVerdict {
     pub id: VerdictId,
@@ -41,7 +42,7 @@ pub struct ReportVerdict {
     pub menu_id: Option<MenuId>,
     pub base_digest: Option<Digest>,
     pub confirmation_of: Option<ExperimentId>,
-    pub proposer: ProposerKind,
+    pub proposer: Option<ProposerKind>,
 }
 
 from_row!(ReportVerdict, |row| {
@@ -180,7 +181,7 @@ impl ReportStack {
 /// Both texts of a per-stack period query: `$col` is the stack column the
 /// condition is on, between the query's `$before` and `$after` parts.
 macro_rules! per_stack {
-    ($named:ident, $unowned:ident, $col:literal, $before:literal, $after:literal) => {
+    ($named:ident, $unowned:ident, $col:literal, $before:expr, $after:literal) => {
         pub(crate) const $named: &str = concat!($before, $col, " = $3 AND ", $after);
         pub(crate) const $unowned: &str = concat!($before, $col, " IS NULL AND ", $after);
     };
@@ -190,7 +191,7 @@ per_stack!(
     SQL_REPORT_CYCLES,
     SQL_REPORT_UNOWNED_CYCLES,
     "stack",
-    "SELECT id, started_at, ended_at, status, error, proposer, stack, class FROM cycles WHERE ",
+    concat!("SELECT ", cycle_columns!(), " FROM cycles WHERE "),
     "started_at >= $1 AND started_at < $2 ORDER BY started_at"
 );
 
@@ -200,7 +201,7 @@ per_stack!(
     "c.stack",
     "SELECT v.id, v.cycle_id, v.experiment_id, v.kind, v.decided_at, v.effect, \
             v.interval_low, v.interval_high, v.noise_floor, v.floor_is_bound, v.pairs, v.reason, \
-            e.menu_id, e.base_digest, e.confirmation_of, coalesce(p.proposer, c.proposer) AS proposer \
+            e.menu_id, e.base_digest, e.confirmation_of, p.proposer \
      FROM cycles c \
      JOIN verdicts v ON v.cycle_id = c.id \
      LEFT JOIN experiments e ON e.id = v.experiment_id \
@@ -266,11 +267,17 @@ pub(crate) const SQL_REPORT_STACKS: &str =
 
 /// A stack's latest cycle: where an empty period's cycles are, and the
 /// class the stack last ran as.
-pub(crate) const SQL_REPORT_LATEST_CYCLE: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class \
-     FROM cycles WHERE stack = $1 ORDER BY started_at DESC LIMIT 1";
+pub(crate) const SQL_REPORT_LATEST_CYCLE: &str = concat!(
+    "SELECT ",
+    cycle_columns!(),
+    " FROM cycles WHERE stack = $1 ORDER BY started_at DESC LIMIT 1"
+);
 
-pub(crate) const SQL_REPORT_LATEST_UNOWNED_CYCLE: &str = "SELECT id, started_at, ended_at, status, error, proposer, stack, class \
-     FROM cycles WHERE stack IS NULL ORDER BY started_at DESC LIMIT 1";
+pub(crate) const SQL_REPORT_LATEST_UNOWNED_CYCLE: &str = concat!(
+    "SELECT ",
+    cycle_columns!(),
+    " FROM cycles WHERE stack IS NULL ORDER BY started_at DESC LIMIT 1"
+);
 
 /// Valid A/B runs of one experiment, in run order: warmups, failed and
 /// refused runs never carry a figure the projection may multiply.

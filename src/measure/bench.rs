@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::cgroup::{self, MemoryLimit, RunCgroup};
@@ -22,9 +22,6 @@ use crate::process::group::{self, Exit, ProcessError, Spec};
 use crate::process::template::{ArgvTemplate, RenderContext};
 use crate::profile::ProfileFile;
 use crate::vocab::Method;
-
-/// Marks the orchestrator's own lines in a run's stderr tail.
-pub const NOTE_PREFIX: &str = "[orchestrator]";
 
 /// Measures a profile by running the bench command once.
 #[derive(Debug, Clone)]
@@ -124,6 +121,9 @@ impl BenchScorer {
             let reason = "disabled for this scorer".to_string();
             (None, MemoryLimit::NotApplied { reason })
         };
+        if let MemoryLimit::NotApplied { reason } = &limit {
+            tell_unlimited(reason);
+        }
         let spec = Spec {
             program,
             args: argv,
@@ -138,8 +138,7 @@ impl BenchScorer {
         if let Some(cg) = cg {
             cg.remove().await;
         }
-        let note = format!("{NOTE_PREFIX} {limit}");
-        let result = self.judge(ran, &out, oom_kills, &limit, &note);
+        let result = self.judge(ran, &out, oom_kills, &limit);
         let _ = std::fs::remove_file(&out);
         result.map(|mut o| {
             o.memory_limit = Some(limit);
@@ -154,20 +153,12 @@ impl BenchScorer {
         out: &std::path::Path,
         oom_kills: u64,
         limit: &MemoryLimit,
-        note: &str,
     ) -> Result<RunOutcome, RunFailure> {
-        let with_note = |tail: &str| {
-            if tail.is_empty() {
-                note.to_string()
-            } else {
-                format!("{note}\n{tail}")
-            }
-        };
         let exit = match ran {
             Ok(exit) => exit,
             Err(e) => {
                 let (duration, tail) = e.evidence();
-                let (duration, stderr_tail) = (duration.unwrap_or_default(), with_note(tail));
+                let (duration, stderr_tail) = (duration.unwrap_or_default(), tail.to_string());
                 let failure = |error| RunFailure {
                     error,
                     exit_code: None,
@@ -185,7 +176,7 @@ impl BenchScorer {
             error,
             exit_code: exit.code,
             duration: exit.duration,
-            stderr_tail: with_note(&exit.stderr_tail),
+            stderr_tail: exit.stderr_tail.clone(),
         };
         let message = group::last_line(&exit.stderr_tail).to_string();
         if oom_kills > 0 {
@@ -232,13 +223,29 @@ impl BenchScorer {
             output_hash: report.output_hash,
             exit_code: exit.code,
             duration: exit.duration,
-            stderr_tail: with_note(&exit.stderr_tail),
+            stderr_tail: exit.stderr_tail,
             timing_source: TimingSource::Engine,
             parts: report.parts,
             extras: report.extras,
             memory_limit: None,
         })
     }
+}
+
+/// Says why bench runs go without a memory limit, once per run of the
+/// daemon (at WARN; later at DEBUG): the machine's fact, the same for every
+/// run. Written into each run's stderr tail, it stood first in every one
+/// and crowded out the engine's own lines. `true` when this call said it.
+fn tell_unlimited(reason: &str) -> bool {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if TOLD.swap(true, Ordering::Relaxed) {
+        tracing::debug!("no memory limit applied to a bench run: {reason}");
+        return false;
+    }
+    tracing::warn!(
+        "no memory limit applied to bench runs (said once; a run that outgrows its budget can swap the machine): {reason}"
+    );
+    true
 }
 
 impl Scorer for BenchScorer {
@@ -261,5 +268,18 @@ impl Scorer for BenchScorer {
         deadline: Duration,
     ) -> Result<RunOutcome, RunFailure> {
         self.run(profile, cancel, deadline.min(self.timeout)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_memory_limit_is_said_once_per_process() {
+        // Other tests of this process may have said it first.
+        tell_unlimited("no cgroup v2 here");
+        assert!(!tell_unlimited("no cgroup v2 here"));
+        assert!(!tell_unlimited("another reason"));
     }
 }

@@ -7,7 +7,8 @@
 //! executes, and after the run reads `oom_kill` from `memory.events`. Where
 //! that is impossible (no cgroup v2, the memory controller bound to v1, no
 //! permission, the parent not delegating `memory`) the run goes ahead
-//! without a limit and the run record says why.
+//! without a limit, and the daemon says why once (at WARN) rather than in
+//! every run's stderr tail, which is the engine's.
 
 use std::fmt;
 use std::path::PathBuf;

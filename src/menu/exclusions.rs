@@ -1,11 +1,14 @@
-//! Parameter values a proposal may not take on the current live profile:
-//! the live profile's own value (its candidate would be the live profile)
-//! and values already decided or refused on it.
+//! What may not be proposed: parameter values a proposal may not take on
+//! the cycle's base profile, the base's own value (its candidate would be
+//! the base) and values already decided or refused by the planner on it
+//! (from the ledger's rows, [`from_ledger`]), or refused earlier in the
+//! running cycle ([`of_proposal`]).
 //!
 //! They live in the [`Menu`](super::Menu), so the schema sent to the model
 //! leaves them out and the validator refuses them, from one list: the
 //! validator refuses exactly what the schema excludes, and names the value
-//! and why ([`Rejection::Excluded`](super::Rejection::Excluded)).
+//! and why ([`Rejection::Excluded`](super::Rejection::Excluded)); the
+//! prompt lists them and the bandit's grid skips them.
 //!
 //! Every menu entry has at most one parameter (see
 //! [`MenuId::planner_params`](super::MenuId::planner_params)), so a value
@@ -15,7 +18,7 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use super::{MenuId, Param, ParamKind, ParamValue};
+use super::{Menu, MenuId, Param, ParamKind, ParamValue, Proposal};
 
 /// Why a value is excluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +67,72 @@ impl Excluded {
     pub fn matches(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
         self.experiment == experiment && self.param == param && same(&self.value, value)
     }
+}
+
+/// The base's own values, from [`crate::plan::unchanged`].
+pub fn base_values(unchanged: Vec<(MenuId, &'static str, ParamValue)>) -> Vec<Excluded> {
+    unchanged
+        .into_iter()
+        .map(|(experiment, param, value)| Excluded {
+            experiment,
+            param: param.to_string(),
+            value,
+            why: Why::Live,
+        })
+        .collect()
+}
+
+/// The values of `proposal`, excluded for `why`.
+pub fn of_proposal(proposal: &Proposal, why: &Why) -> Vec<Excluded> {
+    proposal
+        .params
+        .iter()
+        .map(|(param, value)| Excluded {
+            experiment: proposal.experiment,
+            param: param.clone(),
+            value: value.clone(),
+            why: why.clone(),
+        })
+        .collect()
+}
+
+/// What the ledger's rows exclude on a base: the experiments `decided` on
+/// it (id, entry, parameters) and the answers the planner refused on it
+/// (`planner_refused`: cycle, stored `{"experiment":..,"params":..}`),
+/// newest first, read back through the validator of `menu` (the menu
+/// before any exclusion): a stored row it no longer admits, after a menu
+/// edit, is skipped.
+pub fn from_ledger(
+    menu: &Menu,
+    decided: Vec<(i64, MenuId, Value)>,
+    planner_refused: Vec<(i64, Value)>,
+) -> Vec<Excluded> {
+    let menu = &menu.clone().with_rationale_max_chars(0);
+    let mut out = Vec::new();
+    for (experiment, menu_id, params) in decided {
+        let answer = json!({"experiment": menu_id, "params": params});
+        if let Some(p) = read_back(menu, answer) {
+            out.extend(of_proposal(&p, &Why::Decided { experiment }));
+        }
+    }
+    for (cycle, parsed) in planner_refused {
+        if let Some(p) = read_back(menu, parsed) {
+            let why = Why::RefusedByPlanner { cycle: Some(cycle) };
+            out.extend(of_proposal(&p, &why));
+        }
+    }
+    out
+}
+
+/// A stored `{"experiment":..,"params":..}` as a proposal of `menu`.
+fn read_back(menu: &Menu, mut stored: Value) -> Option<Proposal> {
+    if stored.get("experiment") == Some(&json!(MenuId::Remeasure)) {
+        return None;
+    }
+    stored
+        .as_object_mut()?
+        .insert("rationale".into(), json!(""));
+    menu.validate_value(&stored).ok()
 }
 
 /// `draft_len 0`: the parameter and its value, for messages and the prompt.

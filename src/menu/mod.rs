@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::profile::Knob;
 use crate::vocab::Method;
 
-mod exclusions;
+pub mod exclusions;
 mod load;
 mod schema;
 mod validate;

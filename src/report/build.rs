@@ -643,7 +643,7 @@ fn proposer_records(
         let mine: Vec<&ReportProposal> = proposals.iter().filter(|p| p.proposer == kind).collect();
         let judged: Vec<&ReportVerdict> = verdicts
             .iter()
-            .filter(|v| v.proposer == kind && v.confirmation_of.is_none() && decided(v.kind))
+            .filter(|v| v.proposer == Some(kind) && v.confirmation_of.is_none() && decided(v.kind))
             .collect();
         if mine.is_empty() && judged.is_empty() {
             continue;

@@ -387,7 +387,8 @@ fn projection(w: &mut String, p: &Projection) {
         w,
         "What the live profile would run at if every remaining lever reached its measured best. \
          It multiplies only the measured figures below, each with its source, assuming each lever acts only on \
-         the terms it changes (by the ratio measured in its best experiment), levers on one term compose, and \
+         the terms it changes (by the ratio measured in its best experiment; on the whole token, by its measured \
+         whole-token ratio, where those terms are not measured), levers on one term compose, and \
          the rest of a token (R) does not move. The far-tier hit share and the draft acceptance are shown as \
          the state of their levers, not multiplied.\n"
     );

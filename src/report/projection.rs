@@ -31,13 +31,18 @@
 //!   own confirming A/B refuted (by the end of the period) are not
 //!   remaining levers.
 //!
-//! The far tier's hit share and the draft acceptance are shown, for the live
-//! profile and for each lever's arms, as the state of those levers; they are
-//! not multiplied. Assumptions, stated in the report: each lever acts only
-//! on its terms, levers on one term compose multiplicatively (each removes
-//! its measured fraction of what is left), and `R` does not move. Without
-//! `T` and `E` (stacks that do not measure them) only whole-token levers are
-//! applied and the report names the missing figures.
+//! The far-tier hit share (shown for the levers that move experts:
+//! `rerank_pins`, `deepen_warm_set`, `rebalance_trunk_cache`) and the draft
+//! acceptance (for `stage_speculative`) are shown, for the live profile and
+//! for each lever's arms, as the state of those levers; they are not
+//! multiplied. Assumptions, stated in the report: each lever acts only on
+//! its terms, levers on one term compose multiplicatively (each removes its
+//! measured fraction of what is left), and `R` does not move. A term lever
+//! whose terms cannot be placed (a stack that does not measure `T` and `E`,
+//! as the real engines do not, or a best experiment whose runs lack its
+//! term) multiplies the whole token by its own measured whole-token ratio
+//! instead, and says why: a confirmed win that waits for approval is a
+//! remaining lever whatever the stack reports beside `seconds_per_token`.
 
 use serde::Serialize;
 
@@ -129,6 +134,16 @@ impl Term {
             Term::Expert => &[Figure::Expert],
             Term::TrunkAndExpert => &[Figure::Trunk, Figure::Expert],
             Term::Whole => &[Figure::Whole],
+        }
+    }
+
+    /// Whether the far-tier hit share is this lever's state (it moves
+    /// experts between tiers), and whether the draft acceptance is (it
+    /// drafts): a state line for a lever that cannot move it says nothing.
+    fn states(self) -> (bool, bool) {
+        match self {
+            Term::Expert | Term::TrunkAndExpert => (true, false),
+            Term::Whole => (false, true),
         }
     }
 
@@ -422,7 +437,7 @@ pub fn project(
         _ => (
             live.value * fw,
             format!(
-                "L {:.4}{whole_text} (only whole-token levers: {} not measured)",
+                "L {:.4}{whole_text} ({} not measured: every lever on the whole token)",
                 live.value,
                 missing_terms.join(" and ")
             ),
@@ -466,39 +481,64 @@ fn lever(
         return out;
     };
     out.best = Some(ev.best.clone());
-    out.state.extend(state("far-tier hit share", ev.far_share));
-    out.state.extend(state("draft acceptance", ev.acceptance));
+    let (far, acceptance) = term.states();
+    if far {
+        out.state.extend(state("far-tier hit share", ev.far_share));
+    }
+    if acceptance {
+        out.state.extend(state("draft acceptance", ev.acceptance));
+    }
     if term != Term::Whole && !terms_known {
-        out.not_applied = Some(format!(
-            "the live profile's {} not measured, so a term lever cannot be placed",
+        let why = format!(
+            "the live profile's {} not measured, so its terms cannot be placed",
             missing_terms.join(" and ")
-        ));
-        return out;
+        );
+        return on_the_whole_token(out, ev, &why);
     }
     for &f in term.figures() {
         match ev.ratio(f) {
-            Some(r) => out.factors.push(Factor {
-                figure: f,
-                value: r.value,
-                source: format!(
-                    "experiment #{}: median of {} paired ratios candidate/baseline of the {} ({:.4} / {:.4} s)",
-                    ev.experiment,
-                    r.pairs,
-                    f.name(),
-                    r.candidate,
-                    r.baseline
-                ),
-            }),
+            Some(r) => out.factors.push(factor(ev, f, r, "")),
             None => {
                 out.factors.clear();
-                out.not_applied = Some(format!(
+                let why = format!(
                     "experiment #{}'s runs carry no `{}` in both arms of a pair",
                     ev.experiment,
                     f.field()
-                ));
-                return out;
+                );
+                return on_the_whole_token(out, ev, &why);
             }
         }
+    }
+    out
+}
+
+/// The factor of figure `f` measured by `ev`'s experiment, its source
+/// ending with `why` it is applied there.
+fn factor(ev: &LeverEvidence, f: Figure, r: &Ratio, why: &str) -> Factor {
+    Factor {
+        figure: f,
+        value: r.value,
+        source: format!(
+            "experiment #{}: median of {} paired ratios candidate/baseline of the {} ({:.4} / {:.4} s){why}",
+            ev.experiment,
+            r.pairs,
+            f.name(),
+            r.candidate,
+            r.baseline
+        ),
+    }
+}
+
+/// A term lever whose terms cannot be placed multiplies the whole token by
+/// the whole-token ratio its experiment measured; without that ratio it is
+/// not applied, saying `why`.
+fn on_the_whole_token(mut out: Lever, ev: &LeverEvidence, why: &str) -> Lever {
+    match &ev.whole {
+        Some(r) => {
+            let on = format!("; on the whole token: {why}");
+            out.factors.push(factor(ev, Figure::Whole, r, &on));
+        }
+        None => out.not_applied = Some(why.to_string()),
     }
     out
 }
@@ -648,8 +688,101 @@ mod tests {
         assert!(pins.state[0].contains("far-tier hit share"), "{pins:?}");
     }
 
+    /// The real engines report no trunk or expert term, and a draft
+    /// acceptance of 0 with speculation off. A confirmed rebalance win that
+    /// waits for approval still moves the projection (by its measured
+    /// whole-token ratio), and its state shows no draft acceptance.
     #[test]
-    fn without_terms_only_whole_token_levers_apply_and_the_gap_is_named() {
+    fn a_waiting_rebalance_win_moves_the_projection_of_a_stack_without_terms() {
+        let parts = Parts {
+            live: s(2.0),
+            acceptance: s(0.0),
+            ..Parts::default()
+        };
+        let engine = |arm, pair, spt| LeverRun {
+            arm,
+            pair_index: pair,
+            seconds_per_token: spt,
+            parts: TokenParts {
+                draft_acceptance: Some(0.0),
+                ..TokenParts::default()
+            },
+        };
+        let rebalance = evidence(
+            MenuId::RebalanceTrunkCache,
+            &[
+                engine(Arm::Baseline, 0, 2.0),
+                engine(Arm::Candidate, 0, 1.5),
+                engine(Arm::Candidate, 1, 1.6),
+                engine(Arm::Baseline, 1, 2.0),
+            ],
+        );
+        let p = project(&parts, &[rebalance], &[]);
+        let want = 2.0 * 0.775;
+        let got = p.projected.unwrap();
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}: {p:#?}");
+        let lever = p
+            .levers
+            .iter()
+            .find(|l| l.menu == MenuId::RebalanceTrunkCache)
+            .unwrap();
+        assert_eq!(lever.not_applied, None, "{lever:?}");
+        assert_eq!(lever.factors.len(), 1, "{lever:?}");
+        assert_eq!(lever.factors[0].figure, Figure::Whole);
+        assert!(
+            lever.factors[0]
+                .source
+                .contains("on the whole token: the live profile's T and E not measured"),
+            "{lever:?}"
+        );
+        assert!(
+            lever.state.iter().all(|l| !l.contains("draft acceptance")),
+            "{lever:?}"
+        );
+        assert!(p.arithmetic.unwrap().contains("[rebalance_trunk_cache]"));
+    }
+
+    #[test]
+    fn a_lever_shows_only_the_state_it_moves() {
+        let parts = Parts {
+            live: s(2.0),
+            trunk: s(0.5),
+            expert: s(1.4),
+            ..Parts::default()
+        };
+        let both = |arm, spt| LeverRun {
+            arm,
+            pair_index: 0,
+            seconds_per_token: spt,
+            parts: TokenParts {
+                trunk_seconds_per_token: Some(0.5),
+                expert_seconds_per_token: Some(1.0),
+                far_hit_share: Some(0.2),
+                draft_acceptance: Some(0.6),
+            },
+        };
+        let runs = [both(Arm::Baseline, 2.0), both(Arm::Candidate, 1.8)];
+        let p = project(
+            &parts,
+            &[
+                evidence(MenuId::RebalanceTrunkCache, &runs),
+                evidence(MenuId::StageSpeculative, &runs),
+            ],
+            &[],
+        );
+        let state = |m| &p.levers.iter().find(|l| l.menu == m).unwrap().state;
+        assert_eq!(
+            state(MenuId::RebalanceTrunkCache),
+            &vec!["far-tier hit share 0.200 → 0.200".to_string()]
+        );
+        assert_eq!(
+            state(MenuId::StageSpeculative),
+            &vec!["draft acceptance 0.600 → 0.600".to_string()]
+        );
+    }
+
+    #[test]
+    fn without_terms_a_term_lever_multiplies_the_whole_token_and_says_why() {
         let parts = Parts {
             live: s(2.0),
             ..Parts::default()
@@ -669,20 +802,20 @@ mod tests {
             &[bare(Arm::Baseline, 0, 2.0), bare(Arm::Candidate, 0, 1.5)],
         );
         let p = project(&parts, &[pins, spec], &[]);
-        assert!((p.projected.unwrap() - 1.5).abs() < 1e-9);
+        // L × pins' whole-token ratio 0.5 × speculation's 0.75.
+        assert!((p.projected.unwrap() - 0.75).abs() < 1e-9, "{p:#?}");
         let pins = &p.levers[0];
+        assert_eq!(pins.not_applied, None, "{pins:?}");
+        assert_eq!(pins.factors[0].figure, Figure::Whole, "{pins:?}");
         assert!(
-            pins.not_applied
-                .as_deref()
-                .unwrap()
-                .contains("T and E not measured"),
+            pins.factors[0].source.contains("T and E not measured"),
             "{pins:?}"
         );
         assert!(p.arithmetic.unwrap().contains("T and E not measured"));
     }
 
     #[test]
-    fn a_lever_whose_runs_lack_its_term_is_left_out_by_name() {
+    fn a_lever_whose_runs_lack_its_term_says_so_by_name() {
         let parts = Parts {
             live: s(2.0),
             trunk: s(0.5),
@@ -700,8 +833,11 @@ mod tests {
             &[bare(Arm::Baseline), bare(Arm::Candidate)],
         );
         let p = project(&parts, &[warm], &[]);
+        // Its whole-token ratio (1.0 / 1.0) stands in, saying why.
         assert!((p.projected.unwrap() - 2.0).abs() < 1e-9);
-        let why = p.levers[1].not_applied.as_deref().unwrap();
+        let warm = &p.levers[1];
+        assert_eq!(warm.factors.len(), 1, "{warm:?}");
+        let why = &warm.factors[0].source;
         assert!(
             why.contains("#7") && why.contains("expert_seconds_per_token"),
             "{why}"

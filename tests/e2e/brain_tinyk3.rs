@@ -43,7 +43,7 @@ async fn brain_against_real_tinyk3_serve() {
     let live = orchestrator::profile::Profile::load(&profile).unwrap();
     let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
         .unwrap()
-        .excluding(orchestrator::brain::exclusions::live(
+        .excluding(orchestrator::menu::exclusions::base_values(
             orchestrator::plan::unchanged(&live),
         ));
     assert_eq!(menu.excluded().len(), 3, "{:?}", menu.excluded());

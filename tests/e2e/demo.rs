@@ -15,6 +15,8 @@ pub struct Demo {
     pub dir: tempfile::TempDir,
     pub serve: u16,
     pub far: u16,
+    /// The orchestrator's own metrics endpoint (`[daemon] metrics_listen`).
+    pub metrics: u16,
     /// Extra environment of every command [`Demo::cmd`] runs (a ledger
     /// password's variable).
     pub env: Vec<(String, String)>,
@@ -94,6 +96,7 @@ impl Demo {
             dir,
             serve,
             far,
+            metrics,
             env: Vec::new(),
         }
     }

@@ -164,25 +164,32 @@ async fn a_stack_without_parts_names_the_missing_figures() {
             "{why}"
         );
     }
-    // The term levers have wins but cannot be placed: named, not applied.
-    let pins = proj
-        .levers
-        .iter()
-        .find(|l| l.menu.as_str() == "rerank_pins")
-        .unwrap();
-    assert!(pins.best.is_some() && pins.factors.is_empty(), "{pins:?}");
-    assert!(
-        pins.not_applied
-            .as_deref()
-            .unwrap()
-            .contains("T and E not measured"),
-        "{pins:?}"
-    );
-    // With no whole-token lever left, the projection is the live speed.
+    // The term levers' wins cannot be placed on their terms: each
+    // multiplies the whole token by its own measured whole-token ratio,
+    // and says why. A win waiting for approval still moves the projection.
+    let applied: Vec<_> = proj.levers.iter().filter(|l| l.best.is_some()).collect();
+    assert!(applied.len() >= 2, "{:#?}", proj.levers);
+    let mut product = 1.0;
+    for l in &applied {
+        assert_eq!(l.not_applied, None, "{l:?}");
+        assert_eq!(l.factors.len(), 1, "{l:?}");
+        assert_eq!(l.factors[0].figure.symbol(), "whole token", "{l:?}");
+        assert!(
+            l.factors[0]
+                .source
+                .contains("on the whole token: the live profile's T and E not measured"),
+            "{l:?}"
+        );
+        product *= l.factors[0].value;
+    }
     let live = r.live.as_ref().unwrap().value;
-    assert!((proj.projected.unwrap() - live).abs() < 1e-12, "{md}");
+    assert!(product < 1.0, "{:#?}", proj.levers);
     assert!(
-        md.contains("only whole-token levers: T and E not measured"),
+        (proj.projected.unwrap() - live * product).abs() < 1e-12,
+        "{md}"
+    );
+    assert!(
+        md.contains("T and E not measured: every lever on the whole token"),
         "{md}"
     );
 }

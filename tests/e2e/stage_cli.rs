@@ -779,3 +779,65 @@ fn ledger_check_blames_a_torn_live_profile_on_the_file_not_the_ledger() {
     assert_eq!(report["violations"].as_array().unwrap().len(), 0);
     assert_eq!(report["live_profile"]["whole"], false, "{report}");
 }
+
+/// The runs of a block the judge discarded are listed with the evidence
+/// but were never counted: `stage show` says how many pairs it left out
+/// and marks their runs, in text and JSON.
+#[test]
+fn stage_show_marks_the_runs_the_judge_discarded() {
+    let f = Fixture::new();
+    let id = f.stage_win(0.75);
+    let db = f.path("ledger/orchestrator.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = orchestrator::ledger::Ledger::open_existing(&db)
+            .await
+            .unwrap();
+        let detail = ledger.stage_detail(id).await.unwrap();
+        // The first A/B's pair 0 (its first two runs).
+        let pair0: Vec<_> = detail
+            .runs
+            .iter()
+            .filter(|r| r.pair_index == Some(0))
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(pair0.len(), 2);
+        ledger.mark_discarded(&pair0).await.unwrap();
+        ledger.close().await;
+    });
+
+    let out = f
+        .cmd()
+        .args(["stage", "show", &id.0.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let experiment = text
+        .lines()
+        .find(|l| l.starts_with("experiment: verdict"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        experiment.contains("(and 1 discarded, marked below)"),
+        "{experiment}"
+    );
+    let confirmation = text
+        .lines()
+        .find(|l| l.starts_with("confirmation: verdict"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!confirmation.contains("discarded"), "{confirmation}");
+    let marked = text.lines().filter(|l| l.ends_with("  discarded")).count();
+    assert_eq!(marked, 2, "the two runs of pair 0:\n{text}");
+
+    let out = f
+        .cmd()
+        .args(["stage", "show", &id.0.to_string(), "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["discarded_pairs"]["experiment"], serde_json::json!([0]));
+    assert_eq!(v["discarded_pairs"]["confirmation"], serde_json::json!([]));
+    let runs = v["detail"]["runs"].as_array().unwrap();
+    let flagged: Vec<bool> = runs.iter().map(|r| r["discarded"] == true).collect();
+    assert_eq!(flagged, [true, true, false, false], "{v:#}");
+}

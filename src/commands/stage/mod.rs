@@ -279,6 +279,11 @@ async fn show(config: &Config, ledger: &Ledger, id: StageId, json: bool) -> anyh
             "live_profile": here.then_some(&config.stack.live_profile),
             "live_digest": live.as_ref().map(|p| p.digest()),
             "diff_against_live": diff,
+            // Each run carries `discarded` too; these are its pairs.
+            "discarded_pairs": {
+                "experiment": discarded_pairs(&detail.runs),
+                "confirmation": discarded_pairs(&detail.confirmation_runs),
+            },
             "restart_after_approval": restart,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -520,8 +525,12 @@ fn print_detail(
             (Some(e), Some(i)) => display::effect(e, i.low, i.high),
             _ => "-".to_string(),
         };
+        let discarded = match discarded_pairs(runs).len() {
+            0 => String::new(),
+            n => format!(" (and {n} discarded, marked below)"),
+        };
         println!(
-            "{title}: verdict {} after {} pairs, effect {stats}, floor {}, method {}",
+            "{title}: verdict {} after {} pairs{discarded}, effect {stats}, floor {}, method {}",
             v.kind,
             v.pairs,
             v.noise_floor
@@ -531,6 +540,31 @@ fn print_detail(
         );
         print_runs(runs);
     }
+}
+
+/// The pairs whose block the judge discarded (interference, discordance):
+/// their runs are kept as evidence, but no verdict counts them.
+fn discarded_pairs(runs: &[Run]) -> Vec<u32> {
+    let mut pairs: Vec<u32> = runs
+        .iter()
+        .filter(|r| r.discarded)
+        .filter_map(|r| r.pair_index)
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
+}
+
+/// A run's marks after its row: evidence the verdict did not use.
+fn run_marks(r: &Run) -> String {
+    let mut marks = String::new();
+    if r.refused {
+        marks.push_str("  refused");
+    }
+    if r.discarded {
+        marks.push_str("  discarded");
+    }
+    marks
 }
 
 fn print_runs(runs: &[Run]) {
@@ -557,7 +591,7 @@ fn print_runs(runs: &[Run]) {
                 .map(|c| c.to_string())
                 .unwrap_or_else(|| "-".into()),
             r.duration_s,
-            if r.refused { "  refused" } else { "" }
+            run_marks(r)
         );
     }
 }

@@ -177,6 +177,21 @@ pub(super) fn measured(kind: VerdictKind, effect: f64, low: f64, high: f64) -> N
     }
 }
 
+/// The bandit's valid first proposal in `cycle_id`, at `at`: a `remeasure`.
+pub(crate) fn bandit_proposal(cycle_id: CycleId, at: DateTime<Utc>) -> NewProposal {
+    NewProposal {
+        cycle_id,
+        proposer: ProposerKind::Bandit,
+        attempt: 1,
+        created_at: at,
+        prompt: None,
+        raw_answer: None,
+        parsed: Some(json!({"experiment": "remeasure"})),
+        rejection: None,
+        note: None,
+    }
+}
+
 pub(super) fn refusal(kind: VerdictKind, reason: &str) -> NewVerdict {
     NewVerdict::refusal(kind, reason, t(100))
 }

@@ -97,6 +97,16 @@ async fn each_stack_reads_its_own_rows_and_the_unowned_only_when_asked() {
         assert_eq!(verdicts.len(), 2, "{verdicts:?}");
         assert!(verdicts.iter().all(|v| v.experiment_id >= Some(win_a)));
         assert!(verdicts.iter().all(|v| v.experiment_id < Some(win_b)));
+        // No proposal chose the win or its confirmation: no proposer, though
+        // the cycle's daemon was configured with the model.
+        assert!(
+            verdicts.iter().all(|v| v.proposer.is_none()),
+            "{verdicts:?}"
+        );
+        let b_cycles = ledger.report_cycles(&only_b, from, to).await.unwrap();
+        let proposers: Vec<_> = b_cycles.iter().map(|c| (c.id, c.proposer)).collect();
+        assert_eq!(proposers[1], (late_b, Some(ProposerKind::Bandit)));
+        assert_eq!(proposers[0].1, None, "{proposers:?}");
         let runs = ledger.report_runs(&with_old, from, to).await.unwrap();
         let mut exps: Vec<_> = runs.iter().map(|r| r.experiment_id).collect();
         exps.dedup();

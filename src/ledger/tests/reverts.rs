@@ -132,3 +132,50 @@ async fn a_revert_is_asked_for_once_settled_once_and_seen_by_its_own_stack_only(
         assert_eq!(a.stage(id).await.unwrap().restarted_at, Some(t(460)));
     }
 }
+
+/// The metrics endpoint's stage counts: by state, per stack, and the
+/// approved stages whose revert was written (not one asked for or refused).
+#[tokio::test]
+async fn stage_counts_are_by_state_per_stack_and_count_written_reverts_only() {
+    for ledger in backends().await {
+        let a = ledger.clone().scoped(scope("box-a"));
+        let b = ledger.clone().scoped(scope("box-b"));
+        assert_eq!(a.stage_counts().await.unwrap(), StageCounts::default());
+        let reverted = applied(&a, 1).await;
+        let refused = applied(&a, 2).await;
+        let asked = applied(&a, 3).await;
+        staged_win(&a, 4).await;
+        let (rejected, _, _) = staged_win(&a, 5).await;
+        a.decide_stage(
+            rejected,
+            StageDecision::Rejected,
+            "bob",
+            Some("slower"),
+            t(320),
+        )
+        .await
+        .unwrap();
+        staged_win(&b, 6).await;
+        for id in [reverted, refused, asked] {
+            assert!(request(&a, id, "bob", 400).await);
+        }
+        assert!(settle(&a, reverted, ApplyOutcome::Applied, 410).await);
+        assert!(settle(&a, refused, ApplyOutcome::Refused("moved on"), 410).await);
+
+        let counts = a.stage_counts().await.unwrap();
+        assert_eq!(
+            counts,
+            StageCounts {
+                staged: 1,
+                approved: 3,
+                rejected: 1,
+                expired: 0,
+                reverted: 1,
+            }
+        );
+        assert_eq!(counts.of(StageState::Approved), 3);
+        assert_eq!(b.stage_counts().await.unwrap().staged, 1);
+        let all = ledger.stage_counts().await.unwrap();
+        assert_eq!((all.staged, all.approved), (2, 3), "unscoped: every stack");
+    }
+}

@@ -16,10 +16,20 @@ async fn cycle_round_trip_and_close_once() {
                 ended_at: None,
                 status: CycleStatus::Running,
                 error: None,
-                proposer: ProposerKind::Model,
+                // Configured with the model, but asked nothing yet.
+                proposer: None,
                 stack: None,
                 class: None,
             }
+        );
+        // A cycle names a proposer once it recorded one's proposal.
+        ledger
+            .insert_proposal(&bandit_proposal(id, t(1)))
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.cycle(id).await.unwrap().proposer,
+            Some(ProposerKind::Bandit)
         );
         let outcome = CycleOutcome::Failed("model unreachable at http://127.0.0.1:9".into());
         ledger.close_cycle(id, &outcome, t(5)).await.unwrap();

@@ -132,11 +132,23 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(demo: &Demo, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("orchestrator"));
+        cmd.arg("--config").arg(demo.path("config.toml"));
+        Daemon::spawn(demo, cmd, args, env)
+    }
+
+    /// As the systemd unit starts it: `orchestrator run` with the config
+    /// named by `ORCHESTRATOR_CONFIG`, no `--config`.
+    pub fn start_as_service(demo: &Demo, env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("orchestrator"));
+        cmd.env("ORCHESTRATOR_CONFIG", demo.path("config.toml"));
+        Daemon::spawn(demo, cmd, &[], env)
+    }
+
+    fn spawn(demo: &Demo, mut cmd: Command, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let stderr_path = demo.path("daemon.stderr");
         let stdout_path = demo.path("daemon.stdout");
-        let child = Command::new(assert_cmd::cargo::cargo_bin("orchestrator"))
-            .arg("--config")
-            .arg(demo.path("config.toml"))
+        let child = cmd
             .arg("run")
             .args(args)
             .envs(env.iter().copied())

@@ -8,20 +8,21 @@ use serde_json::Value;
 
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
-use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, CycleStatus, DeferredAt, VerdictKind};
+use crate::vocab::{CycleStatus, DeferredAt, VerdictKind};
+
+use super::outcome::{Done, Scheduled};
 
 /// The longest reason a cycle line shows (the ledger keeps it whole).
 const MAX_REASON: usize = 600;
 
 /// The outcome of one cycle, as recorded.
 #[derive(Debug, Clone)]
-pub struct CycleReport {
+pub struct CycleSummary {
     pub cycle_id: CycleId,
     pub status: Option<CycleStatus>,
     /// Why the orchestrator chose the experiment itself, if it did.
-    pub scheduled: Option<&'static str>,
+    pub scheduled: Option<Scheduled>,
     pub menu_id: Option<MenuId>,
     pub params: Option<Value>,
     pub experiment_id: Option<ExperimentId>,
@@ -45,9 +46,9 @@ pub struct CycleReport {
     pub deferred: Option<DeferredAt>,
 }
 
-impl CycleReport {
-    pub fn new(cycle_id: CycleId) -> CycleReport {
-        CycleReport {
+impl CycleSummary {
+    pub fn new(cycle_id: CycleId) -> CycleSummary {
+        CycleSummary {
             cycle_id,
             status: None,
             scheduled: None,
@@ -68,19 +69,41 @@ impl CycleReport {
         }
     }
 
-    /// Notes the live profile's measured speed from the runs.
-    pub(crate) fn note_runs(&mut self, runs: &[RecordedRun]) {
-        let mut times = valid_times(runs, Arm::Baseline);
-        if times.is_empty() {
-            return;
+    /// The line of cycle `cycle_id`, which ended with `status` after
+    /// `seconds`, from what it did (`done`), the waiting win it built on
+    /// and the stack's own seconds-per-token metric.
+    pub(super) fn of(
+        cycle_id: CycleId,
+        status: CycleStatus,
+        done: Done,
+        built_on: Option<StageId>,
+        live_metric: Option<f64>,
+        seconds: f64,
+    ) -> CycleSummary {
+        let Done {
+            tried,
+            judged,
+            staged,
+        } = done;
+        CycleSummary {
+            cycle_id,
+            status: Some(status),
+            scheduled: tried.scheduled,
+            menu_id: tried.menu_id,
+            params: tried.params,
+            experiment_id: tried.experiment_id,
+            verdict: Some(judged.verdict),
+            effect: judged.effect,
+            floor: judged.floor,
+            reason: judged.reason,
+            staged,
+            built_on,
+            live_measured: judged.base_measured,
+            live_metric,
+            target: 1.0,
+            seconds,
+            deferred: None,
         }
-        times.sort_by(f64::total_cmp);
-        let mid = times.len() / 2;
-        self.live_measured = Some(if times.len() % 2 == 1 {
-            times[mid]
-        } else {
-            (times[mid - 1] + times[mid]) / 2.0
-        });
     }
 
     /// The live seconds per token to show: measured here, else the metric.
@@ -89,7 +112,7 @@ impl CycleReport {
     }
 }
 
-impl fmt::Display for CycleReport {
+impl fmt::Display for CycleSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "cycle {:>4}  ", self.cycle_id)?;
         let what = match (self.menu_id, &self.params) {
@@ -109,7 +132,7 @@ impl fmt::Display for CycleReport {
         };
         write!(f, "{what:<40}")?;
         if let Some(s) = self.scheduled {
-            write!(f, " [{s}]")?;
+            write!(f, " [{}]", s.as_str())?;
         }
         if let Some(on) = self.built_on {
             write!(f, " [on top of #{on}]")?;
@@ -167,20 +190,12 @@ impl fmt::Display for CycleReport {
     }
 }
 
-/// Runs of an arm that produced a metric, for the cycle line.
-pub(crate) fn valid_times(runs: &[RecordedRun], arm: Arm) -> Vec<f64> {
-    runs.iter()
-        .filter(|r| r.run.arm == arm && !r.run.refused)
-        .filter_map(|r| r.run.seconds_per_token)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn failed(status: CycleStatus, reason: &str) -> CycleReport {
-        let mut r = CycleReport::new(CycleId(7));
+    fn failed(status: CycleStatus, reason: &str) -> CycleSummary {
+        let mut r = CycleSummary::new(CycleId(7));
         r.status = Some(status);
         r.verdict = Some(VerdictKind::Failed);
         r.reason = Some(reason.to_string());

@@ -10,16 +10,19 @@ use crate::ledger::{CycleId, ExperimentId, LedgerError};
 use crate::menu::Proposal;
 use crate::plan::{self, Plan, PlanContext, PlanRefusal};
 
-pub struct Screen<'a> {
+pub struct PlanningDuplicateCheck<'a> {
     pub duplicates: LedgerDuplicates<'a>,
     pub ctx: &'a PlanContext<'a>,
     /// The last proposal that planned, with its plan.
     planned: Mutex<Option<(Proposal, Plan)>>,
 }
 
-impl<'a> Screen<'a> {
-    pub fn new(duplicates: LedgerDuplicates<'a>, ctx: &'a PlanContext<'a>) -> Screen<'a> {
-        Screen {
+impl<'a> PlanningDuplicateCheck<'a> {
+    pub fn new(
+        duplicates: LedgerDuplicates<'a>,
+        ctx: &'a PlanContext<'a>,
+    ) -> PlanningDuplicateCheck<'a> {
+        PlanningDuplicateCheck {
             duplicates,
             ctx,
             planned: Mutex::new(None),
@@ -48,7 +51,7 @@ pub fn refusal_text(proposal: &Proposal, refusal: &PlanRefusal) -> String {
     }
 }
 
-impl DuplicateCheck for Screen<'_> {
+impl DuplicateCheck for PlanningDuplicateCheck<'_> {
     async fn previous(&self, proposal: &Proposal) -> Result<Option<ExperimentId>, LedgerError> {
         self.duplicates.previous(proposal).await
     }
