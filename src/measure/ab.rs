@@ -179,6 +179,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
         let bound = start + 2 * self.warmups_per_arm + 2 * policy.max_pairs;
         let mut users = Interruptions::default();
+        let most_live = policy.max_discarded_blocks;
         while runs.len() < most + users.extra_runs() {
             self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
@@ -210,13 +211,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             match schedule.record(timed)? {
                 Next::Run => {}
                 Next::Discarded(d) => {
-                    self.block_discarded(
-                        &mut runs,
-                        &mut users,
-                        d.live,
-                        policy.max_discarded_blocks,
-                    )
-                    .await?;
+                    self.block_discarded(&mut runs, &mut users, d.live, most_live)
+                        .await?;
                 }
                 Next::NeedsFloor => {
                     return Ok(BoundedAb::NeedsFloor(Box::new(PausedAb { schedule, runs })));
@@ -266,6 +262,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             + 2 * (schedule.pairs_wanted() + 2 * policy.max_discarded_blocks + 2);
         let bound = 2 * self.warmups_per_arm + 2 * schedule.pairs_wanted();
         let mut users = Interruptions::default();
+        let most_live = policy.max_discarded_blocks;
         while runs.len() < most + users.extra_runs() {
             self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
@@ -304,13 +301,8 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             let end = match schedule.record(timed)? {
                 FloorNext::Run => continue,
                 FloorNext::Discarded(d) => {
-                    self.block_discarded(
-                        &mut runs,
-                        &mut users,
-                        d.live,
-                        policy.max_discarded_blocks,
-                    )
-                    .await?;
+                    self.block_discarded(&mut runs, &mut users, d.live, most_live)
+                        .await?;
                     continue;
                 }
                 FloorNext::Done(end) => end,
