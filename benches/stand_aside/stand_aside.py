@@ -15,11 +15,13 @@ Meanwhile the daemon is, in interleaved phases of --phase-s each:
 - no_stand_aside: the same config without the live-load names: it measures
   as if nobody used the server (the harm standing aside avoids).
 
-The arms rotate each round (off, stand_aside, no_quiet, no_stand_aside;
-then stand_aside, no_quiet, no_stand_aside, off; ...), so a drift of the
-machine's own load falls on all of them. A request belongs to the arm in force when it was
-sent; requests sent in the first --settle-s of a phase are left out (the
-previous daemon's children are still being stopped). It prints each arm's
+The arms are ordered by a balanced Latin square (Williams): over four
+rounds each arm comes first once and follows every other arm once, so
+neither a drift of the machine's own load nor what one arm leaves behind
+falls on one arm more than another. A request belongs to the arm in force
+when it was sent; left out are those sent in the first --settle-s of a
+phase, or before every request sent in an earlier phase was answered (a
+backlog the previous arm left in the server's queue is that arm's). It prints each arm's
 median and p99 latency and the ratios to `off`, and exits 1 when the
 stand_aside arm misses the goal (p50 within 1.1x, p99 within 1.5x of off).
 
@@ -34,6 +36,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -142,7 +145,7 @@ class Client:
         self.period = period
         self.max_tokens = max_tokens
         self.arm = None  # (arm, phase index, phase start)
-        self.records = []  # (arm, phase, sent_since_phase_start, latency or None, status)
+        self.records = []  # (arm, phase, sent, answered, status), absolute times
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.threads = []
@@ -162,10 +165,9 @@ class Client:
             status = e.code
         except OSError:
             status = 0
-        latency = time.time() - t0
-        arm, phase, since = tag
+        arm, phase = tag
         with self.lock:
-            self.records.append((arm, phase, since, latency if status == 200 else None, status))
+            self.records.append((arm, phase, t0, time.time(), status))
 
     def run(self):
         n = 0
@@ -175,8 +177,8 @@ class Client:
             if now < next_at:
                 time.sleep(min(next_at - now, 0.05))
                 continue
-            arm, phase, start = self.arm
-            t = threading.Thread(target=self.one, args=(n, (arm, phase, now - start)), daemon=True)
+            arm, phase, _ = self.arm
+            t = threading.Thread(target=self.one, args=(n, (arm, phase)), daemon=True)
             t.start()
             self.threads.append(t)
             n += 1
@@ -190,16 +192,24 @@ def percentile(xs, q):
     return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
-def daemon_summary(log_path):
-    text = open(log_path, errors="replace").read() if os.path.exists(log_path) else ""
+def daemon_summary(work, arm):
+    """The arm's daemon: its cycle lines (deferred; stopped by the phase's
+    end), and the engine runs its ledger holds (those users interrupted)."""
+    log = os.path.join(work, arm + ".log")
+    text = open(log, errors="replace").read() if os.path.exists(log) else ""
     lines = [l for l in text.splitlines() if re.match(r"^cycle\s+\d+", l)]
     deferred = sum(1 for l in lines if "  deferred " in l)
-    return len(lines), deferred
+    stopped = sum(1 for l in lines if "  aborted " in l)
+    db = sqlite3.connect(os.path.join(work, arm, "orchestrator.db"))
+    runs, interrupted = db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE live_requests > 0) FROM runs").fetchone()
+    db.close()
+    return "%d (%d; %d)" % (len(lines), deferred, stopped), "%d (%d)" % (runs, interrupted)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=8, help="a multiple of 4 keeps the order balanced")
     ap.add_argument("--phase-s", type=float, default=120)
     ap.add_argument("--settle-s", type=float, default=5)
     ap.add_argument("--period-s", type=float, default=5.0, help="seconds between two users' requests")
@@ -247,13 +257,16 @@ def main():
         runner.start()
         time.sleep(a.settle_s * 2)
         phase = 0
+        starts = []
         for r in range(a.rounds):
-            order = ARMS[r % len(ARMS):] + ARMS[: r % len(ARMS)]
+            # Williams' square for four: 0 1 3 2, each next row one up.
+            order = [ARMS[(r + k) % 4] for k in (0, 1, 3, 2)]
             for arm in order:
                 daemon = None
                 if arm != "off":
                     daemon = start([ORCH, "--config", configs[arm], "run"], logs[arm])
                 client.arm = (arm, phase, time.time())
+                starts.append(client.arm[2])
                 print("round %d/%d: %s for %.0f s" % (r + 1, a.rounds, arm, a.phase_s), flush=True)
                 time.sleep(a.phase_s)
                 if daemon is not None:
@@ -275,9 +288,16 @@ def main():
     uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
     rows = {}
+    records = client.records
+    # A phase's requests count from its settle time, or from when every
+    # request sent before the phase began was answered, whichever is later.
+    counted_from = []
+    for start in starts:
+        drained = max([r[3] for r in records if r[2] < start], default=start)
+        counted_from.append(max(start + a.settle_s, drained))
     for arm in ARMS:
-        kept = [rec for rec in client.records if rec[0] == arm and rec[2] >= a.settle_s]
-        ok = [rec[3] for rec in kept if rec[3] is not None]
+        kept = [r for r in records if r[0] == arm and r[2] >= counted_from[r[1]]]
+        ok = [r[3] - r[2] for r in kept if r[4] == 200]
         rows[arm] = {
             "sent": len(kept),
             "failed": len(kept) - len(ok),
@@ -288,19 +308,21 @@ def main():
     print()
     print("stand_aside benchmark, %s, commit %s" % (time.strftime("%Y-%m-%d %H:%M %Z"), commit))
     print("command: bash benches/stand_aside/run.sh %s" % " ".join(sys.argv[1:]))
-    print("users: one request every %.1f s, max_tokens %d; %d rounds of %.0f s per arm (first %.0f s of "
-          "each phase left out)" % (a.period_s, a.max_tokens, a.rounds, a.phase_s, a.settle_s))
+    print("users: one request every %.1f s, max_tokens %d; %d rounds of %.0f s per arm (requests sent in "
+          "a phase's first %.0f s, or before the previous phases' were all answered, left out)"
+          % (a.period_s, a.max_tokens, a.rounds, a.phase_s, a.settle_s))
     print("load before: %s" % uptime_before)
     print("load after:  %s" % uptime_after)
     print()
-    print("| arm | daemon cycles (deferred) | requests | failed | p50 s | p99 s | max s | p50 / off | p99 / off |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| arm | daemon cycles (deferred; stopped) | engine runs (users came) | requests | failed "
+          "| p50 s | p99 s | max s | p50 / off | p99 / off |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     off = rows["off"]
     for arm in ARMS:
         row = rows[arm]
-        cycles = "-" if arm == "off" else "%d (%d)" % daemon_summary(os.path.join(work, arm + ".log"))
-        print("| %s | %s | %d | %d | %.3f | %.3f | %.3f | %.2f | %.2f |" % (
-            arm, cycles, row["sent"], row["failed"], row["p50"], row["p99"], row["max"],
+        cycles, runs = ("-", "-") if arm == "off" else daemon_summary(work, arm)
+        print("| %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.2f | %.2f |" % (
+            arm, cycles, runs, row["sent"], row["failed"], row["p50"], row["p99"], row["max"],
             row["p50"] / off["p50"], row["p99"] / off["p99"]))
     sa = rows["stand_aside"]
     p50, p99 = sa["p50"] / off["p50"], sa["p99"] / off["p99"]
