@@ -292,9 +292,9 @@ def main():
     # A phase's requests count from its settle time, or from when every
     # request sent before the phase began was answered, whichever is later.
     counted_from = []
-    for start in starts:
-        drained = max([r[3] for r in records if r[2] < start], default=start)
-        counted_from.append(max(start + a.settle_s, drained))
+    for begun in starts:
+        drained = max([r[3] for r in records if r[2] < begun], default=begun)
+        counted_from.append(max(begun + a.settle_s, drained))
     for arm in ARMS:
         kept = [r for r in records if r[0] == arm and r[2] >= counted_from[r[1]]]
         ok = [r[3] - r[2] for r in kept if r[4] == 200]
