@@ -40,6 +40,11 @@ pub enum Command {
     Report(ReportArgs),
     /// Run one profile back to back and write each run as a CSV row (an A/A trace for the judge's replay)
     Trace(TraceArgs),
+    /// Judge a profile against the live one (or --base) as a staged win is
+    /// judged: the noise floor, the A/B and, for a win, its confirmation.
+    /// Recorded as a manual experiment; never staged, the live profile
+    /// never touched
+    Compare(CompareArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -232,6 +237,25 @@ pub struct TraceArgs {
     /// A progress line on stderr every N runs (0: none)
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub progress_every: u64,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 when the comparison was judged, whatever the verdict \
+(win, loss, within_noise, inconclusive, hash_mismatch: read it from the output); 1 when it could \
+not be measured (the stack is down, a run failed, SIGINT/SIGTERM), recorded as `failed`; 2 for a \
+usage or configuration error (a missing or unparseable profile), with nothing measured."
+)]
+pub struct CompareArgs {
+    /// The profile to judge (a TOML profile, as the live one)
+    #[arg(long, value_name = "PATH")]
+    pub candidate: PathBuf,
+    /// The profile to judge it against [default: the live profile]
+    #[arg(long, value_name = "PATH")]
+    pub base: Option<PathBuf>,
+    /// Print JSON: the verdict, the effect and its interval, each A/B's floor and runs
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -41,15 +41,7 @@ import tomllib
 from pathlib import Path
 
 from stack import (CLOCK_ARGV, EXPERT_BYTES, ORCH, REPO, TINYK3, Proc, Profile, clock_total, free_port,
-                   wait_http)
-
-
-def substitute(text, pairs):
-    for old, new in pairs:
-        if old not in text:
-            raise SystemExit(f"config.toml no longer contains {old!r}: update benches/shootout/loop.py")
-        text = text.replace(old, new, 1)
-    return text
+                   substitute, wait_http)
 
 
 # The machine check the repository's own tests loosen on a loaded machine
@@ -150,24 +142,42 @@ def orch(cfg: Path, *args, check=True):
     return subprocess.run([str(ORCH), *args], env=env, capture_output=True, text=True, check=check)
 
 
-def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, log_fn,
-             shipped_judge=False):
+class TinyStack:
+    """Landscapes A and B: the repository's config.toml on the shoot-out's
+    checkpoint, with `tinyk3 serve` for the served model and the surface."""
+
+    def __init__(self, ck: Path, shipped_judge: bool):
+        self.ck, self.shipped_judge = ck, shipped_judge
+        self.proposers = ("bandit", "model")
+
+    def config(self, d: Path, log: Path, proposer: str, serve_port: int) -> Path:
+        return write_config(d, self.ck, log, proposer, serve_port, free_port(), self.shipped_judge)
+
+    def read_live(self, path: Path):
+        return read_profile(path)
+
+    def serve(self, d: Path, port: int):
+        s = Proc([str(TINYK3), "serve", str(self.ck), "--profile", str(d / "profiles/live.toml"),
+                  "--listen", f"127.0.0.1:{port}", "--context-tokens", "256"], d / "serve.log")
+        wait_http(f"http://127.0.0.1:{port}/health", 180)
+        return s
+
+
+def run_loop(d: Path, stack, start, proposer: str, budget: float, wall_cap: float, log_fn):
+    """The daemon until it spent `budget` engine seconds or ran `wall_cap`
+    wall seconds, whichever comes first (a loop that waits once converged
+    spends little engine time, so the wall cap ends its run). `stack`:
+    `TinyStack` or `k3.K3Stack`."""
     d.mkdir(parents=True)
     (d / "profiles").mkdir()
     (d / "profiles/live.toml").write_text(start.to_toml())
     log = d / "engine.log"
     log.touch()
-    serve_port, metrics_port = free_port(), free_port()
-    cfg = write_config(d, ck, log, proposer, serve_port, metrics_port, shipped_judge)
+    serve_port = free_port()
+    cfg = stack.config(d, log, proposer, serve_port)
     db = d / "orchestrator.db"
 
-    def start_serve():
-        s = Proc([str(TINYK3), "serve", str(ck), "--profile", str(d / "profiles/live.toml"),
-                  "--listen", f"127.0.0.1:{serve_port}", "--context-tokens", "256"], d / "serve.log")
-        wait_http(f"http://127.0.0.1:{serve_port}/health", 180)
-        return s
-
-    serve = start_serve()
+    serve = stack.serve(d, serve_port)
     t0 = time.time()
     daemon = Proc([str(ORCH), "run"], d / "daemon.log",
                   env=dict(os.environ, ORCHESTRATOR_CONFIG=str(cfg)))
@@ -180,7 +190,7 @@ def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, lo
         while True:
             time.sleep(0.5)
             spent = clock_total(log) + surface_seconds(db)
-            if spent >= budget or daemon.p.poll() is not None:
+            if spent >= budget or time.time() - t0 >= wall_cap or daemon.p.poll() is not None:
                 break
             polls += 1
             if not db.exists() or polls % 4:
@@ -196,24 +206,33 @@ def run_loop(d: Path, ck: Path, start: Profile, proposer: str, budget: float, lo
                 claimed += st["effect_log_ratio"]
                 lo += st["interval_log_ratio"][0]
                 hi += st["interval_log_ratio"][1]
-                prof = read_profile(d / "profiles/live.toml")
+                prof = stack.read_live(d / "profiles/live.toml")
                 at = clock_total(log) + surface_seconds(db)
                 trajectory.append((at, prof, claimed, (lo, hi)))
                 approvals.append({"stage": st["id"], "experiment": st.get("menu_id", st.get("experiment")),
                                   "parameters": st.get("parameters"),
-                                  "effect": st["effect_log_ratio"], "engine_s": at})
+                                  "effect": st["effect_log_ratio"], "engine_s": at,
+                                  "wall_s": time.time() - t0})
                 log_fn(f"    approved stage {st['id']} ({st.get('menu_id')} "
                        f"{json.dumps(st.get('parameters'))}): effect {100 * math.expm1(st['effect_log_ratio']):+.1f}% "
                        f"at {at:.0f} s engine; live now {prof.short()}")
-                serve.stop()
-                serve = start_serve()
+                if serve is not None:
+                    serve.stop()
+                    serve = stack.serve(d, serve_port)
     finally:
+        # The run ends here: what the daemon does while it stops is not
+        # the contestant's time.
+        wall = time.time() - t0
+        spent = clock_total(log) + surface_seconds(db)
         daemon.stop(timeout=120)
-        serve.stop()
-    wall = time.time() - t0
-    spent = clock_total(log) + surface_seconds(db)
+        if serve is not None:
+            serve.stop()
     diag = diagnose(db) if db.exists() else {}
-    live = read_profile(d / "profiles/live.toml")
+    live = stack.read_live(d / "profiles/live.toml")
+    # The loop's approvals are its confirmed recommendations: both the old
+    # and the new columns read the same trajectory.
     return {"recommended": live, "claimed": claimed, "claimed_interval": (lo, hi),
-            "trajectory": trajectory, "engine_s": spent, "wall_s": wall, "approvals": approvals,
+            "trajectory": trajectory, "confirmed": trajectory, "confirmed_recommended": live,
+            "confirmed_claim": claimed, "confirmed_interval": (lo, hi),
+            "engine_s": spent, "wall_s": wall, "approvals": approvals,
             "diagnosis": diag, "surface_s": surface_seconds(db)}

@@ -172,20 +172,22 @@ def bench_argv(ck: Path, p: Profile, out: Path, heat_dir: Path) -> list:
 
 
 class Engine:
-    """Runs the bench through the engine clock; each run appends to `log`."""
+    """Runs the bench through the engine clock; each run appends to `log`.
+    `argv(profile, out, heat_dir)` renders the landscape's bench command
+    (`bench_argv` here, `k3.bench_argv` for the real engine)."""
 
-    def __init__(self, ck: Path, work: Path, log: Path, tag: str):
-        self.ck, self.work, self.log, self.tag = ck, work, log, tag
+    def __init__(self, argv, work: Path, log: Path, tag: str):
+        self.argv, self.work, self.log, self.tag = argv, work, log, tag
         self.heat = work / "heat"
         work.mkdir(parents=True, exist_ok=True)
+        self.heat.mkdir(exist_ok=True)  # kimi-k3-in-c dumps only into an existing directory
         self.n = 0
 
-    def run(self, p: Profile):
+    def run(self, p):
         """seconds_per_token of one run, or None when the engine refused or failed."""
         self.n += 1
         out = self.work / f"out-{os.getpid()}-{self.n}.json"
-        argv = [*CLOCK_ARGV, str(self.log), "--",
-                *bench_argv(self.ck, p, out, self.heat)]
+        argv = [*CLOCK_ARGV, str(self.log), "--", *self.argv(p, out, self.heat)]
         env = dict(os.environ, OMP_WAIT_POLICY="passive", SHOOTOUT_TAG=self.tag)
         r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True, timeout=600)
@@ -197,6 +199,21 @@ class Engine:
             return None
         finally:
             out.unlink(missing_ok=True)
+
+
+def tinyk3_argv(ck: Path):
+    """The tinyk3 bench command of checkpoint `ck`, for an [`Engine`]."""
+    return lambda p, out, heat: bench_argv(ck, p, out, heat)
+
+
+def substitute(text, pairs):
+    """Each (old, new) replaced once; a text no longer found stops the
+    harness rather than silently running another configuration."""
+    for old, new in pairs:
+        if old not in text:
+            raise SystemExit(f"the configuration no longer contains {old!r}: update benches/shootout/")
+        text = text.replace(old, new, 1)
+    return text
 
 
 def clock_total(log: Path) -> float:

@@ -17,32 +17,74 @@ Every tool first measures the start with the same repeats (its own baseline,
 against which its claim is made), and every run goes through the engine clock.
 A point the engine would refuse (a cache under top-k slots) is a failed trial
 that costs no engine time.
+
+At one standard with the loop, each time a tool's best trial changes the
+harness judges it with `orchestrator compare` against the start (`judge`,
+see compare.py); the comparisons' engine time is the tool's too, within the
+same budget. The best trial stays what the tool recommends (the old
+columns); a comparison that confirms it as a win makes it the tool's
+*confirmed* recommendation (the new ones).
 """
 
 import math
 import random
 import statistics
 
-from stack import clock_total, point
+from stack import clock_total
 
-PINS = list(range(0, 129, 16))
-WARM = list(range(0, 257, 32))
-DRAFT = list(range(0, 9))
-TRUNK = [round(0.05 * i, 2) for i in range(21)]
 REPEATS = 2
 
 
+class Space:
+    """The knobs a landscape's tuners search, in the menu's steps, and how a
+    point becomes a profile (`build(**knobs)`: None when the engine would
+    refuse it). `initial`: the start's knobs (trunk_fraction None: its own
+    split), where coordinate search begins. `coord`: autotune's short list
+    per knob."""
+
+    def __init__(self, domains, build, initial, coord):
+        self.domains, self.build, self.initial, self.coord = domains, build, initial, coord
+
+    def suggest(self, trial):
+        """Optuna's suggestions over the domains (ints step, fractions 0.05)."""
+        out = {}
+        for k, (lo, hi, step) in self.domains.items():
+            if isinstance(step, float):
+                out[k] = trial.suggest_float(k, lo, hi, step=step)
+            else:
+                out[k] = trial.suggest_int(k, lo, hi, step=step)
+        return out
+
+    def draw(self, rng):
+        out = {}
+        for k, (lo, hi, step) in self.domains.items():
+            n = int(round((hi - lo) / step))
+            v = lo + step * rng.randint(0, n)
+            out[k] = round(v, 2) if isinstance(step, float) else v
+        return out
+
+
 class Search:
-    def __init__(self, name, engine, start, pins_file, budget):
-        self.name, self.engine, self.start, self.pins_file = name, engine, start, pins_file
+    def __init__(self, name, engine, start, space, budget, judge=None):
+        self.name, self.engine, self.start, self.space = name, engine, start, space
         self.budget = budget
-        self.trajectory = []  # (engine_s, profile, claimed log ratio, None interval)
+        self.judge = judge
+        # The best trial whenever it changes: (search engine s, profile,
+        # claimed log ratio, None). Search time only (the old column).
+        self.trajectory = []
+        # Each best trial a comparison confirmed: (engine s, search and
+        # comparisons, profile, its comparison's effect, its interval).
+        self.confirmed = [(0.0, start, 0.0, (0.0, 0.0))]
+        self.comparisons = []
         self.best = None  # (score_spt, profile)
         self.start_spt = None
         self.trials = 0
 
-    def spent(self):
+    def search_spent(self):
         return clock_total(self.engine.log)
+
+    def spent(self):
+        return self.search_spent() + (self.judge.spent() if self.judge else 0.0)
 
     def left(self):
         return self.spent() < self.budget
@@ -50,15 +92,14 @@ class Search:
     def runs(self, prof):
         return [self.engine.run(prof) for _ in range(REPEATS)]
 
-    def profile(self, pin_count, warm_set, draft_len, trunk_fraction):
-        return point(self.start, self.pins_file, pin_count=pin_count, warm_set=warm_set,
-                     draft_len=draft_len, trunk_fraction=trunk_fraction)
+    def profile(self, **knobs):
+        return self.space.build(**knobs)
 
     def measure_start(self):
         xs = [x for x in self.runs(self.start) if x]
         self.start_spt = self.score_of(xs)
         self.best = (self.start_spt, self.start)
-        self.trajectory.append((self.spent(), self.start, 0.0, None))
+        self.trajectory.append((self.search_spent(), self.start, 0.0, None))
 
     def score_of(self, xs):
         """Mean tokens/s over the repeats (llama-optimus), as seconds/token."""
@@ -66,32 +107,44 @@ class Search:
             return math.inf
         return 1.0 / statistics.mean(1.0 / x for x in xs)
 
+    def new_best(self, spt, prof):
+        self.best = (spt, prof)
+        self.trajectory.append((self.search_spent(), prof, math.log(spt / self.start_spt), None))
+        if self.judge is None or prof.key() == self.start.key():
+            return
+        c = self.judge.compare(prof, limit=max(self.budget - self.spent(), 0.0))
+        c["engine_s_at"] = self.spent()
+        self.comparisons.append(c)
+        if c["confirmed"]:
+            self.confirmed.append((c["engine_s_at"], prof, c["effect"], tuple(c["interval"])))
+
     def offer(self, spt, prof):
         self.trials += 1
         if spt < self.best[0]:
-            self.best = (spt, prof)
-            self.trajectory.append((self.spent(), prof, math.log(spt / self.start_spt), None))
+            self.new_best(spt, prof)
 
     def result(self):
         spt, prof = self.best
+        last = self.confirmed[-1]
         return {"recommended": prof, "claimed": math.log(spt / self.start_spt),
                 "claimed_interval": None, "trajectory": self.trajectory,
-                "engine_s": self.spent(), "trials": self.trials}
+                "confirmed": self.confirmed, "confirmed_recommended": last[1],
+                "confirmed_claim": last[2], "confirmed_interval": last[3],
+                "comparisons": self.comparisons,
+                "engine_s": self.spent(), "search_engine_s": self.search_spent(),
+                "compare_engine_s": self.judge.spent() if self.judge else 0.0, "trials": self.trials}
 
 
-def run_tpe(engine, start, pins_file, budget, seed):
+def run_tpe(engine, start, space, budget, seed, judge=None):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    s = Search("tpe", engine, start, pins_file, budget)
+    s = Search("tpe", engine, start, space, budget, judge)
     s.measure_start()
     study = optuna.create_study(direction="maximize",
                                 sampler=optuna.samplers.TPESampler(seed=seed))
     while s.left():
         t = study.ask()
-        prof = s.profile(t.suggest_int("pin_count", 0, 128, step=16),
-                         t.suggest_int("warm_set", 0, 256, step=32),
-                         t.suggest_int("draft_len", 0, 8),
-                         t.suggest_float("trunk_fraction", 0.0, 1.0, step=0.05))
+        prof = s.profile(**space.suggest(t))
         xs = [x for x in s.runs(prof) if x] if prof else []
         spt = s.score_of(xs)
         study.tell(t, 0.0 if math.isinf(spt) else 1.0 / spt)
@@ -100,12 +153,12 @@ def run_tpe(engine, start, pins_file, budget, seed):
     return s.result()
 
 
-def run_random(engine, start, pins_file, budget, seed):
+def run_random(engine, start, space, budget, seed, judge=None):
     rng = random.Random(seed)
-    s = Search("random", engine, start, pins_file, budget)
+    s = Search("random", engine, start, space, budget, judge)
     s.measure_start()
     while s.left():
-        prof = s.profile(rng.choice(PINS), rng.choice(WARM), rng.choice(DRAFT), rng.choice(TRUNK))
+        prof = s.profile(**space.draw(rng))
         if prof is None:
             s.trials += 1
             continue
@@ -113,28 +166,18 @@ def run_random(engine, start, pins_file, budget, seed):
     return s.result()
 
 
-# autotune sweeps a short candidate list per knob
-COORD = {
-    "pin_count": [0, 16, 32, 64, 128],
-    "warm_set": [0, 64, 128, 256],
-    "draft_len": [0, 1, 2, 4, 8],
-    "trunk_fraction": [0.1, 0.3, 0.5, 0.7, 0.9],
-}
-
-
-def run_coordinate(engine, start, pins_file, budget, seed):
+def run_coordinate(engine, start, space, budget, seed, judge=None):
     rng = random.Random(seed)
-    s = Search("coordinate", engine, start, pins_file, budget)
+    s = Search("coordinate", engine, start, space, budget, judge)
     s.measure_start()
-    cur = {"pin_count": 0, "warm_set": 0, "draft_len": 0, "trunk_fraction": None}
-    knobs = list(COORD)
+    cur = dict(space.initial)
+    knobs = list(space.coord)
     rng.shuffle(knobs)
-    best_med = s.start_spt
     while s.left():
         for knob in knobs:
             if not s.left():
                 break
-            values = sorted(set(COORD[knob]) | ({cur[knob]} if cur[knob] is not None else set()))
+            values = sorted(set(space.coord[knob]) | ({cur[knob]} if cur[knob] is not None else set()))
             cands = []
             for v in values:
                 prof = s.profile(**dict(cur, **{knob: v}))
@@ -157,10 +200,8 @@ def run_coordinate(engine, start, pins_file, budget, seed):
             cur[knob] = v
             prof = s.profile(**cur)
             # autotune keeps the sweep's winner; its claim is that median
-            best_med = meds[v]
             if s.best[1] != prof:
-                s.best = (best_med, prof)
-                s.trajectory.append((s.spent(), prof, math.log(best_med / s.start_spt), None))
+                s.new_best(meds[v], prof)
     return s.result()
 
 

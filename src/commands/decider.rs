@@ -48,48 +48,30 @@ fn from_environment() -> Option<(String, Option<&'static str>)> {
         })
 }
 
-// The libc crate binds getlogin(3) but not its reentrant form on Linux;
-// glibc and musl both export it (POSIX.1-2001).
+// The libc crate binds getlogin(3) but not its reentrant form on Linux, and
+// nix neither (its `User` reads the password database, not the session's
+// login); glibc and musl both export it (POSIX.1-2001). So this call stays
+// raw, bounded by the buffer we pass.
 unsafe extern "C" {
     fn getlogin_r(buf: *mut libc::c_char, bufsize: libc::size_t) -> libc::c_int;
 }
 
 /// `getlogin_r(3)`: the user logged in on this session's terminal, if any.
 fn login_name() -> Option<String> {
-    let mut buf = vec![0 as libc::c_char; 256];
+    let mut buf = vec![0u8; 256];
     // SAFETY: the buffer is writable for its whole length, which is passed.
-    let rc = unsafe { getlogin_r(buf.as_mut_ptr(), buf.len()) };
+    let rc = unsafe { getlogin_r(buf.as_mut_ptr().cast(), buf.len()) };
     if rc != 0 {
         return None;
     }
-    // SAFETY: on success getlogin_r wrote a NUL-terminated string into buf.
-    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    let name = std::ffi::CStr::from_bytes_until_nul(&buf).ok()?;
     Some(name.to_string_lossy().into_owned())
 }
 
 /// `getpwuid_r(3)` of the effective user id: its name in the password database.
 pub(crate) fn passwd_name() -> Option<String> {
-    let mut buf = vec![0 as libc::c_char; 4096];
-    // SAFETY: zeroed is a valid bit pattern for this plain C struct.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and buf's length is passed;
-    // geteuid cannot fail.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::geteuid(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: on success pw_name points to a NUL-terminated string in buf.
-    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok()??;
+    Some(user.name)
 }
 
 #[cfg(test)]

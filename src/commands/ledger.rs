@@ -81,6 +81,7 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             for v in &c.verdicts {
                 let what = match (&v.menu_id, &v.parameters) {
                     (Some(m), Some(p)) => format!("{m} {p}"),
+                    _ if v.manual => "manual (orchestrator compare)".to_string(),
                     _ => "(no experiment)".to_string(),
                 };
                 let stats = match (v.verdict.effect, v.verdict.interval) {
@@ -107,6 +108,15 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
 /// experiment the orchestrator scheduled itself, or that ended before any
 /// proposal, names none.
 fn chooser(c: &CycleSummary) -> String {
+    // A person's: `orchestrator compare`.
+    if let Some(why) = c
+        .verdicts
+        .iter()
+        .filter(|v| v.manual)
+        .find_map(|v| v.scheduled())
+    {
+        return why.to_string();
+    }
     match (
         c.cycle.proposer,
         c.verdicts.iter().find_map(|v| v.scheduled()),

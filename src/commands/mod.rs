@@ -8,6 +8,7 @@ use crate::menu::MenuError;
 use crate::profile::ProfileError;
 
 pub mod check;
+pub mod compare;
 mod decider;
 pub mod ledger;
 pub mod rebaseline;
@@ -103,6 +104,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Rebaseline(args) => rebaseline::run(&config_path, args),
         Command::Report(args) => report::run(&config_path, &args),
         Command::Trace(args) => trace::run(&config_path, &args),
+        Command::Compare(args) => compare::run(&config_path, &args),
     }
 }
 

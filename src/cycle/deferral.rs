@@ -8,14 +8,15 @@
 
 use super::outcome::{Done, Tried};
 use super::{CycleRunner, Stop};
-use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::ledger::{CycleDeferral, CycleId, LedgerError};
 use crate::measure::stand_aside::{Deferral, Gate};
 use crate::progress::phase;
 use crate::vocab::DeferredAt;
 
-impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+// No proposer needed: a manual comparison ([`super::manual`]) closes its
+// cycles here too.
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// Waits until the live server's users leave it quiet; a cycle that
     /// cannot start within the bound is deferred.
     pub(super) async fn stand_aside_at_start(&self) -> Result<(), Stop> {

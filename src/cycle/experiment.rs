@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::outcome::{Judged, Tried};
 use super::{CycleRunner, Stop, ab_stop, no_scorer};
-use crate::brain::{self, Proposer};
+use crate::brain;
 use crate::clock::Clock;
 use crate::judge::Floor;
 use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, ProposalId};
@@ -44,7 +44,7 @@ pub(super) enum Origin<'o> {
     },
 }
 
-impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// The row of an experiment of cycle `id`: `candidate` against the live
     /// profile, measured with `method`'s protocol.
     pub(super) fn new_experiment(

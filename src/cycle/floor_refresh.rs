@@ -7,7 +7,6 @@ use serde_json::json;
 use super::experiment::Origin;
 use super::outcome::{Done, Judged, Scheduled, Tried};
 use super::{CycleRunner, Stop, ab_stop};
-use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::judge::Floor;
 use crate::judge::{self, Policy, Step};
@@ -43,7 +42,7 @@ impl Refreshed {
     }
 }
 
-impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+impl<P, C: Clock> CycleRunner<'_, P, C> {
     /// An A/A of the cycle's base: a new noise floor, and a verdict on it.
     /// `scheduled` when the orchestrator chose it, not the proposer.
     pub(super) async fn remeasure(

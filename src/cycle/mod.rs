@@ -39,6 +39,7 @@ mod duplicate_check;
 mod experiment;
 mod floor;
 mod floor_refresh;
+mod manual;
 mod outcome;
 mod proposal;
 mod summary;
@@ -152,6 +153,23 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             }
             Err(stop) => (None, None, Err(stop)),
         };
+        self.finish(id, started, ended, built_on, live_metric).await
+    }
+}
+
+// What needs no proposer: closing a cycle, the floors, the protocols. A
+// manual comparison ([`manual`]) runs with none.
+impl<P, C: Clock> CycleRunner<'_, P, C> {
+    /// Records how cycle `id` ended (`ended`) and closes it. Only a ledger
+    /// failure is an error.
+    async fn finish(
+        &mut self,
+        id: CycleId,
+        started: chrono::DateTime<chrono::Utc>,
+        ended: Result<Done, Stop>,
+        built_on: Option<StageId>,
+        live_metric: Option<f64>,
+    ) -> Result<CycleSummary, LedgerError> {
         self.progress.phase(phase::RECORD, "");
         let now = self.clock.now();
         let mut deferred = None;
@@ -231,6 +249,58 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         Ok(Done::new(tried, judged))
     }
 
+    /// The protocols the menu's (non-remeasure) experiments are measured with.
+    fn candidate_methods(&self) -> Vec<Method> {
+        let mut methods: Vec<Method> = self
+            .menu
+            .entries()
+            .iter()
+            .filter(|e| e.id != MenuId::Remeasure)
+            .filter_map(|e| self.scorers.for_candidate(e.method))
+            .map(|s| s.method())
+            .collect();
+        methods.sort_by_key(|m| m.as_str());
+        methods.dedup();
+        methods
+    }
+
+    async fn floor(
+        &self,
+        method: Method,
+        base: &ProfileFile,
+        not_before: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<CurrentFloor, LedgerError> {
+        // The machine now, as the stack's own runs felt it: the pressure of
+        // the last runs, comparable with the floor's (both include the
+        // stack's own threads), where the kernel's idle average is not.
+        let recent = self.ledger.recent_cpu_pressure(RECENT_RUNS).await?;
+        let contended = self.ledger.recent_contention(RECENT_RUNS).await?;
+        let now = crate::measure::pressure::Pressure {
+            cpu: judge::noise::median(&recent),
+            contention: judge::noise::median(&contended),
+            ..Default::default()
+        };
+        let rules = Freshness {
+            max_age: self.config.measure.noise_floor_max_age_s.duration(),
+            max_floor: self.policy.max_floor,
+            now,
+            pressure_shift: self.config.measure.floor_pressure_shift,
+            contention_rise: self.policy.max_contention_rise,
+            not_before,
+        };
+        CurrentFloor::load(
+            self.ledger,
+            &self.config.stack.name,
+            method,
+            &base.profile.digest(),
+            &rules,
+            self.clock.now(),
+        )
+        .await
+    }
+}
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// Reads the live profile, expires what is no longer staged on it,
     /// observes the stack and settles the cycle's base, recording the
     /// observation.
@@ -338,56 +408,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
         // 4. The proposer chooses.
         self.propose(id, seen, &methods).await
-    }
-
-    /// The protocols the menu's (non-remeasure) experiments are measured with.
-    fn candidate_methods(&self) -> Vec<Method> {
-        let mut methods: Vec<Method> = self
-            .menu
-            .entries()
-            .iter()
-            .filter(|e| e.id != MenuId::Remeasure)
-            .filter_map(|e| self.scorers.for_candidate(e.method))
-            .map(|s| s.method())
-            .collect();
-        methods.sort_by_key(|m| m.as_str());
-        methods.dedup();
-        methods
-    }
-
-    async fn floor(
-        &self,
-        method: Method,
-        base: &ProfileFile,
-        not_before: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<CurrentFloor, LedgerError> {
-        // The machine now, as the stack's own runs felt it: the pressure of
-        // the last runs, comparable with the floor's (both include the
-        // stack's own threads), where the kernel's idle average is not.
-        let recent = self.ledger.recent_cpu_pressure(RECENT_RUNS).await?;
-        let contended = self.ledger.recent_contention(RECENT_RUNS).await?;
-        let now = crate::measure::pressure::Pressure {
-            cpu: judge::noise::median(&recent),
-            contention: judge::noise::median(&contended),
-            ..Default::default()
-        };
-        let rules = Freshness {
-            max_age: self.config.measure.noise_floor_max_age_s.duration(),
-            max_floor: self.policy.max_floor,
-            now,
-            pressure_shift: self.config.measure.floor_pressure_shift,
-            contention_rise: self.policy.max_contention_rise,
-            not_before,
-        };
-        CurrentFloor::load(
-            self.ledger,
-            &self.config.stack.name,
-            method,
-            &base.profile.digest(),
-            &rules,
-            self.clock.now(),
-        )
-        .await
     }
 }
 

@@ -11,9 +11,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 
 /// How long a starting daemon retries a lock that is briefly held by a
 /// `ledger --check` probing it.
@@ -78,7 +80,7 @@ pub fn lock_path(ledger: &Path) -> PathBuf {
 /// A held daemon lock; dropping it (or dying) releases it.
 #[derive(Debug)]
 pub struct DaemonLock {
-    _file: File,
+    _file: Flock<File>,
 }
 
 impl DaemonLock {
@@ -107,15 +109,21 @@ impl DaemonLock {
             Err(e) => return Err(io(e)),
         };
         let started = Instant::now();
-        while !try_flock(&file, libc::LOCK_EX)? {
-            if started.elapsed() > ACQUIRE_PATIENCE {
-                return Err(LockError::Held {
-                    ledger: ledger.to_path_buf(),
-                    pid: read_holder(&mut file),
-                });
+        let mut file = loop {
+            match try_flock(file, FlockArg::LockExclusiveNonblock)? {
+                Ok(locked) => break locked,
+                Err(mut back) => {
+                    if started.elapsed() > ACQUIRE_PATIENCE {
+                        return Err(LockError::Held {
+                            ledger: ledger.to_path_buf(),
+                            pid: read_holder(&mut back),
+                        });
+                    }
+                    file = back;
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
-        }
+        };
         if writable {
             file.set_len(0).map_err(io)?;
             file.rewind().map_err(io)?;
@@ -129,17 +137,16 @@ impl DaemonLock {
 /// and drops a shared lock for an instant to find out; never creates files.
 pub fn holder(ledger: &Path) -> Result<Option<String>, LockError> {
     let path = lock_path(ledger);
-    let mut file = match File::open(&path) {
+    let file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(LockError::Io { path, source }),
     };
-    if try_flock(&file, libc::LOCK_SH)? {
-        // SAFETY: unlocking a descriptor we own; no memory effects.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-        return Ok(None);
+    match try_flock(file, FlockArg::LockSharedNonblock)? {
+        // Dropping it unlocks at once.
+        Ok(_shared) => Ok(None),
+        Err(mut file) => Ok(Some(read_holder(&mut file))),
     }
-    Ok(Some(read_holder(&mut file)))
 }
 
 fn read_holder(file: &mut File) -> String {
@@ -153,22 +160,17 @@ fn read_holder(file: &mut File) -> String {
     }
 }
 
-/// `flock(fd, op | LOCK_NB)`: `Ok(true)` when taken, `Ok(false)` when another
-/// process holds a conflicting lock.
-fn try_flock(file: &File, op: libc::c_int) -> Result<bool, LockError> {
-    // SAFETY: flock(2) on a descriptor we own; no memory effects.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
+/// `flock(2)` without blocking: `Ok(Ok(lock))` when taken, `Ok(Err(file))`
+/// when another process holds a conflicting lock.
+fn try_flock(file: File, arg: FlockArg) -> Result<Result<Flock<File>, File>, LockError> {
+    match Flock::lock(file, arg) {
+        Ok(locked) => Ok(Ok(locked)),
+        Err((file, Errno::EWOULDBLOCK)) => Ok(Err(file)),
+        Err((_, errno)) => Err(LockError::Io {
+            path: PathBuf::from("(daemon lock)"),
+            source: errno.into(),
+        }),
     }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Ok(false);
-    }
-    Err(LockError::Io {
-        path: PathBuf::from("(daemon lock)"),
-        source: err,
-    })
 }
 
 #[cfg(test)]

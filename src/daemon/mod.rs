@@ -250,7 +250,7 @@ fn lost_the_stack(e: &anyhow::Error) -> bool {
 
 /// Kills what a dead daemon of this ledger left running, then tags this
 /// daemon's own children with the ledger (see [`orphans`]).
-fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn reap_orphans(ledger: &std::path::Path) -> anyhow::Result<()> {
     let tag = orphans::tag(ledger);
     match orphans::reap(&tag) {
         Ok(killed) if killed.is_empty() => {}
@@ -444,7 +444,7 @@ pub fn backoff(k: u32, base: Duration, cap: Duration) -> Duration {
 }
 
 /// Cancels on the first SIGINT or SIGTERM.
-async fn watch_signals(handle: CancelHandle) {
+pub(crate) async fn watch_signals(handle: CancelHandle) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),

@@ -54,7 +54,7 @@ const SQL_INTERRUPTED: &str = "EXISTS (SELECT 1 FROM experiments x \
          AND xc.status = 'aborted' AND xv.kind = 'failed')";
 
 /// A classmate's unconfirmed wins on one base profile, newest first: wins
-/// (not remeasures, not confirmations, not composites) of cycles of class
+/// (not remeasures, not manual comparisons, not confirmations, not composites) of cycles of class
 /// `$1` but another stack than `$2`, on base `$3`, that no experiment
 /// confirms or tried to (claims came with migration 20261201230001; older
 /// confirmations have none), and that no stage holds.
@@ -62,7 +62,7 @@ pub(crate) const SQL_CLASSMATE_WINS: &str = "SELECT e.* FROM experiments e \
      JOIN cycles c ON c.id = e.cycle_id \
      JOIN verdicts v ON v.experiment_id = e.id \
      WHERE e.base_digest = $3 AND c.class = $1 AND c.stack IS DISTINCT FROM $2 \
-       AND v.kind = 'win' AND e.menu_id <> 'remeasure' AND e.confirmation_of IS NULL \
+       AND v.kind = 'win' AND e.menu_id NOT IN ('remeasure', 'manual') AND e.confirmation_of IS NULL \
        AND NOT EXISTS (SELECT 1 FROM experiments k WHERE k.confirmation_of = e.id) \
        AND NOT EXISTS (SELECT 1 FROM confirmation_claims k WHERE k.win_experiment_id = e.id) \
        AND NOT EXISTS (SELECT 1 FROM stages s WHERE s.experiment_id = e.id) \

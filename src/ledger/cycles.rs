@@ -118,7 +118,12 @@ pub struct CycleSummary {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CycleVerdict {
     pub verdict: Verdict,
+    /// The menu entry tried; `None` for a manual comparison (`manual`) and
+    /// when nothing was tried.
     pub menu_id: Option<MenuId>,
+    /// A manual comparison's A/B (`orchestrator compare`): no menu entry
+    /// planned its candidate.
+    pub manual: bool,
     pub parameters: Option<Value>,
     /// The proposal that chose the experiment; `None` when the orchestrator
     /// scheduled it (a noise floor, a confirmation) or there is none.
@@ -131,6 +136,12 @@ impl CycleVerdict {
     /// Why the orchestrator ran this experiment itself, without asking the
     /// proposer; `None` when the proposer chose it (or nothing was tried).
     pub fn scheduled(&self) -> Option<&'static str> {
+        if self.manual {
+            return Some(match self.confirmation_of {
+                Some(_) => "confirmation of a manual comparison",
+                None => "manual comparison",
+            });
+        }
         match (self.menu_id, self.proposal_id, self.confirmation_of) {
             (Some(_), None, Some(_)) => Some("confirmation"),
             (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
@@ -350,7 +361,16 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
         }
         for row in rows {
             let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
-            let menu_id: Option<MenuId> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+            let entry: Option<String> = row.try_get("e_menu_id").map_err(cx.err(op))?;
+            let manual = entry.as_deref() == Some(super::manual::MANUAL);
+            let menu_id = match entry.filter(|_| !manual) {
+                Some(m) => Some(m.parse::<MenuId>().map_err(|()| {
+                    cx.err(op)(sqlx::Error::Decode(
+                        format!("`{m}` is not a menu id").into(),
+                    ))
+                })?),
+                None => None,
+            };
             let parameters = opt_json_col(&row, "e_parameters").map_err(cx.err(op))?;
             let proposal_id: Option<ProposalId> =
                 row.try_get("e_proposal_id").map_err(cx.err(op))?;
@@ -360,6 +380,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
                 s.verdicts.push(CycleVerdict {
                     verdict,
                     menu_id,
+                    manual,
                     parameters,
                     proposal_id,
                     confirmation_of,

@@ -123,6 +123,11 @@ from_row!(PriorDecision, |row| {
     })
 });
 
+/// The loop's own experiments, newest first: a manual comparison's
+/// experiments (`menu_id = 'manual'`, `orchestrator compare`) are no part
+/// of the history the proposers learn from, nor a win the loop confirms
+/// and stages. (Filtered on the experiment, not on its cycle's proposer:
+/// a win recorded by hand in a `human` cycle is still the loop's to confirm.)
 pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.created_at, e.menu_id, e.parameters, e.base_digest, \
             e.confirmation_of, p.proposer, v.kind, v.effect, v.interval_low, v.interval_high, \
             v.noise_floor, v.pairs \
@@ -130,7 +135,7 @@ pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.crea
      JOIN cycles c ON c.id = e.cycle_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      LEFT JOIN verdicts v ON v.experiment_id = e.id \
-     WHERE CAST($2 AS TEXT) IS NULL OR c.stack = $2 \
+     WHERE (CAST($2 AS TEXT) IS NULL OR c.stack = $2) AND e.menu_id <> 'manual' \
      ORDER BY e.id DESC LIMIT $1";
 
 /// Only verdicts that measured something count as "decided": a `failed` or

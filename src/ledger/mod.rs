@@ -153,6 +153,7 @@ mod deferrals;
 mod error;
 mod experiments;
 mod ids;
+mod manual;
 mod noise;
 mod parts;
 mod query_plan;
@@ -204,6 +205,7 @@ pub use ids::{
     CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
     RunId, StageId, VerdictId,
 };
+pub use manual::{MANUAL, NewManualExperiment};
 pub use noise::{NewNoiseFloor, NoiseFloor};
 pub use parts::MeasuredToken;
 pub use proposals::{NewProposal, Proposal, ProposalRejection};
@@ -527,17 +529,60 @@ impl Ledger {
         {
             return Ok(());
         }
+        // A migration may rebuild a table other tables refer to (SQLite's
+        // procedure for changing a constraint: create, copy, drop, rename),
+        // which needs foreign keys off; the pragma is a no-op inside a
+        // transaction, so it is set around it, and the keys are checked
+        // before the commit instead.
+        sqlx::query("PRAGMA foreign_keys = OFF")
+            .execute(&mut *conn)
+            .await
+            .map_err(self.ctx.err("migrate"))?;
+        let migrated = self.migrate_on(&mut conn).await;
+        let restored = sqlx::query("PRAGMA foreign_keys = ON")
+            .execute(&mut *conn)
+            .await
+            .map_err(self.ctx.err("migrate"));
+        migrated.and(restored.map(drop))
+    }
+
+    /// The migrations in one `IMMEDIATE` transaction, committed only when
+    /// they broke no foreign key (a reference broken before them, which
+    /// `ledger --check` reports, is not theirs to refuse).
+    async fn migrate_on(&self, conn: &mut sqlx::SqliteConnection) -> Result<()> {
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.ctx.err("lock the ledger to migrate it"))?;
+        let broken_before = self.broken_references(&mut tx).await?;
         MIGRATOR
             .run_direct(&mut *tx)
             .await
             .map_err(|source| self.migrate_error(source))?;
+        let broken = self.broken_references(&mut tx).await?;
+        if broken > broken_before {
+            return Err(LedgerError::Migrate {
+                path: self.ctx.path.to_path_buf(),
+                source: sqlx::migrate::MigrateError::Source(
+                    format!(
+                        "migrating would leave {} row(s) referring to rows that do not exist; nothing was changed",
+                        broken - broken_before
+                    )
+                    .into(),
+                ),
+            });
+        }
         tx.commit()
             .await
             .map_err(self.ctx.err("commit the migrations"))
+    }
+
+    /// How many rows refer to a row that does not exist.
+    async fn broken_references(&self, c: &mut sqlx::SqliteConnection) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM pragma_foreign_key_check")
+            .fetch_one(&mut *c)
+            .await
+            .map_err(self.ctx.err("check the ledger's foreign keys"))
     }
 
     fn migrate_error(&self, source: sqlx::migrate::MigrateError) -> LedgerError {
@@ -568,18 +613,13 @@ fn hostname() -> String {
 /// this process (permissions, or a read-only filesystem: `access(2)` says
 /// `EROFS` even to root).
 fn read_only(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    [path, dir].iter().any(|p| {
-        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: access(2) on a NUL-terminated path; no memory effects.
-        p.exists() && unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0
-    })
+    [path, dir]
+        .iter()
+        .any(|p| p.exists() && nix::unistd::access(*p, nix::unistd::AccessFlags::W_OK).is_err())
 }
 
 impl WriteTx {

@@ -15,12 +15,13 @@ use super::Conn;
 use super::codec::{int_col, ts};
 use super::cycles::CycleRecord;
 use super::error::Ctx;
-use super::ids::{CycleId, ExperimentId, StageId, VerdictId};
+use super::ids::{CycleId, ExperimentId, VerdictId};
 use super::noise::NoiseFloor;
 use super::runs::TokenParts;
+use super::stages::Stage;
 use super::{Interval, Ledger, Result};
 use crate::menu::MenuId;
-use crate::vocab::{Arm, Digest, Method, ProposerKind, StageState, VerdictKind};
+use crate::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
 
 /// A verdict of a cycle started in the range, with what it was about and who
 /// proposed it (its experiment's proposal's proposer; `None` when no
@@ -110,48 +111,31 @@ pub struct LeverRun {
     pub parts: TokenParts,
 }
 
-/// A stage that was open at some point of the range.
+/// A stage that was open at some point of the range: the stored stage
+/// (mapped once, by [`Stage`]'s row mapping), with the entry it stages and
+/// how its confirmation was judged, read through `Deref`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportStage {
-    pub id: StageId,
-    pub experiment_id: ExperimentId,
-    /// The independent second A/B that confirmed it.
-    pub confirmation_id: ExperimentId,
-    pub state: StageState,
+    pub stage: Stage,
     pub menu_id: MenuId,
-    pub base_digest: Digest,
-    pub effect: f64,
-    pub interval: Interval,
-    pub noise_floor: f64,
     /// The confirmation was judged against the bound, not a measured floor.
     pub floor_is_bound: bool,
-    pub created_at: DateTime<Utc>,
-    pub decided_at: Option<DateTime<Utc>>,
-    pub decided_by: Option<String>,
-    pub note: Option<String>,
     /// For a composite: the staged wins it applies, best first; else empty.
     pub parts: Vec<super::StagePart>,
 }
 
+impl std::ops::Deref for ReportStage {
+    type Target = Stage;
+    fn deref(&self) -> &Stage {
+        &self.stage
+    }
+}
+
 from_row!(ReportStage, |row| {
     Ok(ReportStage {
-        id: row.try_get("id")?,
-        experiment_id: row.try_get("experiment_id")?,
-        confirmation_id: row.try_get("confirmation_id")?,
-        state: row.try_get("state")?,
+        stage: Stage::from_row(row)?,
         menu_id: row.try_get("menu_id")?,
-        base_digest: row.try_get("base_digest")?,
-        effect: row.try_get("effect")?,
-        interval: Interval {
-            low: row.try_get("interval_low")?,
-            high: row.try_get("interval_high")?,
-        },
-        noise_floor: row.try_get("noise_floor")?,
         floor_is_bound: row.try_get("floor_is_bound")?,
-        created_at: row.try_get("created_at")?,
-        decided_at: row.try_get("decided_at")?,
-        decided_by: row.try_get("decided_by")?,
-        note: row.try_get("note")?,
         parts: Vec::new(),
     })
 });
@@ -178,6 +162,10 @@ impl ReportStack {
     }
 }
 
+// The report is the loop's: the cycles of a manual comparison
+// (`orchestrator compare`, proposer `human`) are left out of it, and
+// `orchestrator ledger` lists them.
+
 /// Both texts of a per-stack period query: `$col` is the stack column the
 /// condition is on, between the query's `$before` and `$after` parts.
 macro_rules! per_stack {
@@ -192,7 +180,7 @@ per_stack!(
     SQL_REPORT_UNOWNED_CYCLES,
     "stack",
     concat!("SELECT ", cycle_columns!(), " FROM cycles WHERE "),
-    "started_at >= $1 AND started_at < $2 ORDER BY started_at"
+    "started_at >= $1 AND started_at < $2 AND proposer <> 'human' ORDER BY started_at"
 );
 
 per_stack!(
@@ -207,7 +195,7 @@ per_stack!(
      LEFT JOIN experiments e ON e.id = v.experiment_id \
      LEFT JOIN proposals p ON p.id = e.proposal_id \
      WHERE ",
-    "c.started_at >= $1 AND c.started_at < $2 ORDER BY c.started_at"
+    "c.started_at >= $1 AND c.started_at < $2 AND c.proposer <> 'human' ORDER BY c.started_at"
 );
 
 per_stack!(
@@ -237,7 +225,7 @@ per_stack!(
      FROM experiments e CROSS JOIN cycles c \
      LEFT JOIN observations o ON o.cycle_id = c.id CROSS JOIN runs r \
      WHERE c.id = e.cycle_id AND r.experiment_id = e.id AND ",
-    "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' \
+    "e.created_at >= $1 AND e.created_at < $2 AND r.arm <> 'warmup' AND c.proposer <> 'human' \
      ORDER BY e.created_at"
 );
 
@@ -250,9 +238,7 @@ per_stack!(
     SQL_REPORT_STAGES,
     SQL_REPORT_UNOWNED_STAGES,
     "s.stack",
-    "SELECT s.id, s.experiment_id, s.confirmation_id, s.state, e.menu_id, s.base_digest, s.effect, \
-            s.interval_low, s.interval_high, s.noise_floor, s.created_at, s.decided_at, \
-            s.decided_by, s.note, \
+    "SELECT s.*, e.menu_id, \
             coalesce((SELECT v.floor_is_bound FROM verdicts v WHERE v.experiment_id = s.confirmation_id), FALSE) \
             AS floor_is_bound \
      FROM stages s JOIN experiments e ON e.id = s.experiment_id \

@@ -13,6 +13,11 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, open};
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::stat::Mode;
+use nix::unistd::{Pid, write};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
@@ -219,8 +224,10 @@ impl Group {
                 ))
             })?;
             // SAFETY: between fork and exec only async-signal-safe calls are
-            // allowed; open, write and close are raw syscalls and `path` was
-            // allocated before the fork.
+            // allowed; `join_cgroup` makes only those (open, write, close,
+            // nothing allocated) and `path` was allocated before the fork.
+            // Kept unsafe: `pre_exec` is, and std has no safe way to join a
+            // cgroup at spawn (`process_group` covers only the group).
             unsafe {
                 cmd.pre_exec(move || join_cgroup(&path));
             }
@@ -276,12 +283,9 @@ impl Group {
 
     /// SIGKILL to every process of the group. Harmless when it is empty.
     fn kill_group(&self) {
-        // SAFETY: kill(2) with a negative pid signals a process group; it has
-        // no memory effects. While any member lives the id cannot be reused,
-        // and the leader is not reaped before its first call here.
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGKILL);
-        }
+        // While any member lives the id cannot be reused, and the leader is
+        // not reaped before its first call here. ESRCH (none left) is fine.
+        let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
     }
 
     /// Waits for the leader, the timeout or cancellation; kills the whole
@@ -369,19 +373,18 @@ pub async fn run(spec: &Spec, cancel: &Cancel) -> Result<Exit, ProcessError> {
 }
 
 /// In the forked child: move this process into the cgroup (`0` = self).
+/// Only async-signal-safe calls: `open` of a `CStr` allocates nothing,
+/// `write` and the `close` of the dropped descriptor are raw syscalls, and
+/// an error becomes an `io::Error` by its code, without allocating.
 fn join_cgroup(procs: &CString) -> std::io::Result<()> {
-    // SAFETY: raw syscalls on a valid NUL-terminated path and a static buffer.
-    unsafe {
-        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if n != 2 {
-            return Err(err);
-        }
+    let fd = open(
+        procs.as_c_str(),
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let n = write(&fd, b"0\n")?;
+    if n != 2 {
+        return Err(std::io::Error::from(Errno::EIO));
     }
     Ok(())
 }

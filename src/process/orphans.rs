@@ -25,6 +25,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::{Pid, getpgrp};
 use sha2::{Digest as _, Sha256};
 
 /// The environment variable every child of a daemon carries.
@@ -122,10 +124,7 @@ fn alive(pid: i32) -> bool {
 /// Returns what was killed; the ones still alive after the grace period
 /// are returned as the error.
 pub fn reap(tag: &str) -> Result<Vec<Orphan>, Vec<Orphan>> {
-    let own_group = {
-        // SAFETY: getpgrp(2) has no failure mode and no memory effects.
-        unsafe { libc::getpgrp() }
-    };
+    let own_group = getpgrp().as_raw();
     let mut killed: Vec<Orphan> = Vec::new();
     let deadline = Instant::now() + GRACE;
     loop {
@@ -140,14 +139,13 @@ pub fn reap(tag: &str) -> Result<Vec<Orphan>, Vec<Orphan>> {
             .map(|o| o.pgid)
             .filter(|&g| g > 1 && g != own_group)
             .collect();
+        // Each group was read from a process carrying our ledger's tag a
+        // moment ago; one gone since (ESRCH) is what we want.
         for g in groups {
-            // SAFETY: kill(2) has no memory effects. The group was read from
-            // a process carrying our ledger's tag a moment ago.
-            unsafe { libc::kill(-g, libc::SIGKILL) };
+            let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
         }
         for o in &found {
-            // SAFETY: as above, for the one process.
-            unsafe { libc::kill(o.pid, libc::SIGKILL) };
+            let _ = kill(Pid::from_raw(o.pid), Signal::SIGKILL);
         }
         killed.extend(fresh);
         if found.is_empty() || (killed.iter().all(|o| !alive(o.pid)) && find(tag).is_empty()) {

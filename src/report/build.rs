@@ -6,20 +6,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Duration, Utc};
 
 use super::changepoint::pelt;
+use super::levers::{Confirmations, lever_bests};
 use super::period::Period;
-use super::projection::{self, LeverEvidence, Parts, Sourced, Term};
+use super::projection::{self, LeverEvidence, Parts};
 use super::redact::Redactor;
+use super::speeds::Speeds;
 use super::{
     BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
-    RefusedDelta, RefutedWin, Report, Series, SpeedPoint, StageCounts,
+    RefusedDelta, Report, Series, StageCounts,
 };
-use crate::judge::noise::median;
 use crate::ledger::{
     CycleRecord, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStack,
-    ReportStage, ReportVerdict, TokenParts,
+    ReportStage, ReportVerdict,
 };
 use crate::menu::MenuId;
-use crate::vocab::{Arm, CycleStatus, Digest, ProposerKind, StageState, VerdictKind};
+use crate::vocab::{CycleStatus, ProposerKind, StageState, VerdictKind};
 
 /// How many refused deltas, mismatches and failure examples to list.
 const TOP: usize = 5;
@@ -204,279 +205,6 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
     })
 }
 
-/// Baseline runs grouped by experiment, and by the profile they measured.
-struct Speeds {
-    points: Vec<SpeedPoint>,
-    /// Every valid baseline value: when its experiment was created, which
-    /// experiment, which base profile, and its measured parts.
-    values: Vec<(DateTime<Utc>, ExperimentId, Digest, f64)>,
-    parts: Vec<TokenParts>,
-    /// The base of the latest experiment with a measured baseline.
-    live_base: Option<Digest>,
-}
-
-impl Speeds {
-    fn from_runs(runs: &[ReportRun]) -> Speeds {
-        let mut per_exp: BTreeMap<ExperimentId, (DateTime<Utc>, Vec<f64>)> = BTreeMap::new();
-        let mut values = Vec::new();
-        let mut parts = Vec::new();
-        for r in runs {
-            if r.arm != Arm::Baseline || r.refused {
-                continue;
-            }
-            // Built on a win that waited for approval, the baseline was that
-            // win's candidate: not a speed the live profile ever served.
-            if r.live_digest.as_ref().is_some_and(|l| *l != r.base_digest) {
-                continue;
-            }
-            let Some(s) = r.seconds_per_token else {
-                continue;
-            };
-            per_exp
-                .entry(r.experiment_id)
-                .or_insert_with(|| (r.created_at, Vec::new()))
-                .1
-                .push(s);
-            values.push((r.created_at, r.experiment_id, r.base_digest.clone(), s));
-            parts.push(r.parts);
-        }
-        let live_base = values
-            .iter()
-            .max_by_key(|v| (v.0, v.1))
-            .map(|v| v.2.clone());
-        let mut points: Vec<SpeedPoint> = per_exp
-            .into_iter()
-            .filter_map(|(id, (at, v))| {
-                let runs = v.len();
-                median(&v).map(|m| SpeedPoint {
-                    at,
-                    experiment: id,
-                    seconds_per_token: m,
-                    runs,
-                })
-            })
-            .collect();
-        points.sort_by_key(|p| (p.at, p.experiment));
-        Speeds {
-            points,
-            values,
-            parts,
-            live_base,
-        }
-    }
-
-    /// The baseline values of `base`, from `since` on when given.
-    fn of<'a>(
-        &'a self,
-        base: &'a Digest,
-        since: Option<DateTime<Utc>>,
-    ) -> impl Iterator<Item = &'a (DateTime<Utc>, ExperimentId, Digest, f64)> {
-        self.values
-            .iter()
-            .filter(move |v| &v.2 == base && since.is_none_or(|t| v.0 >= t))
-    }
-
-    fn median_of(&self, base: &Digest, since: Option<DateTime<Utc>>) -> Option<f64> {
-        median(&self.of(base, since).map(|v| v.3).collect::<Vec<_>>())
-    }
-
-    /// The window the live speed is read from: the live base's runs,
-    /// from the last baseline shift on (a shift before its first run does
-    /// not narrow anything).
-    fn live_since(&self, since: Option<DateTime<Utc>>) -> Option<(&Digest, Option<DateTime<Utc>>)> {
-        let base = self.live_base.as_ref()?;
-        Some((
-            base,
-            since.filter(|t| self.of(base, Some(*t)).next().is_some()),
-        ))
-    }
-
-    /// The median of one figure over the live base's baseline runs in the
-    /// window that carry it, with the runs it comes from.
-    fn median_source(
-        &self,
-        since: Option<DateTime<Utc>>,
-        what: &str,
-        figure: impl Fn(usize) -> Option<f64>,
-    ) -> Option<Sourced> {
-        let (base, since) = self.live_since(since)?;
-        let mut v = Vec::new();
-        let mut ids = BTreeSet::new();
-        for (i, row) in self.values.iter().enumerate() {
-            if &row.2 != base || since.is_some_and(|t| row.0 < t) {
-                continue;
-            }
-            if let Some(x) = figure(i) {
-                v.push(x);
-                ids.insert(row.1);
-            }
-        }
-        let value = median(&v)?;
-        let (first, last) = (ids.first()?, ids.last()?);
-        let span = if first == last {
-            format!("experiment #{first}")
-        } else {
-            format!("{} experiments, #{first} to #{last}", ids.len())
-        };
-        let after = since
-            .map(|t| {
-                format!(
-                    ", since the baseline change point at {}",
-                    t.format("%Y-%m-%d %H:%M UTC")
-                )
-            })
-            .unwrap_or_default();
-        Some(Sourced {
-            value,
-            source: format!(
-                "median{what} of {} baseline runs ({span}) of the live profile {}{after}",
-                v.len(),
-                base.short()
-            ),
-        })
-    }
-
-    fn live(&self, since: Option<DateTime<Utc>>) -> Option<Sourced> {
-        self.median_source(since, "", |i| Some(self.values[i].3))
-    }
-
-    /// One measured part of the live profile, as the stack's runs report it.
-    fn live_part(
-        &self,
-        since: Option<DateTime<Utc>>,
-        what: &str,
-        of: impl Fn(&TokenParts) -> Option<f64>,
-    ) -> Option<Sourced> {
-        self.median_source(since, &format!(" {what}"), |i| of(&self.parts[i]))
-    }
-}
-
-/// What the confirming A/Bs decided about the period's first-A/B wins, by
-/// the end of the period (a confirmation decided later is still pending,
-/// as a stage decided later is still open).
-#[derive(Debug, Default)]
-struct Confirmations {
-    /// Wins a confirmation judged: won again (then staged) or refuted.
-    judged: BTreeSet<ExperimentId>,
-    /// Wins a confirmation refuted (a loss, within noise, inconclusive, a
-    /// hash mismatch), by the win's experiment.
-    refuted: BTreeMap<ExperimentId, RefutedWin>,
-}
-
-impl Confirmations {
-    fn of(verdicts: &[ReportVerdict], end: DateTime<Utc>) -> Confirmations {
-        let wins: BTreeMap<ExperimentId, &ReportVerdict> = verdicts
-            .iter()
-            .filter(|v| v.kind == VerdictKind::Win && v.confirmation_of.is_none())
-            .filter_map(|v| v.experiment_id.map(|e| (e, v)))
-            .collect();
-        let mut c = Confirmations::default();
-        for v in verdicts {
-            let (Some(first), Some(id)) = (v.confirmation_of, v.experiment_id) else {
-                continue;
-            };
-            // A failed confirmation judged nothing: the daemon confirms again.
-            if v.decided_at >= end || v.kind == VerdictKind::Failed {
-                continue;
-            }
-            c.judged.insert(first);
-            if v.kind == VerdictKind::Win {
-                continue;
-            }
-            // A win of an earlier period is that period's business.
-            let Some(won) = wins.get(&first) else {
-                continue;
-            };
-            if let (Some(menu), Some(effect)) = (won.menu_id, won.effect) {
-                c.refuted.insert(
-                    first,
-                    RefutedWin {
-                        experiment: first,
-                        menu,
-                        effect,
-                        base_digest: won.base_digest.clone(),
-                        confirmation: id,
-                        verdict: v.kind,
-                        confirmation_effect: v.effect,
-                    },
-                );
-            }
-        }
-        c
-    }
-
-    fn refuted(&self, id: ExperimentId) -> bool {
-        self.refuted.contains_key(&id)
-    }
-}
-
-/// Each lever's best measured effect on the live base: its best open stage
-/// (a confirmed effect) if it has one, else its best first-A/B win whose
-/// confirmation is still pending (one its confirmation refuted is no lever;
-/// one it confirmed is its stage's business).
-fn lever_bests(
-    verdicts: &[ReportVerdict],
-    open: &[ReportStage],
-    live_base: Option<&Digest>,
-    refused: &BTreeSet<ExperimentId>,
-    confirmations: &Confirmations,
-) -> Vec<(MenuId, Sourced, ExperimentId)> {
-    let Some(live_base) = live_base else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for &menu in MenuId::ALL {
-        if Term::of(menu).is_none() {
-            continue;
-        }
-        let staged = open
-            .iter()
-            .filter(|s| s.menu_id == menu && &s.base_digest == live_base)
-            // A composite's effect is no single lever's.
-            .filter(|s| s.parts.is_empty())
-            .min_by(|a, b| a.effect.total_cmp(&b.effect))
-            .map(|s| {
-                let best = Sourced {
-                    value: s.effect,
-                    source: format!(
-                        "stage #{} (win #{} confirmed by experiment #{})",
-                        s.id, s.experiment_id, s.confirmation_id
-                    ),
-                };
-                // The confirming A/B's runs: not selected for being good.
-                (best, s.confirmation_id)
-            });
-        let won = || {
-            verdicts
-                .iter()
-                .filter(|v| {
-                    v.kind == VerdictKind::Win
-                        && v.menu_id == Some(menu)
-                        && v.confirmation_of.is_none()
-                        && v.base_digest.as_ref() == Some(live_base)
-                        && v.experiment_id.is_none_or(|e| {
-                            !refused.contains(&e) && !confirmations.judged.contains(&e)
-                        })
-                })
-                .filter_map(|v| v.effect.zip(v.experiment_id))
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(e, id)| {
-                    let best = Sourced {
-                        value: e,
-                        source: format!(
-                            "win verdict of experiment #{id} (first A/B, confirmation pending: optimistic)"
-                        ),
-                    };
-                    (best, id)
-                })
-        };
-        if let Some((best, id)) = staged.or_else(won) {
-            out.push((menu, best, id));
-        }
-    }
-    out
-}
-
 fn cycle_counts(cycles: &[CycleRecord]) -> CycleCounts {
     let mut c = CycleCounts::default();
     for cy in cycles {
@@ -529,18 +257,18 @@ fn stage_counts(stages: &[ReportStage], p: &Period, r: &Redactor) -> StageCounts
                     StageState::Staged => {}
                 }
                 let mut s = s.clone();
-                s.note = s.note.map(|n| r.apply(&n));
-                s.decided_by = s.decided_by.map(|n| r.apply(&n));
+                s.stage.note = s.stage.note.take().map(|n| r.apply(&n));
+                s.stage.decided_by = s.stage.decided_by.take().map(|n| r.apply(&n));
                 c.decided.push(s);
             }
             Some(at) if at < p.end => {}
             _ => {
                 let mut s = s.clone();
                 // Open at the end of the period, whatever happened later.
-                s.state = StageState::Staged;
-                s.decided_at = None;
-                s.decided_by = None;
-                s.note = None;
+                s.stage.state = StageState::Staged;
+                s.stage.decided_at = None;
+                s.stage.decided_by = None;
+                s.stage.note = None;
                 c.open_at_end.push(s);
             }
         }
@@ -736,43 +464,4 @@ fn failures(cycles: &[CycleRecord], verdicts: &[ReportVerdict], r: &Redactor) ->
         .collect();
     out.sort_by(|a, b| b.cycles.cmp(&a.cycles).then(a.cause.cmp(&b.cause)));
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-
-    fn baseline(id: i64, base: &Digest, live: &Digest, spt: f64) -> ReportRun {
-        ReportRun {
-            experiment_id: ExperimentId(id),
-            created_at: Utc.with_ymd_and_hms(2026, 12, 2, 8, 0, 0).unwrap()
-                + chrono::Duration::seconds(id),
-            menu_id: MenuId::StageSpeculative,
-            base_digest: base.clone(),
-            live_digest: Some(live.clone()),
-            arm: Arm::Baseline,
-            seconds_per_token: Some(spt),
-            refused: false,
-            parts: TokenParts::default(),
-        }
-    }
-
-    #[test]
-    fn the_live_speed_is_never_a_waiting_wins_candidate() {
-        let live = Digest::of(b"live");
-        let waiting = Digest::of(b"waiting win's candidate");
-        // The last experiments built on a win that waits: their baseline is
-        // its candidate, twice as fast as anything the live profile served.
-        let runs = [
-            baseline(1, &live, &live, 1.0),
-            baseline(2, &live, &live, 1.2),
-            baseline(3, &waiting, &live, 0.5),
-            baseline(4, &waiting, &live, 0.5),
-        ];
-        let speeds = Speeds::from_runs(&runs);
-        assert_eq!(speeds.live_base.as_ref(), Some(&live));
-        let median = speeds.live(None).unwrap().value;
-        assert!((median - 1.1).abs() < 1e-12, "{median}");
-    }
 }

@@ -12,12 +12,15 @@
 
 pub mod build;
 pub mod changepoint;
+mod chart_frame;
 pub mod fleet;
 pub mod html;
+mod levers;
 pub mod markdown;
 pub mod period;
 pub mod projection;
 pub mod redact;
+mod speeds;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

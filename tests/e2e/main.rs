@@ -24,6 +24,7 @@ mod check_cli;
 mod child_environment;
 mod ci_skips;
 mod class_confirm;
+mod compare_cli;
 mod compose_wins;
 mod confirm_unsupported;
 mod crash_consistency;

@@ -17,6 +17,7 @@ mod claims;
 mod class_applies;
 mod compositions;
 mod costs;
+mod manual;
 mod open;
 mod parts;
 mod report;
