@@ -25,7 +25,8 @@ use std::time::{Duration as StdDuration, Instant};
 use chrono::{Duration, Utc};
 use orchestrator::ledger::{
     CycleOutcome, DEFAULT_BUSY_TIMEOUT, Interval, Ledger, NewExperiment, NewObservation,
-    NewProposal, NewRun, NewVerdict, PostgresTarget, StackScope, TimingSource, TokenParts,
+    NewProposal, NewRun, NewVerdict, PostgresTarget, RecordedWin, StackScope, TimingSource,
+    TokenParts,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
@@ -55,7 +56,7 @@ async fn experiment(
     confirmation_of: Option<orchestrator::ledger::ExperimentId>,
     n: u64,
     kind: VerdictKind,
-) -> orchestrator::ledger::ExperimentId {
+) -> (orchestrator::ledger::ExperimentId, NewVerdict) {
     let menu = MenuId::ALL[(n as usize) % MenuId::ALL.len()];
     let params = json!({"n": n % 97});
     let now = Utc::now();
@@ -116,27 +117,22 @@ async fn experiment(
     } else {
         0.002
     };
-    ledger
-        .insert_verdict(
-            e,
-            &NewVerdict {
-                kind,
-                decided_at: Utc::now(),
-                effect: Some(effect),
-                interval: Some(Interval {
-                    low: effect - 0.01,
-                    high: effect + 0.01,
-                }),
-                noise_floor: Some(0.01),
-                floor_is_bound: false,
-                pairs: (RUNS_PER_EXPERIMENT - 2) / 2,
-                method: Some("fleet bench".into()),
-                reason: None,
-            },
-        )
-        .await
-        .unwrap();
-    e
+    let verdict = NewVerdict {
+        kind,
+        decided_at: Utc::now(),
+        effect: Some(effect),
+        interval: Some(Interval {
+            low: effect - 0.01,
+            high: effect + 0.01,
+        }),
+        noise_floor: Some(0.01),
+        floor_is_bound: false,
+        pairs: (RUNS_PER_EXPERIMENT - 2) / 2,
+        method: Some("fleet bench".into()),
+        reason: None,
+    };
+    ledger.insert_verdict(e, &verdict).await.unwrap();
+    (e, verdict)
 }
 
 /// One cycle's ledger writes; `n` is the daemon's cycle number.
@@ -175,11 +171,16 @@ async fn cycle(ledger: &Ledger, n: u64) {
     } else {
         VerdictKind::WithinNoise
     };
-    let first = experiment(ledger, c, Some(p), None, n, kind).await;
+    let (first, won) = experiment(ledger, c, Some(p), None, n, kind).await;
     if staged {
-        let second = experiment(ledger, c, None, Some(first), n, VerdictKind::Win).await;
+        let (second, confirmed) =
+            experiment(ledger, c, None, Some(first), n, VerdictKind::Win).await;
         ledger
-            .insert_stage(first, second, Utc::now())
+            .insert_stage(
+                &RecordedWin::of(first, &won).unwrap(),
+                &RecordedWin::of(second, &confirmed).unwrap(),
+                Utc::now(),
+            )
             .await
             .unwrap();
     }

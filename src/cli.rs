@@ -202,10 +202,10 @@ failed nor a success), else 0; without a bound, 0 when stopped by SIGINT/SIGTERM
 configuration or usage error and 1 when the ledger cannot be written."
 )]
 pub struct RunArgs {
-    /// Stop after N cycles [default: run until SIGINT/SIGTERM]
+    /// Stop after N cycles, or sooner when the loop is converged or over its engine budget (a bounded run never waits) [default: run until SIGINT/SIGTERM, waiting while converged or over budget]
     #[arg(long, value_name = "N", conflicts_with = "once")]
     pub cycles: Option<u64>,
-    /// Run one cycle (exit 1 if it failed)
+    /// Run one cycle (exit 1 if it failed); none, saying why, when the loop is converged or over its engine budget
     #[arg(long)]
     pub once: bool,
 }

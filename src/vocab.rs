@@ -1,7 +1,7 @@
 //! The design's shared vocabulary: the small closed sets that travel through
 //! the cycle and are stored in the ledger (verdicts, stage states, cycle
-//! statuses, deferral points, arms, proposers, measurement methods) and the
-//! profile digest.
+//! statuses, deferral points, arms, proposers, measurement methods), why a
+//! cycle's experiment was scheduled, and the profile digest.
 //!
 //! Each enum has one canonical lowercase spelling, used both in SQLite and in
 //! `--json` output, so a ledger row and a CLI line always agree.
@@ -138,6 +138,32 @@ spelled_enum!(
 );
 
 spelled_enum!(
+    /// Why the daemon runs no cycle for a while (`waits` in the ledger).
+    WaitKind, "wait kind" {
+        /// No experiment on the profile the loop builds on is expected to
+        /// tell it anything new: it backs off until something changes.
+        Converged => "converged",
+        /// Its measurements took `[cycle] max_engine_share` of the window.
+        Budget => "budget",
+    }
+);
+
+spelled_enum!(
+    /// What an engine run's time bought, for the engine-time accounts
+    /// (`check`, the cycle line, the metrics endpoint, the report).
+    EngineUse, "engine use" {
+        /// An A/A of a noise floor (a `remeasure`, scheduled or proposed).
+        Floor => "floor",
+        /// A first A/B of a candidate.
+        Ab => "ab",
+        /// The independent second A/B that confirms a win.
+        Confirmation => "confirmation",
+        /// An experiment that ended `failed`: time that bought nothing.
+        Failed => "failed",
+    }
+);
+
+spelled_enum!(
     /// How an experiment is measured.
     Method, "measurement method" {
         /// A command run per measurement, reading its JSON output.
@@ -146,6 +172,48 @@ spelled_enum!(
         Surface => "surface",
     }
 );
+
+/// Why the orchestrator chose a cycle's experiment itself, without asking
+/// the proposer. Not stored as such: the cycle says it on its line, and
+/// `orchestrator ledger` reads it back from the experiment rows (no
+/// proposal; a confirmation names the win it re-tests; a floor refresh is
+/// a `remeasure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scheduled {
+    /// An A/A of the base: a floor was missing or stale, or the cycle waits
+    /// while its win is left to its classmates. Also the floor an A/B had
+    /// to measure before it could be judged, inside another kind's cycle,
+    /// which is why it orders first: a cycle is named by what it was
+    /// scheduled for, not by the floor it measured on the way.
+    FloorRefresh,
+    /// The independent second A/B of a win.
+    Confirmation,
+    /// The A/B of the combined candidate of staged wins.
+    Composition,
+    /// A person's or a tuner's profile judged by `orchestrator compare`.
+    ManualComparison,
+    /// The independent second A/B of a manual comparison's win.
+    ManualConfirmation,
+}
+
+impl Scheduled {
+    /// How the cycle line and `orchestrator ledger` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheduled::FloorRefresh => "noise floor refresh",
+            Scheduled::Confirmation => "confirmation",
+            Scheduled::Composition => "composition",
+            Scheduled::ManualComparison => "manual comparison",
+            Scheduled::ManualConfirmation => "confirmation of a manual comparison",
+        }
+    }
+}
+
+impl fmt::Display for Scheduled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The sha256 digest of a profile's canonical form, as 64 lowercase hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

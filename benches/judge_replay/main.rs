@@ -23,6 +23,7 @@
 //! (default 20261201) set the sampling; `JUDGE_REPLAY_GRID=1` also prints
 //! the grid of sequential policies the default was chosen from.
 
+mod cost;
 mod replay;
 mod synthetic;
 mod table;
@@ -173,26 +174,6 @@ fn all_cells(
     })
 }
 
-/// The cost goal, counted in the exit status like every other target: at
-/// most half the A/B runs of the cheapest fixed protocol meeting the same
-/// targets. What it misses, if anything.
-fn cost_goal(best: Option<(Judge, table::Cost)>, ours: table::Cost) -> Option<String> {
-    const COST_GOAL: f64 = 0.5;
-    match best {
-        Some((_, cost)) if ours.ab / cost.ab > COST_GOAL => Some(format!(
-            "cost: {:.1} A/B runs per decision against the cheapest fixed protocol's {:.1}, ratio {:.2} > {COST_GOAL}",
-            ours.ab,
-            cost.ab,
-            ours.ab / cost.ab
-        )),
-        None => Some(
-            "cost: no fixed protocol of the grid meets the targets, so the cost goal cannot be judged"
-                .to_string(),
-        ),
-        Some(_) => None,
-    }
-}
-
 fn main() -> ExitCode {
     let paths = match trace_paths() {
         Ok(p) if !p.is_empty() => p,
@@ -245,7 +226,6 @@ fn main() -> ExitCode {
             }
         }
     }
-    let our_cost = table::cost(&results[..real]);
 
     // A trace noisier than max_noise_floor is refused as too noisy, as it
     // must be; what the judge would have done there without the limit:
@@ -303,39 +283,41 @@ fn main() -> ExitCode {
         println!();
     }
 
-    // The comparator: the cheapest fixed protocol meeting the same targets.
-    let mut best: Option<(Judge, table::Cost)> = None;
-    for judge in fixed_grid() {
-        let r = all_cells(&traces[..real], judge, policy, trials / 2, seed ^ 2);
-        let ok = traces[..real]
-            .iter()
-            .zip(&r)
-            .all(|(t, c)| targets.check(t, policy, c).is_empty());
-        let cost = table::cost(&r);
-        if ok && best.is_none_or(|(_, c)| cost.ab < c.ab) {
-            best = Some((judge, cost));
+    // The comparator: the cheapest fixed protocol meeting the same targets,
+    // over all real traces and on each by itself.
+    let grid = fixed_grid()
+        .into_iter()
+        .map(|judge| {
+            let r = all_cells(&traces[..real], judge, policy, trials / 2, seed ^ 2);
+            (judge, r)
+        })
+        .collect();
+    let fixed = cost::Fixed { grid };
+    if std::env::var_os("JUDGE_REPLAY_FIXED").is_some() {
+        for (judge, r) in &fixed.grid {
+            for (t, c) in traces[..real].iter().zip(r) {
+                table::grid_row(
+                    &format!("{} on {}", judge.label(), t.name),
+                    std::slice::from_ref(c),
+                    &targets,
+                    std::slice::from_ref(t),
+                    policy,
+                );
+            }
         }
     }
-    println!("### Cost against the cheapest fixed protocol\n");
-    missed.extend(cost_goal(best, our_cost));
-    match best {
-        Some((judge, cost)) => {
-            println!(
-                "Ours: **{:.1} A/B runs per decision** ({:.1} with a floor per A/B). The cheapest fixed protocol meeting the same targets on every real trace is {}: {:.1} A/B runs ({:.1} with its floors). **Ratio {:.2}** on A/B runs (goal ≤ 0.5), {:.2} all in.\n",
-                our_cost.ab,
-                our_cost.all,
-                judge.label(),
-                cost.ab,
-                cost.all,
-                our_cost.ab / cost.ab,
-                our_cost.all / cost.all
-            );
-        }
-        None => println!(
-            "Ours: **{:.1} A/B runs per decision** ({:.1} with a floor per A/B); no fixed protocol of the grid (t-interval on 4-40 pairs at 95/80/50%, median of 3-31 per arm) meets the targets on every real trace.\n",
-            our_cost.ab, our_cost.all
-        ),
-    }
+    missed.extend(cost::report(
+        &traces[..real],
+        &results[..real],
+        &fixed,
+        &targets,
+        policy,
+    ));
+    println!("### Runs per decision at each injected effect\n");
+    println!(
+        "All runs with a floor per A/B, and in parentheses the A/B runs alone (first A/B and, for a win, its confirmation).\n"
+    );
+    table::cost_by_effect(&traces, &results);
     println!("Replayed in {:.0} s.\n", started.elapsed().as_secs_f64());
     if missed.is_empty() {
         println!("Every target is met on every trace.");

@@ -402,9 +402,12 @@ fn measure_floor(
     }
 }
 
-/// One A/B: its verdict, whether the machine decided it, and the interval
-/// it reported (our judge's only: the fixed protocols are compared on
-/// verdicts and cost).
+/// One A/B: its verdict, whether the machine decided it, and the 90%
+/// interval it reported. Every protocol reports one, since the targets it
+/// is held to include that interval's coverage: ours its repeated
+/// confidence interval, the fixed paired protocol the Student interval of
+/// its blocks at 90% (widened to the floor as ours is), the median habit
+/// the distribution-free interval of the shift between its two samples.
 fn ab(
     stream: &mut Stream,
     judge: Judge,
@@ -459,7 +462,11 @@ fn ab(
                     block.clear();
                 }
             }
-            (t_interval(&x, alpha, floor), false, None)
+            (
+                t_interval(&x, alpha, floor),
+                false,
+                Some(reported_t(&x, floor)),
+            )
         }
         Judge::MedianOf { runs } => {
             let b: Vec<f64> = (0..runs)
@@ -477,9 +484,84 @@ fn ab(
             } else {
                 VerdictKind::WithinNoise
             };
-            (kind, false, None)
+            (kind, false, Some(shift_interval(&b, &c)))
         }
     }
+}
+
+/// The 90% Student interval of a fixed number of blocks, widened to the
+/// floor as ours is: what a fixed-sample protocol would report.
+fn reported_t(x: &[f64], floor: Floor) -> (f64, f64) {
+    use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+    let m = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / m;
+    let s = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (m - 1.0)).sqrt();
+    let level = orchestrator::judge::interval::REPORTED_CONFIDENCE;
+    let tail = 1.0 - (1.0 - level) / 2.0;
+    let t = StudentsT::new(0.0, 1.0, m - 1.0)
+        .map(|d| d.inverse_cdf(tail))
+        .unwrap_or(f64::INFINITY);
+    let z = Normal::standard().inverse_cdf(tail);
+    let half = (t * s).max(z * floor.get() / std::f64::consts::SQRT_2) / m.sqrt();
+    (mean - half, mean + half)
+}
+
+/// The distribution-free interval for the shift of the candidate's log
+/// times over the baseline's (Lehmann 1975, "Nonparametrics", §2.6): the
+/// `k`-th smallest and largest of the `n·n` differences, `k` the largest
+/// with `P(U < k) ≤ 5%` under the Mann-Whitney null, so it holds the shift
+/// with at least 90% when the runs are exchangeable.
+fn shift_interval(b: &[f64], c: &[f64]) -> (f64, f64) {
+    let mut d: Vec<f64> = c
+        .iter()
+        .flat_map(|ci| b.iter().map(move |bj| ci.ln() - bj.ln()))
+        .collect();
+    d.sort_by(f64::total_cmp);
+    thread_local! {
+        static K: std::cell::RefCell<std::collections::HashMap<(usize, usize), usize>> =
+            std::cell::RefCell::new(std::collections::HashMap::new());
+    }
+    let key = (b.len(), c.len());
+    let k = K.with(|m| {
+        *m.borrow_mut()
+            .entry(key)
+            .or_insert_with(|| mann_whitney_k(key.0, key.1, 0.05))
+    });
+    (d[k - 1], d[d.len() - k])
+}
+
+/// The largest `k ≥ 1` with `P(U ≤ k − 1) ≤ tail` for the Mann-Whitney
+/// statistic of samples of `n` and `m` under the null (exact, by counting
+/// the arrangements), or 1 when none is.
+fn mann_whitney_k(n: usize, m: usize, tail: f64) -> usize {
+    // ways[i][j][u]: arrangements of i and j values with statistic u.
+    let most = n * m;
+    let mut ways = vec![vec![vec![0f64; most + 1]; m + 1]; n + 1];
+    for row in ways.iter_mut() {
+        row[0][0] = 1.0;
+    }
+    for by_u in ways[0].iter_mut() {
+        by_u[0] = 1.0;
+    }
+    for i in 1..=n {
+        for j in 1..=m {
+            for u in 0..=most {
+                let a = if u >= j { ways[i - 1][j][u - j] } else { 0.0 };
+                ways[i][j][u] = a + ways[i][j - 1][u];
+            }
+        }
+    }
+    let total: f64 = ways[n][m].iter().sum();
+    let mut below = 0.0;
+    let mut k = 1;
+    for (u, w) in ways[n][m].iter().enumerate() {
+        below += w / total;
+        if below > tail + 1e-12 {
+            break;
+        }
+        k = u + 1;
+    }
+    k.max(1)
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -147,10 +147,7 @@ impl Targets {
     pub fn check(&self, t: &Trace, policy: Policy, cells: &[Cell]) -> Vec<String> {
         let trace = t.name.as_str();
         let mut missed = Vec::new();
-        let too_noisy = policy
-            .max_floor
-            .is_some_and(|max| true_floor(t) > max.get())
-            || contended_block_share(t, policy.max_contention_rise) > 0.5;
+        let too_noisy = too_noisy(t, policy);
         for c in cells {
             if let Some((share, (lo, hi))) = c.coverage()
                 && share < self.coverage
@@ -226,6 +223,16 @@ impl Targets {
     }
 }
 
+/// Whether the daemon must refuse to judge on this trace: its noise is
+/// above `max_noise_floor`, or most of its blocks would be re-run for
+/// contention.
+pub fn too_noisy(t: &Trace, policy: Policy) -> bool {
+    policy
+        .max_floor
+        .is_some_and(|max| true_floor(t) > max.get())
+        || contended_block_share(t, policy.max_contention_rise) > 0.5
+}
+
 /// The share of four-run windows (a block) of the trace with a run
 /// contended beyond `rise` over the trace's median contention (the floor's
 /// typical run): where most blocks would be re-run, the machine is too
@@ -271,6 +278,36 @@ pub fn cost(results: &[Vec<Cell>]) -> Cost {
         all: picked.iter().map(|c| c.runs_per_decision()).sum::<f64>() / n,
         ab: picked.iter().map(|c| c.ab_runs_per_decision()).sum::<f64>() / n,
     }
+}
+
+/// The cost of a decision at every injected effect, per trace: all runs
+/// (a floor per A/B), and the A/B runs alone in parentheses.
+pub fn cost_by_effect(traces: &[Trace], results: &[Vec<Cell>]) {
+    let Some(first) = results.first() else {
+        return;
+    };
+    let labels: Vec<&str> = first
+        .iter()
+        .map(|c| c.label.as_str())
+        .filter(|l| !l.contains("shared"))
+        .collect();
+    println!("| trace | {} |", labels.join(" | "));
+    println!("|---|{}", "---|".repeat(labels.len()));
+    for (t, cells) in traces.iter().zip(results) {
+        let row: Vec<String> = labels
+            .iter()
+            .map(|l| match cells.iter().find(|c| c.label == *l) {
+                Some(c) => format!(
+                    "{:.1} ({:.1})",
+                    c.runs_per_decision(),
+                    c.ab_runs_per_decision()
+                ),
+                None => "-".into(),
+            })
+            .collect();
+        println!("| {} | {} |", t.name, row.join(" | "));
+    }
+    println!();
 }
 
 pub fn traces(traces: &[Trace], rise: Option<f64>) {

@@ -21,7 +21,7 @@ use std::time::{Duration as StdDuration, Instant};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use orchestrator::ledger::{
     CycleOutcome, Interval, Ledger, NewExperiment, NewNoiseFloor, NewObservation, NewProposal,
-    NewRun, NewVerdict, TimingSource, TokenParts, WriteTx,
+    NewRun, NewVerdict, RecordedWin, TimingSource, TokenParts, WriteTx,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::report::period::IsoWeek;
@@ -108,6 +108,8 @@ async fn cycle(
     let staged = i % STAGE_EVERY == 0;
     let (kind, effect) = draw_verdict(rng, staged);
     let mut ids = Vec::new();
+    // The staged cycle's two wins, as recorded.
+    let mut wins = Vec::new();
     for k in 0..if staged { 2 } else { 1 } {
         let e = tx
             .insert_experiment(&NewExperiment {
@@ -165,13 +167,13 @@ async fn cycle(
             .unwrap();
             counts.runs += 1;
         }
-        tx.insert_verdict(e, &verdict_row(kind, effect, at))
-            .await
-            .unwrap();
+        let verdict = verdict_row(kind, effect, at);
+        tx.insert_verdict(e, &verdict).await.unwrap();
         ids.push(e);
+        wins.extend(RecordedWin::of(e, &verdict));
     }
     if staged {
-        tx.insert_stage(ids[0], ids[1], at + Duration::minutes(3))
+        tx.insert_stage(&wins[0], &wins[1], at + Duration::minutes(3))
             .await
             .unwrap();
     }

@@ -113,6 +113,20 @@ def surface_seconds(db: Path) -> float:
         return 0.0
 
 
+def waiting_converged(db: Path) -> bool:
+    """Whether the daemon waits converged now: nothing on its live profile is
+    expected to tell it anything new, so it runs no engine until a change
+    (an approval would be one; the approver found nothing staged)."""
+    if not db.exists():
+        return False
+    try:
+        with ro(db) as c:
+            return c.execute("SELECT COUNT(*) FROM waits WHERE ended_at IS NULL "
+                             "AND kind = 'converged'").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
 def diagnose(db: Path) -> dict:
     """Where the loop's engine time went, by kind of experiment, from its ledger."""
     q = """
@@ -198,7 +212,14 @@ def run_loop(d: Path, stack, start, proposer: str, budget: float, wall_cap: floa
             r = orch(cfg, "stage", "list", "--json", check=False)
             if r.returncode != 0:
                 continue
-            for st in sorted(json.loads(r.stdout or "[]"), key=lambda s: s["id"]):
+            staged = json.loads(r.stdout or "[]")
+            # Converged with nothing to approve: the loop has nothing more to
+            # try and spends no more engine time; the rest of its budget stays
+            # unspent (the daemon would wait for a change that never comes).
+            if not staged and waiting_converged(db):
+                log_fn(f"    converged at {spent:.0f} s engine: nothing more to try")
+                break
+            for st in sorted(staged, key=lambda s: s["id"]):
                 a = orch(cfg, "stage", "approve", str(st["id"]), "--by", "shootout-auto-approver",
                          check=False)
                 if a.returncode != 0:

@@ -7,7 +7,11 @@
 //! from the parameter's grid ([`grid`]). `remeasure` is not an arm: an A/A
 //! cannot win, so it is scheduled instead, whenever the caller says the
 //! noise floor is missing or stale, and when every arm has already been
-//! decided on the current base profile.
+//! decided on the current base profile, in both cases only while the menu
+//! offers it (it is withheld while its floor is fresh). The line search
+//! plays only the arms worth measuring ([`convergence`]); with none, and
+//! no remeasure offered, it has nothing to propose (the daemon waits
+//! before asking, `daemon::wait`).
 //!
 //! Rewards come from the verdicts in the history ([`reward`]): a `win` is 1;
 //! `loss`, `within_noise`, `inconclusive` and `hash_mismatch` are 0 (the arm
@@ -26,6 +30,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Beta, Distribution};
 use serde_json::{Map, Value, json};
 
+use super::convergence;
 use super::error::BrainError;
 use super::levers::{self, TokenShares};
 use super::line_search;
@@ -349,14 +354,23 @@ impl<R: Rng + Send> BanditProposer<R> {
         s: &Situation<'_>,
         duplicates: &D,
     ) -> Result<Proposal, BrainError> {
-        if s.noise_floor.needs_remeasure() {
+        let remeasure_offered = s.menu.offers(MenuId::Remeasure);
+        if s.noise_floor.needs_remeasure() && remeasure_offered {
             tracing::info!(
                 algorithm = self.algorithm.as_str(),
                 "noise floor missing or stale: the bandit schedules remeasure"
             );
             return Ok(remeasure());
         }
+        // The line search plays only what it expects to tell something
+        // new (`convergence`): a done line's other values are no arms.
+        let worth = (self.algorithm == BanditAlgorithm::LineSearch).then(|| {
+            convergence::worth_measuring(s.menu, s.history, s.live_digest, s.token_shares.as_ref())
+        });
         for (arm, score) in self.ranked(s.menu, s.history, s.live_digest, s.token_shares.as_ref()) {
+            if worth.as_ref().is_some_and(|w| !w.contains(&arm)) {
+                continue;
+            }
             match duplicate_of(duplicates, &arm).await {
                 Err(source) => return Err(BrainError::DuplicateCheck { source }),
                 Ok(Some(_)) => continue,
@@ -371,6 +385,9 @@ impl<R: Rng + Send> BanditProposer<R> {
                     return Ok(arm);
                 }
             }
+        }
+        if !remeasure_offered {
+            return Err(BrainError::NothingWorthMeasuring);
         }
         tracing::info!(
             algorithm = self.algorithm.as_str(),

@@ -492,3 +492,82 @@ fn without_measured_parts_the_entries_take_turns() {
         assert_eq!(first.experiment, MenuId::StageSpeculative, "seed {seed}");
     }
 }
+
+fn withheld() -> crate::menu::Withheld {
+    crate::menu::Withheld {
+        experiment: MenuId::Remeasure,
+        why: "the bench noise floor is fresh".into(),
+    }
+}
+
+/// With its floor fresh, `remeasure` is withheld: the bandit schedules it
+/// neither for a floor it is told is stale nor when every arm is decided.
+#[test]
+fn a_withheld_remeasure_is_never_scheduled() {
+    let menu = repo_menu().withholding(withheld());
+    let o = propose_with(
+        &mut bandit(3),
+        &menu,
+        &NoiseFloorState::Missing,
+        &[],
+        &Decided::default(),
+    );
+    assert_ne!(chosen(&o).experiment, MenuId::Remeasure);
+    let decided = arms(&menu)
+        .iter()
+        .enumerate()
+        .fold(Decided::default(), |d, (i, a)| d.with(a, i as i64));
+    let o = propose_with(&mut bandit(5), &menu, &fresh_floor(), &[], &decided);
+    match o.decision {
+        Decision::Failed(e @ BrainError::NothingWorthMeasuring) => {
+            assert!(e.to_string().contains("the loop has converged"), "{e}");
+        }
+        other => panic!("expected nothing to propose, got {other:?}"),
+    }
+}
+
+/// The line search plays only what it expects to tell something new: once
+/// every line is done and the pins tried, it proposes no other value of a
+/// done line (UCB1 would walk them all).
+#[test]
+fn the_line_search_plays_only_arms_worth_measuring() {
+    use crate::brain::double::{OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split, warm};
+    let live = slow_start();
+    let mut on = OnLive::default()
+        .decided(&draft(8), VerdictKind::WithinNoise)
+        .decided(&split(1.0), VerdictKind::WithinNoise)
+        .decided(&split(0.3), VerdictKind::WithinNoise)
+        .decided(&warm(1024), VerdictKind::WithinNoise);
+    let pins: Vec<Proposal> = arms(&on.menu(&live))
+        .into_iter()
+        .filter(|a| a.experiment == MenuId::RerankPins)
+        .collect();
+    // All but one pin count decided: that one is the only arm worth a cycle.
+    let (last, rest) = pins.split_last().unwrap();
+    for p in rest {
+        on = on.decided(p, VerdictKind::WithinNoise);
+    }
+    let menu = on.menu(&live).withholding(withheld());
+    let metrics = LiveMetrics::default();
+    let digest = live_digest();
+    let s = Situation {
+        live_digest: Some(&digest),
+        token_shares: Some(TRUNK_BOUND),
+        menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &fresh_floor(),
+        history: &on.history,
+    };
+    for seed in 0..8 {
+        let mut b = BanditProposer::new(BanditAlgorithm::LineSearch, StdRng::seed_from_u64(seed));
+        let o = rt().block_on(b.propose(&s, &Decided::default()));
+        assert_eq!(&chosen(&o), last, "seed {seed}");
+    }
+    // UCB1 alone still walks every untried arm, the done lines' too.
+    let mut ucb = bandit(1);
+    let o = rt().block_on(ucb.propose(&s, &Decided::default()));
+    assert!(arms(&menu).contains(&chosen(&o)));
+}

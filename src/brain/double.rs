@@ -18,7 +18,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use super::DuplicateCheck;
 use crate::config;
 use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
-use crate::menu::{Menu, MenuId, Proposal};
+use crate::menu::{Excluded, Menu, MenuId, Proposal};
 use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// One scripted answer.
@@ -300,3 +300,137 @@ pub(crate) static MOE_STACK: std::sync::LazyLock<super::StackDescription> =
         name: "tinyk3".into(),
         experts: true,
     });
+
+/// The demo's slow start in miniature: a third of the RAM for the trunk,
+/// nothing pinned or warm, no draft.
+pub(crate) fn slow_start() -> crate::profile::Profile {
+    crate::profile::Profile::parse(
+        "[memory]\nbudget_gb = 8.0\ntrunk_gb = 1.0\ncache_gb = 2.0\n\
+         [far]\naddr = \"127.0.0.1:1\"\nwarm_set = 0\n",
+        std::path::Path::new("live.toml"),
+    )
+    .unwrap()
+}
+
+pub(crate) fn live_digest() -> Digest {
+    Digest::of(b"live")
+}
+
+pub(crate) const TRUNK_BOUND: super::levers::TokenShares = super::levers::TokenShares {
+    trunk: 0.85,
+    expert: 0.1,
+    far_hit: Some(0.2),
+};
+
+pub(crate) const EXPERT_BOUND: super::levers::TokenShares = super::levers::TokenShares {
+    trunk: 0.2,
+    expert: 0.7,
+    far_hit: Some(0.9),
+};
+
+pub(crate) fn proposal(id: MenuId, param: &str, v: crate::menu::ParamValue) -> Proposal {
+    Proposal {
+        experiment: id,
+        params: [(param.to_string(), v)].into(),
+    }
+}
+
+pub(crate) fn split(x: f64) -> Proposal {
+    proposal(
+        MenuId::RebalanceTrunkCache,
+        "trunk_fraction",
+        crate::menu::ParamValue::Number(x),
+    )
+}
+
+pub(crate) fn draft(n: i64) -> Proposal {
+    proposal(
+        MenuId::StageSpeculative,
+        "draft_len",
+        crate::menu::ParamValue::Integer(n),
+    )
+}
+
+pub(crate) fn warm(n: i64) -> Proposal {
+    proposal(
+        MenuId::DeepenWarmSet,
+        "warm_set",
+        crate::menu::ParamValue::Integer(n),
+    )
+}
+
+/// The live profile's ledger as the cycle shows it to a proposer: the menu
+/// with the live values and everything decided or refused on the live
+/// profile excluded, and the decided experiments' verdicts in the history.
+#[derive(Default)]
+pub(crate) struct OnLive {
+    pub excluded: Vec<Excluded>,
+    pub history: Vec<ExperimentOutcome>,
+}
+
+impl OnLive {
+    pub(crate) fn decided(mut self, p: &Proposal, verdict: VerdictKind) -> OnLive {
+        let id = self.history.len() as i64 + 1;
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
+            p,
+            &crate::menu::Why::Decided { experiment: id },
+        ));
+        self.history
+            .insert(0, measured_on(id, p, verdict, live_digest()));
+        self
+    }
+
+    /// A failed experiment is no decision: in the history only.
+    pub(crate) fn failed(mut self, p: &Proposal) -> OnLive {
+        let before = self.excluded.len();
+        self = self.decided(p, VerdictKind::Failed);
+        self.excluded.truncate(before);
+        self
+    }
+
+    pub(crate) fn refused(mut self, p: &Proposal) -> OnLive {
+        self.excluded.extend(crate::menu::exclusions::of_proposal(
+            p,
+            &crate::menu::Why::RefusedByPlanner { cycle: Some(1) },
+        ));
+        self
+    }
+
+    pub(crate) fn menu(&self, live: &crate::profile::Profile) -> Menu {
+        repo_menu()
+            .excluding(crate::menu::exclusions::base_values(
+                crate::plan::unchanged(live),
+            ))
+            .excluding(self.excluded.clone())
+    }
+
+    /// Each entry's next arm, the entry with the larger lead first.
+    pub(crate) fn next(
+        &self,
+        live: &crate::profile::Profile,
+        shares: Option<&super::levers::TokenShares>,
+    ) -> Vec<Proposal> {
+        let menu = self.menu(live);
+        let arms = super::bandit::arms(&menu);
+        let mut next = super::line_search::next_arms(
+            &arms,
+            &menu,
+            &self.history,
+            Some(&live_digest()),
+            shares,
+        );
+        next.sort_by(|a, b| b.1.total_cmp(&a.1));
+        next.into_iter().map(|(i, _)| arms[i].clone()).collect()
+    }
+
+    pub(crate) fn next_of(
+        &self,
+        live: &crate::profile::Profile,
+        shares: Option<&super::levers::TokenShares>,
+        id: MenuId,
+    ) -> Option<Proposal> {
+        self.next(live, shares)
+            .into_iter()
+            .find(|p| p.experiment == id)
+    }
+}

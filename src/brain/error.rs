@@ -75,6 +75,16 @@ pub enum BrainError {
         #[source]
         source: LedgerError,
     },
+    /// The bandit's line search expects nothing new on this base and the
+    /// noise floor is fresh (the loop is converged; the daemon waits
+    /// instead of asking, so only a cycle forced past that ends here).
+    #[error(
+        "the bandit has nothing worth measuring on this profile: every line of its search is \
+         done, every other value tried, and the noise floor fresh; the loop has converged and \
+         waits for a change (an approval, a profile, config or menu edit, the heat, the live \
+         metrics)"
+    )]
+    NothingWorthMeasuring,
 }
 
 impl BrainError {
@@ -103,6 +113,7 @@ impl BrainError {
             BrainError::TooLarge { .. } => "too_large",
             BrainError::NotChatCompletion { .. } => "not_chat_completion",
             BrainError::DuplicateCheck { .. } => "duplicate_check",
+            BrainError::NothingWorthMeasuring => "nothing_worth_measuring",
         }
     }
 }

@@ -14,7 +14,8 @@
 //!   part of the token): the farthest untried value first, and after a
 //!   value the planner refused (it costs no engine time) the next one
 //!   inwards, so the first value measured is the largest the stack allows;
-//!   once a value on that side lost, broke the output or failed, the untried
+//!   once a value on that side lost, broke the output or failed (or won
+//!   but its confirmation did not repeat the win), the untried
 //!   value nearest the midpoint between it and the last win (or the live
 //!   value): a bisection;
 //! - **the other side**, once the favoured one has nothing left: the nearest
@@ -44,8 +45,9 @@ use crate::vocab::{Digest, VerdictKind};
 enum Mark {
     /// A win: the line goes on beyond it.
     Passed,
-    /// A loss, a broken output or a failure: the best value on this side
-    /// lies between the last win and it.
+    /// A loss, a broken output or a failure, or a win its independent
+    /// confirmation did not repeat: the best value on this side lies
+    /// between the last win and it.
     Wall,
     /// Refused by the planner: the stack cannot run it, and likely nothing
     /// beyond it; the next value inwards costs no more than a cycle to ask.
@@ -64,6 +66,7 @@ fn mark(why: &Why, history: &[ExperimentOutcome]) -> Option<Mark> {
                 .find(|e| e.experiment_id.0 == *experiment)?
                 .verdict?;
             Some(match verdict {
+                VerdictKind::Win if unrepeated(*experiment, history) => Mark::Wall,
                 VerdictKind::Win => Mark::Passed,
                 VerdictKind::Loss
                 | VerdictKind::HashMismatch
@@ -73,6 +76,26 @@ fn mark(why: &Why, history: &[ExperimentOutcome]) -> Option<Mark> {
             })
         }
     }
+}
+
+/// Whether the win `experiment`'s confirmation decided and did not win: an
+/// unconfirmed win is never staged, so the line must not call its side
+/// passed and stop there (the loop would converge on a win it cannot
+/// stage). A confirmation that failed to measure is run again, and one not
+/// run yet leaves the win passed meanwhile.
+fn unrepeated(experiment: i64, history: &[ExperimentOutcome]) -> bool {
+    history.iter().any(|e| {
+        e.confirmation_of.is_some_and(|c| c.0 == experiment)
+            && matches!(
+                e.verdict,
+                Some(
+                    VerdictKind::Loss
+                        | VerdictKind::WithinNoise
+                        | VerdictKind::Inconclusive
+                        | VerdictKind::HashMismatch
+                )
+            )
+    })
 }
 
 /// A step's share of its entry's lead: one grid point back from where a
@@ -168,6 +191,27 @@ pub fn next_arms(
         }
     }
     out
+}
+
+/// Whether `id` is searched along a line on `menu`'s live profile: an entry
+/// with one number parameter whose live value the menu names (the same
+/// condition as [`next_arms`]'s). Every other entry's arms come in UCB1's
+/// order.
+pub fn has_line(menu: &Menu, id: MenuId) -> bool {
+    let Ok(entry) = menu.entry(id) else {
+        return false;
+    };
+    let [param] = entry.params.as_slice() else {
+        return false;
+    };
+    id != MenuId::Remeasure
+        && !matches!(param.kind, ParamKind::Enum { .. })
+        && menu.excluded().iter().any(|x| {
+            x.experiment == id
+                && x.param == param.name
+                && x.why == Why::Live
+                && x.value.as_f64().is_some()
+        })
 }
 
 /// Which way "more of the lever" is. The split moves RAM towards the larger

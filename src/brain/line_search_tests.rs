@@ -2,137 +2,14 @@
 //! bisection after a wall, one step at a time on the other side, a flat side
 //! left alone, and the bandit choosing through it on the live profile.
 
-use std::path::Path;
-
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::*;
 use crate::brain::bandit::{BanditAlgorithm, BanditProposer, arms};
-use crate::brain::double::{measured_on, repo_menu};
-use crate::menu::Excluded;
-use crate::profile::Profile;
-use crate::vocab::Digest;
-
-/// The demo's slow start in miniature: a third of the RAM for the trunk,
-/// nothing pinned or warm, no draft.
-fn slow_start() -> Profile {
-    Profile::parse(
-        "[memory]\nbudget_gb = 8.0\ntrunk_gb = 1.0\ncache_gb = 2.0\n\
-         [far]\naddr = \"127.0.0.1:1\"\nwarm_set = 0\n",
-        Path::new("live.toml"),
-    )
-    .unwrap()
-}
-
-fn live_digest() -> Digest {
-    Digest::of(b"live")
-}
-
-const TRUNK_BOUND: TokenShares = TokenShares {
-    trunk: 0.85,
-    expert: 0.1,
-    far_hit: Some(0.2),
+use crate::brain::double::{
+    EXPERT_BOUND, OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split, warm,
 };
-
-const EXPERT_BOUND: TokenShares = TokenShares {
-    trunk: 0.2,
-    expert: 0.7,
-    far_hit: Some(0.9),
-};
-
-fn proposal(id: MenuId, param: &str, v: ParamValue) -> Proposal {
-    Proposal {
-        experiment: id,
-        params: [(param.to_string(), v)].into(),
-    }
-}
-
-fn split(x: f64) -> Proposal {
-    proposal(
-        MenuId::RebalanceTrunkCache,
-        "trunk_fraction",
-        ParamValue::Number(x),
-    )
-}
-
-fn draft(n: i64) -> Proposal {
-    proposal(
-        MenuId::StageSpeculative,
-        "draft_len",
-        ParamValue::Integer(n),
-    )
-}
-
-fn warm(n: i64) -> Proposal {
-    proposal(MenuId::DeepenWarmSet, "warm_set", ParamValue::Integer(n))
-}
-
-/// The live profile's ledger as the cycle shows it to a proposer: the menu
-/// with the live values and everything decided or refused on the live
-/// profile excluded, and the decided experiments' verdicts in the history.
-#[derive(Default)]
-struct OnLive {
-    excluded: Vec<Excluded>,
-    history: Vec<ExperimentOutcome>,
-}
-
-impl OnLive {
-    fn decided(mut self, p: &Proposal, verdict: VerdictKind) -> OnLive {
-        let id = self.history.len() as i64 + 1;
-        self.excluded.extend(crate::menu::exclusions::of_proposal(
-            p,
-            &Why::Decided { experiment: id },
-        ));
-        self.history
-            .insert(0, measured_on(id, p, verdict, live_digest()));
-        self
-    }
-
-    /// A failed experiment is no decision: in the history only.
-    fn failed(mut self, p: &Proposal) -> OnLive {
-        let before = self.excluded.len();
-        self = self.decided(p, VerdictKind::Failed);
-        self.excluded.truncate(before);
-        self
-    }
-
-    fn refused(mut self, p: &Proposal) -> OnLive {
-        self.excluded.extend(crate::menu::exclusions::of_proposal(
-            p,
-            &Why::RefusedByPlanner { cycle: Some(1) },
-        ));
-        self
-    }
-
-    fn menu(&self, live: &Profile) -> Menu {
-        repo_menu()
-            .excluding(crate::menu::exclusions::base_values(
-                crate::plan::unchanged(live),
-            ))
-            .excluding(self.excluded.clone())
-    }
-
-    /// Each entry's next arm, the entry with the larger lead first.
-    fn next(&self, live: &Profile, shares: Option<&TokenShares>) -> Vec<Proposal> {
-        let menu = self.menu(live);
-        let arms = arms(&menu);
-        let mut next = next_arms(&arms, &menu, &self.history, Some(&live_digest()), shares);
-        next.sort_by(|a, b| b.1.total_cmp(&a.1));
-        next.into_iter().map(|(i, _)| arms[i].clone()).collect()
-    }
-
-    fn next_of(
-        &self,
-        live: &Profile,
-        shares: Option<&TokenShares>,
-        id: MenuId,
-    ) -> Option<Proposal> {
-        self.next(live, shares)
-            .into_iter()
-            .find(|p| p.experiment == id)
-    }
-}
 
 #[test]
 fn the_big_step_on_the_favoured_side_comes_first() {
@@ -254,4 +131,39 @@ fn the_bandit_chooses_the_line_searchs_arm_first_and_ucb1_after() {
     assert_eq!(ranked.len(), arms(&menu).len());
     // None of them was measured anywhere: UCB1 plays each once.
     assert!(ranked.iter().all(|(_, s)| s.is_infinite()));
+}
+
+/// A win its confirmation did not repeat is never staged: its side is not
+/// passed (the line would be done there, and the loop converge on a win it
+/// cannot stage), but bisected below it. A win still waiting for its
+/// confirmation, or confirmed, passes.
+#[test]
+fn a_win_its_confirmation_did_not_repeat_is_bisected_below() {
+    let live = slow_start();
+    let on = OnLive::default().decided(&draft(8), VerdictKind::Win);
+    assert_eq!(on.next_of(&live, None, MenuId::StageSpeculative), None);
+    let first = on.history[0].experiment_id;
+    let confirmed = |verdict| {
+        let mut on = OnLive {
+            excluded: on.excluded.clone(),
+            history: on.history.clone(),
+        };
+        let mut c = crate::brain::double::measured_on(99, &draft(8), verdict, live_digest());
+        c.confirmation_of = Some(first);
+        on.history.insert(0, c);
+        on.next_of(&live, None, MenuId::StageSpeculative)
+    };
+    assert_eq!(confirmed(VerdictKind::Win), None);
+    assert_eq!(
+        confirmed(VerdictKind::Failed),
+        None,
+        "a failed confirmation is run again"
+    );
+    for verdict in [
+        VerdictKind::Inconclusive,
+        VerdictKind::WithinNoise,
+        VerdictKind::Loss,
+    ] {
+        assert_eq!(confirmed(verdict), Some(draft(4)), "{verdict:?}");
+    }
 }

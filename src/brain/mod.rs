@@ -13,12 +13,14 @@
 //! prompt, not in errors, not in logs.
 //!
 //! Files: `prompt` (the text the model sees), `client` (the chat API),
-//! `error` (why a proposer could not answer),
+//! `error` (why a proposer could not answer), `convergence` (the arms worth
+//! measuring on a base, and when there is none),
 //! `model` (the model proposer: validate, retry, back off), `bandit` (the
 //! non-model proposer).
 
 pub mod bandit;
 pub mod client;
+pub mod convergence;
 pub mod error;
 pub mod levers;
 pub mod line_search;

@@ -347,7 +347,9 @@ fn menu_entry(t: &mut String, menu: &Menu, e: &MenuEntry) {
     let _ = writeln!(t, "\n## {}: {}", e.id, e.summary);
     t.push_str(e.prompt.trim_end());
     t.push('\n');
-    if !menu.offers(e.id) {
+    if let Some(w) = menu.withheld(e.id) {
+        let _ = writeln!(t, "Not offered now: {}. Do not choose it.", w.why);
+    } else if !menu.offers(e.id) {
         t.push_str(
             "Every value of this entry is excluded on the live profile (listed below): \
              do not choose it.\n",

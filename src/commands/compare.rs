@@ -183,6 +183,8 @@ async fn judge(
         // A comparison a person asked for runs when asked: standing aside
         // for the live server's users is the daemon's (`daemon::stand_aside`).
         stand_aside: None,
+        // No daemon waited before it.
+        glances: &[],
     };
     let first = runner.run_manual(&base, &candidate, None, &notes).await?;
     let confirmation = match (first.verdict, first.experiment_id) {

@@ -1,4 +1,5 @@
-//! `orchestrator ledger`: recent cycles with their verdicts, or with
+//! `orchestrator ledger`: recent cycles with their verdicts and the
+//! daemon's waits among them (why, what wakes it, what did), or with
 //! `--check` the ledger's invariants (see `ledger::check`).
 
 use std::path::Path;
@@ -46,13 +47,14 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             }
         };
         let cycles = ledger.recent_cycles(args.limit).await;
+        let waits = ledger.recent_waits(args.limit).await;
         ledger.close().await;
-        let cycles = cycles?;
+        let (cycles, waits) = (cycles?, waits?);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&cycles)?);
             return Ok(());
         }
-        if cycles.is_empty() {
+        if cycles.is_empty() && waits.is_empty() {
             match args.stack.as_deref() {
                 Some(stack) => println!(
                     "no cycles of stack `{stack}` recorded yet in {}",
@@ -62,7 +64,13 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        // Newest first, the daemon's waits among its cycles by when they
+        // began, as many of each as the limit allows.
+        let mut waits = waits.iter().peekable();
         for c in &cycles {
+            while let Some(w) = waits.next_if(|w| w.started_at >= c.cycle.started_at) {
+                print_wait(w);
+            }
             let took = c
                 .cycle
                 .ended_at
@@ -99,14 +107,43 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        waits.for_each(print_wait);
         Ok(())
     })
+}
+
+/// A wait of the daemon: why, what wakes it, and what did.
+fn print_wait(w: &crate::ledger::Wait) {
+    let state = match (&w.ended_at, &w.woken_by) {
+        (Some(end), Some(by)) => format!("ended after {}: {by}", display::age(*end - w.started_at)),
+        _ => format!(
+            "waiting, next look at {} at the latest",
+            w.next_look_at.format("%Y-%m-%d %H:%M:%S")
+        ),
+    };
+    println!(
+        "wait  {:>5}  {:<12} {}  {:<9} {state}{}",
+        w.id.0,
+        w.stack.as_deref().unwrap_or("-"),
+        w.started_at.format("%Y-%m-%d %H:%M:%S"),
+        w.kind.as_str(),
+        match w.looks {
+            0 => String::new(),
+            n => format!(" ({n} look(s) found it still due)"),
+        }
+    );
+    println!("             why: {}", w.reason);
+    if !w.wakes_on.is_empty() {
+        println!("             wakes on: {}", w.wakes_on.join("; "));
+    }
 }
 
 /// Who chose a cycle's experiment. Only a cycle that recorded a proposal
 /// names a proposer (its A/B may have measured a floor too); one whose
 /// experiment the orchestrator scheduled itself, or that ended before any
-/// proposal, names none.
+/// proposal, names none. A confirmation or composition that had to measure
+/// a floor first is named for itself, not for that floor's A/A (whose
+/// verdict comes first).
 fn chooser(c: &CycleSummary) -> String {
     // A person's: `orchestrator compare`.
     if let Some(why) = c
@@ -119,7 +156,7 @@ fn chooser(c: &CycleSummary) -> String {
     }
     match (
         c.cycle.proposer,
-        c.verdicts.iter().find_map(|v| v.scheduled()),
+        c.verdicts.iter().filter_map(|v| v.scheduled()).max(),
     ) {
         (Some(p), _) => format!("proposer {p}"),
         (None, Some(why)) => format!("scheduled ({why})"),
@@ -326,6 +363,58 @@ mod tests {
                 .iter()
                 .any(|c| c["cycle"]["proposer"].is_null())
         );
+    }
+
+    /// A scheduled cycle is named for what it was scheduled for, and a
+    /// confirmation or composition that measured a floor first is named for
+    /// itself, not for that floor (whose verdict comes first).
+    #[tokio::test]
+    async fn a_scheduled_cycle_is_named_for_its_kind_not_its_floor() {
+        use crate::ledger::tests::experiment;
+        use crate::ledger::{ExperimentId, NewExperiment};
+        use crate::menu::MenuId;
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let verdict = |kind| NewVerdict {
+            kind,
+            effect: Some(-0.1),
+            interval: Some(crate::ledger::Interval {
+                low: -0.2,
+                high: -0.05,
+            }),
+            noise_floor: Some(0.03),
+            pairs: 4,
+            method: Some("test".into()),
+            reason: None,
+            ..NewVerdict::refusal(kind, "", t(2))
+        };
+        let record = async |e: NewExperiment, kind| -> ExperimentId {
+            let id = ledger.insert_experiment(&e).await.unwrap();
+            ledger.insert_verdict(id, &verdict(kind)).await.unwrap();
+            id
+        };
+        let floor = |cycle| NewExperiment {
+            menu_id: MenuId::Remeasure,
+            parameters: serde_json::json!({}),
+            ..experiment(cycle, 1, 1)
+        };
+        let opened = async || ledger.open_cycle(t(1), ProposerKind::Bandit).await.unwrap();
+        let refresh = opened().await;
+        record(floor(refresh), VerdictKind::WithinNoise).await;
+        let composition = opened().await;
+        record(floor(composition), VerdictKind::WithinNoise).await;
+        let composite = record(experiment(composition, 1, 2), VerdictKind::Win).await;
+        let confirmation = opened().await;
+        record(floor(confirmation), VerdictKind::WithinNoise).await;
+        let again = NewExperiment {
+            confirmation_of: Some(composite),
+            ..experiment(confirmation, 1, 2)
+        };
+        record(again, VerdictKind::Win).await;
+        let cycles = ledger.recent_cycles(10).await.unwrap();
+        let line = |id| chooser(cycles.iter().find(|c| c.cycle.id == id).unwrap());
+        assert_eq!(line(refresh), "scheduled (noise floor refresh)");
+        assert_eq!(line(composition), "scheduled (composition)");
+        assert_eq!(line(confirmation), "scheduled (confirmation)");
     }
 
     /// `orchestrator ledger --check` on a PostgreSQL ledger named by the

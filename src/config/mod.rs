@@ -38,7 +38,7 @@ pub use measure::Measure;
 pub use model::{DEFAULT_MAX_TOKENS, Model};
 pub use objective::Objective;
 pub use stack::{Bench, BenchOutput, Metrics, Restart, Shadow, Stack, Surface};
-pub use units::{Fraction, LedgerSizeMb, Seconds, SecondsPerToken};
+pub use units::{EngineShare, Fraction, LedgerSizeMb, Seconds, SecondsPerToken};
 
 use crate::judge::Policy;
 use raw::RawConfig;

@@ -301,7 +301,7 @@ fn default_warmup() -> u32 {
 // The judge's defaults ([`crate::judge::Policy::default`]), whose error
 // rates the simulation benchmark reports.
 fn default_min_pairs() -> u32 {
-    4
+    2
 }
 fn default_max_pairs() -> u32 {
     16

@@ -43,7 +43,7 @@ fn safe_defaults_fill_missing_keys() {
     )
     .unwrap();
     assert_eq!(c.objective.target_seconds_per_token.get(), 1.0);
-    assert_eq!(c.policy.min_pairs, 4);
+    assert_eq!(c.policy.min_pairs, 2);
     assert_eq!(c.policy.floor_pairs, 20);
     assert_eq!(c.cycle.history, 8);
     assert!(c.daemon.metrics_listen.ip().is_loopback());
@@ -113,13 +113,14 @@ fn the_secret_variables_are_the_ledger_password_and_the_model_key() {
 
 #[test]
 fn min_pairs_above_max_pairs_is_refused() {
-    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 60"));
+    assert!(default_text().contains("min_pairs = 2"));
+    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 60"));
     assert!(msg.contains("min_pairs (60)"), "{msg}");
-    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 5"));
+    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 5"));
     assert!(msg.contains("even"), "{msg}");
-    // No verdict from a single block: two pairs are refused.
-    let msg = err(&default_text().replace("min_pairs = 4", "min_pairs = 2"));
-    assert!(msg.contains("at least 4"), "{msg}");
+    // No verdict from less than one whole block: drift would not cancel.
+    let msg = err(&default_text().replace("min_pairs = 2", "min_pairs = 1"));
+    assert!(msg.contains("at least 2"), "{msg}");
 }
 
 #[test]

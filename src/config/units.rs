@@ -77,6 +77,31 @@ impl TryFrom<f64> for Fraction {
     }
 }
 
+/// The share of wall-clock time the daemon's measurements may take
+/// (`[cycle] max_engine_share`): above 0, at most 1 (1: no cap).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct EngineShare(f64);
+
+impl EngineShare {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl TryFrom<f64> for EngineShare {
+    type Error = String;
+    fn try_from(x: f64) -> Result<Self, String> {
+        if x > 0.0 && x <= 1.0 {
+            Ok(EngineShare(x))
+        } else {
+            Err(format!(
+                "must be above 0 and at most 1 (got {x}); 1 puts no cap on the engine time"
+            ))
+        }
+    }
+}
+
 /// The objective, in seconds per token.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(try_from = "f64")]

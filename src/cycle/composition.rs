@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::experiment::Origin;
-use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::outcome::{Done, Judged, Tried};
 use super::{CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
@@ -29,7 +29,7 @@ use crate::observe::Observation;
 use crate::plan::compose::{self, Part};
 use crate::plan::{self, PinList, PlanContext};
 use crate::profile::{Profile, ProfileFile};
-use crate::vocab::{Method, StageState, VerdictKind};
+use crate::vocab::{Method, Scheduled, StageState, VerdictKind};
 
 /// A staged single win on the live profile, as a composition reads it.
 #[derive(Debug, Clone)]

@@ -12,16 +12,16 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 
 use super::experiment::Origin;
-use super::outcome::{Done, Scheduled, Tried};
+use super::outcome::{Done, Tried};
 use super::{CycleRunner, Stop, no_scorer, profiles_dir};
 use crate::brain::Proposer;
 use crate::clock::Clock;
-use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError};
+use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, LedgerError, RecordedWin};
 use crate::measure::scorer::Scorer;
 use crate::menu::MenuId;
 use crate::profile::Profile;
 use crate::profile::ProfileFile;
-use crate::vocab::{Digest, VerdictKind};
+use crate::vocab::{Digest, Scheduled, VerdictKind};
 
 /// The win a cycle's confirmation step found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +184,18 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             original.parameters.clone(),
         );
         let fail = |why: String| Stop::failed(why).during(&tried);
+        // The win as its own cycle recorded it: what the stage is built
+        // from, beside the confirmation's, and the time no floor measured
+        // before may judge the confirmation.
+        let recorded = self.ledger.verdict(first).await?;
+        let Some((win, not_before)) = recorded
+            .as_ref()
+            .and_then(|v| Some((RecordedWin::of(first, v)?, v.decided_at)))
+        else {
+            return Err(fail(format!(
+                "experiment #{first} is no recorded win; there is nothing to confirm"
+            )));
+        };
         let candidate = Profile::parse(
             &original.candidate_profile,
             Path::new("the staged candidate"),
@@ -236,8 +248,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         if let Err(e) = self.menu.entry(original.menu_id) {
             return Err(Stop::failed(unconfirmable(first, &e)).during(&tried));
         }
-        // The confirmation must not be judged by a floor measured before its win.
-        let not_before = self.ledger.verdict(first).await?.map(|v| v.decided_at);
         let judged = self
             .ab(
                 id,
@@ -246,25 +256,22 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 base,
                 &candidate,
                 &scorer,
-                not_before,
+                Some(not_before),
             )
             .await?;
-        let stageable = match (
-            judged.verdict,
-            judged.effect,
-            self.ledger.composition_of(first).await?,
-        ) {
-            (VerdictKind::Win, Some((_, interval)), Some(c)) => {
-                self.composite_stageable(&c, interval).await?
-            }
-            (verdict, _, _) => verdict == VerdictKind::Win,
+        let confirmed = match (judged.win, self.ledger.composition_of(first).await?) {
+            (Some(confirmed), Some(c)) => self
+                .composite_stageable(&c, confirmed.interval())
+                .await?
+                .then_some(confirmed),
+            (confirmed, _) => confirmed,
         };
         let mut done = Done::new(tried, judged);
-        if stageable {
+        if let Some(confirmed) = confirmed {
             tracing::debug!(experiment = %experiment_id, "phase stage");
             let stage = self
                 .ledger
-                .insert_stage(first, experiment_id, self.clock.now())
+                .insert_stage(&win, &confirmed, self.clock.now())
                 .await?;
             tracing::info!(%stage, "a confirmed win is staged: `orchestrator stage show {stage}`");
             done.staged = Some(stage);

@@ -264,7 +264,12 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
         let floor = judged_by
             .filter(|_| !verdict.floor_is_bound)
             .map(Floor::get);
-        Ok(Judged::recorded(&verdict, floor, &report.runs))
+        Ok(Judged::recorded(
+            experiment_id,
+            &verdict,
+            floor,
+            &report.runs,
+        ))
     }
 
     /// The hash gate of the scorer's prompt set and a runner over the scorer.

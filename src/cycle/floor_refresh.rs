@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::experiment::Origin;
-use super::outcome::{Done, Judged, Scheduled, Tried};
+use super::outcome::{Done, Judged, Tried};
 use super::{CycleRunner, Stop, ab_stop};
 use crate::clock::Clock;
 use crate::judge::Floor;
@@ -18,7 +18,7 @@ use crate::measure::scorer::Scorer;
 use crate::menu::MenuId;
 use crate::profile::ProfileFile;
 use crate::progress::phase;
-use crate::vocab::VerdictKind;
+use crate::vocab::{Scheduled, VerdictKind};
 
 /// A floor measured by a cycle: its A/A experiment, that A/A's recorded
 /// verdict, and the floor to judge with, if it may be used.
@@ -72,7 +72,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
         let floor = f.measured.map(Floor::get);
         Ok(Done::new(
             tried,
-            Judged::recorded(&f.verdict, floor, &f.runs),
+            Judged::recorded(f.experiment_id, &f.verdict, floor, &f.runs),
         ))
     }
 

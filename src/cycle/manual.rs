@@ -9,12 +9,13 @@
 
 use serde_json::Value;
 
-use super::outcome::{Done, Scheduled, Tried};
+use super::outcome::{Done, Tried};
 use super::{CycleRunner, CycleSummary, Stop, no_scorer};
 use crate::clock::Clock;
 use crate::ledger::{CycleId, ExperimentId, LedgerError, NewManualExperiment};
 use crate::measure::scorer::Scorer;
 use crate::profile::ProfileFile;
+use crate::vocab::Scheduled;
 use crate::vocab::{Method, ProposerKind};
 
 impl<P, C: Clock> CycleRunner<'_, P, C> {

@@ -25,7 +25,10 @@
 //! What the kinds share (the experiment row, the A/B and its verdict) is in
 //! [`experiment`]; which floor is current in [`floor`]. Each kind returns
 //! what it did as a value ([`outcome`]), from which the cycle's record and
-//! summary line are built ([`summary`]).
+//! summary line are built ([`summary`]). A proposer is offered `remeasure`
+//! only with a reason ([`remeasure_offer`]); [`converged`] is the daemon's
+//! look before a cycle, which says when no cycle would tell the loop
+//! anything new.
 //!
 //! Every step leaves rows in the ledger. A ledger write failure is the one
 //! error that escapes: the daemon must stop rather than run unrecorded.
@@ -34,6 +37,7 @@ mod base;
 mod classmate;
 mod composition;
 mod confirmation;
+mod converged;
 mod deferral;
 mod duplicate_check;
 mod experiment;
@@ -42,13 +46,15 @@ mod floor_refresh;
 mod manual;
 mod outcome;
 mod proposal;
+mod remeasure_offer;
 mod summary;
 
 use std::path::{Path, PathBuf};
 
 use confirmation::Pending;
+pub use converged::Converged;
 pub use floor::{CurrentFloor, Freshness};
-use outcome::{Done, Judged, Scheduled, Tried};
+use outcome::{Done, Judged, Tried};
 pub use summary::CycleSummary;
 
 use crate::brain::Proposer;
@@ -67,7 +73,7 @@ use crate::observe::{self, Observation};
 use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{DeferredAt, Method, VerdictKind};
+use crate::vocab::{DeferredAt, Method, Scheduled, VerdictKind};
 
 /// Runs cycles: everything a cycle uses; built once by the daemon.
 pub struct CycleRunner<'a, P, C> {
@@ -85,6 +91,10 @@ pub struct CycleRunner<'a, P, C> {
     /// The live server's users first ([`deferral`]); `None` where the live
     /// load is not read.
     pub stand_aside: Option<&'a crate::measure::stand_aside::StandAside>,
+    /// The live seconds per token a waiting daemon glanced at since its
+    /// last cycle (`daemon::wait`): observations too, so a drift that woke
+    /// it also offers `remeasure` ([`remeasure_offer`]).
+    pub glances: &'a [(chrono::DateTime<chrono::Utc>, f64)],
 }
 
 /// Why a cycle stopped early.

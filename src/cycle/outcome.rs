@@ -7,34 +7,10 @@
 
 use serde_json::Value;
 
-use crate::ledger::{ExperimentId, Interval, NewVerdict, StageId};
+use crate::ledger::{ExperimentId, Interval, NewVerdict, RecordedWin, StageId};
 use crate::measure::ab::RecordedRun;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, VerdictKind};
-
-/// Why the orchestrator chose a cycle's experiment itself, without asking
-/// the proposer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheduled {
-    /// An A/A of the base: a floor was missing or stale, or the cycle waits
-    /// while its win is left to its classmates.
-    FloorRefresh,
-    /// The independent second A/B of a win.
-    Confirmation,
-    /// The A/B of the combined candidate of staged wins.
-    Composition,
-}
-
-impl Scheduled {
-    /// How the cycle line names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheduled::FloorRefresh => "noise floor refresh",
-            Scheduled::Confirmation => "confirmation",
-            Scheduled::Composition => "composition",
-        }
-    }
-}
+use crate::vocab::{Arm, Scheduled, VerdictKind};
 
 /// What a kind of cycle set out to do, as far as it got: known before it
 /// measures, so a cycle cut short still says it (on its line, and in the
@@ -99,6 +75,9 @@ pub(super) struct Judged {
     pub reason: Option<String>,
     /// Median seconds per token of the baseline's valid runs.
     pub base_measured: Option<f64>,
+    /// The win as its verdict recorded it, what a stage is built from;
+    /// `None` for any other verdict.
+    pub win: Option<RecordedWin>,
 }
 
 impl Judged {
@@ -110,17 +89,25 @@ impl Judged {
             floor: None,
             reason: Some(why.to_string()),
             base_measured: None,
+            win: None,
         }
     }
 
-    /// The recorded verdict `v` of runs `runs`, judged against `floor`.
-    pub fn recorded(v: &NewVerdict, floor: Option<f64>, runs: &[RecordedRun]) -> Judged {
+    /// The verdict `v` recorded for experiment `experiment_id` from its
+    /// runs `runs`, judged against `floor`.
+    pub fn recorded(
+        experiment_id: ExperimentId,
+        v: &NewVerdict,
+        floor: Option<f64>,
+        runs: &[RecordedRun],
+    ) -> Judged {
         Judged {
             verdict: v.kind,
             effect: v.effect.zip(v.interval),
             floor,
             reason: v.reason.clone(),
             base_measured: median_baseline(runs),
+            win: RecordedWin::of(experiment_id, v),
         }
     }
 }

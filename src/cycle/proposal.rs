@@ -52,14 +52,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             base_digest: &base_digest,
         };
         // The live profile's own values and what was decided or refused on
-        // it leave the schema, the validator and the bandit's grid.
-        let menu = self
-            .menu
-            .clone()
-            .excluding(crate::menu::exclusions::base_values(plan::unchanged(
-                &base.profile,
-            )))
-            .excluding(duplicates.refused(self.menu).await?);
+        // it leave the schema, the validator and the bandit's grid, and so
+        // does `remeasure` while its floor is fresh.
+        let menu = self.proposal_menu(base, seen.built_on.is_some()).await?;
         let stack = brain::StackDescription::of(cfg, self.menu);
         let base_knobs = knob_values(self.menu, &base.profile);
         let measured = self

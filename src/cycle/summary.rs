@@ -9,9 +9,9 @@ use serde_json::Value;
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, DeferredAt, VerdictKind};
+use crate::vocab::{CycleStatus, DeferredAt, Scheduled, VerdictKind};
 
-use super::outcome::{Done, Scheduled};
+use super::outcome::Done;
 
 /// The longest reason a cycle line shows (the ledger keeps it whole).
 const MAX_REASON: usize = 600;

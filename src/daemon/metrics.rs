@@ -1,7 +1,9 @@
 //! The daemon's own Prometheus endpoint: cycles by verdict, consecutive
 //! failures, the current noise floor, the live and the best measured
 //! seconds per token against the target, the last cycle's duration, the
-//! stages by state and the running cycle's progress. Served on loopback
+//! stages by state, the running cycle's progress, the engine time (the
+//! budget window's share, the last day's seconds by use) and whether the
+//! daemon waits, and why. Served on loopback
 //! (unless the config allows otherwise) by hyper's HTTP/1.1 server: one
 //! route, `GET /metrics`. Every family is declared (`# HELP`, `# TYPE`)
 //! from the first scrape on, with a sample once it has a value, so a
@@ -48,6 +50,11 @@ struct State {
     last_cycle_seconds: Option<f64>,
     /// `None` until the ledger was read once.
     stages: Option<StageCounts>,
+    /// The share of the budget window the engine runs took.
+    engine_share: Option<f64>,
+    /// The last 24 hours' engine seconds by use.
+    engine_day: Option<crate::ledger::EngineSeconds>,
+    waiting: Option<crate::vocab::WaitKind>,
 }
 
 impl DaemonMetrics {
@@ -90,6 +97,18 @@ impl DaemonMetrics {
                 s.best_seconds_per_token = Some(spt);
             }
         }
+    }
+
+    /// The engine time: the budget window's share, the last day by use.
+    pub fn set_engine(&self, share: f64, day: crate::ledger::EngineSeconds) {
+        let mut s = self.inner.lock().expect("metrics lock");
+        s.engine_share = Some(share);
+        s.engine_day = Some(day);
+    }
+
+    /// Whether the daemon waits instead of running cycles, and why.
+    pub fn set_waiting(&self, why: Option<crate::vocab::WaitKind>) {
+        self.inner.lock().expect("metrics lock").waiting = why;
     }
 
     pub fn set_stages(&self, counts: StageCounts) {
@@ -161,6 +180,11 @@ impl DaemonMetrics {
             "Approved stages whose replaced profile was written back.",
             s.stages.map(|c| c.reverted as f64),
         );
+        gauge(
+            "orchestrator_engine_share",
+            "Share of the [cycle] engine_window_s the engine runs took.",
+            s.engine_share,
+        );
         let now = self.progress.snapshot();
         gauge(
             "orchestrator_cycle_running",
@@ -206,6 +230,27 @@ impl DaemonMetrics {
                     c.of(*state)
                 );
             }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP orchestrator_engine_seconds_last_day Engine run seconds of the last 24 h, by what they bought.\n# TYPE orchestrator_engine_seconds_last_day gauge"
+        );
+        if let Some(day) = s.engine_day {
+            for u in crate::vocab::EngineUse::ALL {
+                let _ = writeln!(
+                    out,
+                    "orchestrator_engine_seconds_last_day{{use=\"{u}\"}} {}",
+                    day.get(*u)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP orchestrator_waiting 1 while the daemon waits instead of running cycles, by why.\n# TYPE orchestrator_waiting gauge"
+        );
+        for k in crate::vocab::WaitKind::ALL {
+            let on = u8::from(s.waiting == Some(*k));
+            let _ = writeln!(out, "orchestrator_waiting{{reason=\"{k}\"}} {on}");
         }
         let _ = writeln!(
             out,
@@ -446,6 +491,50 @@ mod tests {
         task.abort();
     }
 
+    #[test]
+    fn the_engine_time_and_the_wait_are_exposed() {
+        let m = DaemonMetrics::new(1.0, Progress::default());
+        let samples = prometheus::parse(&m.render()).unwrap();
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_engine_share"),
+            None
+        );
+        let waiting = |samples: &[prometheus::Sample], why: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == "orchestrator_waiting" && s.labels["reason"] == why)
+                .map(|s| s.value)
+        };
+        assert_eq!(waiting(&samples, "converged"), Some(0.0));
+        m.set_engine(
+            0.25,
+            crate::ledger::EngineSeconds {
+                floor: 10.0,
+                ab: 20.0,
+                confirmation: 5.0,
+                failed: 1.5,
+            },
+        );
+        m.set_waiting(Some(crate::vocab::WaitKind::Budget));
+        let samples = prometheus::parse(&m.render()).unwrap();
+        assert_eq!(
+            prometheus::value(&samples, "orchestrator_engine_share"),
+            Some(0.25)
+        );
+        let by_use = |u: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == "orchestrator_engine_seconds_last_day" && s.labels["use"] == u)
+                .map(|s| s.value)
+        };
+        assert_eq!(by_use("floor"), Some(10.0));
+        assert_eq!(by_use("ab"), Some(20.0));
+        assert_eq!(by_use("confirmation"), Some(5.0));
+        assert_eq!(by_use("failed"), Some(1.5));
+        assert_eq!(waiting(&samples, "budget"), Some(1.0));
+        assert_eq!(waiting(&samples, "converged"), Some(0.0));
+    }
+
     /// A client that connects and says nothing is let go after the head
     /// timeout, so idle connections cannot pile up.
     #[tokio::test]
@@ -497,6 +586,9 @@ mod tests {
             "orchestrator_stages_reverted",
             "orchestrator_cycle_phase",
             "orchestrator_cycle_runs_done",
+            "orchestrator_engine_share",
+            "orchestrator_engine_seconds_last_day",
+            "orchestrator_waiting",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family} gauge\n")),

@@ -11,15 +11,24 @@
 //! attempt to close the open cycle the same way; a PostgreSQL ledger that
 //! went away (a server restart) is waited out instead ([`outage`]).
 //!
+//! Before each cycle it checks the engine-time budget ([`budget`]) and
+//! takes a look ([`crate::cycle::CycleRunner::converged`]): over budget, or
+//! with nothing expected to tell the loop anything new, it waits instead
+//! of measuring ([`wait`]), recorded in the ledger and said on stdout.
+//!
 //! - [`applier`]: writes approved stages of its stack to its live profile.
+//! - [`budget`]: the engine-time budget over its sliding window.
 //! - [`lock`]: which daemon holds a ledger (`flock`).
 //! - [`metrics`]: the daemon's Prometheus endpoint.
 //! - [`notify`]: systemd's notify protocol (READY, WATCHDOG, STOPPING).
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 //! - `stand_aside`: the live-load monitor the cycles stand aside by.
+//! - [`wait`]: the converged loop's back-off and what wakes it, and the
+//!   over-budget wait.
 
 pub mod applier;
+pub mod budget;
 pub mod lock;
 pub mod metrics;
 mod notify;
@@ -27,6 +36,7 @@ mod outage;
 pub mod proposer;
 mod reverter;
 mod stand_aside;
+pub mod wait;
 
 use std::time::Duration;
 
@@ -61,6 +71,14 @@ pub struct RunOptions {
     /// stderr is a terminal: progress is a redrawn line there, else a log
     /// line per few runs (see [`crate::progress`]).
     pub progress: bool,
+}
+
+impl RunOptions {
+    /// A bounded run (`--once`, `--cycles N`) never waits: converged or
+    /// over budget, it says why and ends. Only the daemon waits.
+    pub fn bounded(&self) -> bool {
+        self.once || self.cycles.is_some()
+    }
 }
 
 /// How the loop ended.
@@ -116,7 +134,6 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     // Before any child is started: none inherits the protocol's variables.
     let watchdog = notify::Watchdog::from_env();
     let menu = crate::stack_support::stack_menu(&config, &Menu::load(&config.menu_dir)?)?;
-    let policy = config.policy;
     let mut proposer =
         AnyProposer::from_config(&config).map_err(|e| StartRefused(e.to_string()))?;
     if let Some(dir) = config.ledger_path.parent() {
@@ -175,6 +192,12 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
             "closed cycles a previous process left running as aborted"
         );
     }
+    ledger
+        .end_open_waits(
+            "the daemon stopped while waiting (found open at the next start)",
+            Utc::now(),
+        )
+        .await?;
     crate::atomic_file::remove_stale_temps(&crate::cycle::profiles_dir(&config.stack.live_profile));
     applier::apply_approved(&config, &ledger).await;
     reverter::revert_requested(&config, &ledger).await;
@@ -206,19 +229,46 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<RunSummary>
     daemon_metrics.refresh_stages(&ledger).await;
     notify::ready();
 
+    // A converged loop woken by a changed config or menu loads them again
+    // (what it cannot take without a restart is refused, and it goes on
+    // with what it had).
     let result = watchdog
-        .keep_alive(run_loop(
-            &config,
-            &menu,
-            policy,
-            &ledger,
-            &mut stack_lock,
-            &mut proposer,
-            &cancel,
-            &daemon_metrics,
-            &progress,
-            opts,
-        ))
+        .keep_alive(async {
+            let mut summary = RunSummary::default();
+            let (mut running, mut menu) = (config.clone(), menu);
+            let mut glances = Vec::new();
+            loop {
+                let end = run_loop(
+                    &running,
+                    &menu,
+                    running.policy,
+                    &ledger,
+                    &mut stack_lock,
+                    &mut proposer,
+                    &cancel,
+                    &daemon_metrics,
+                    &progress,
+                    opts,
+                    &mut summary,
+                    std::mem::take(&mut glances),
+                )
+                .await;
+                match end {
+                    Ok(LoopEnd::Reload(seen)) => {
+                        glances = seen;
+                        match reload(&running) {
+                            Ok((c, m, p)) => {
+                                tracing::info!("loaded the changed config and menu");
+                                (running, menu, proposer) = (c, m, p);
+                            }
+                            Err(why) => tracing::error!("{why}"),
+                        }
+                    }
+                    Ok(LoopEnd::Done) => break Ok(std::mem::take(&mut summary)),
+                    Err(e) => break Err(e),
+                }
+            }
+        })
         .await;
     notify::stopping("stopping: the loop ended");
 
@@ -305,6 +355,55 @@ async fn close_open_cycle(config: &Config) {
     }
 }
 
+/// Why the loop returned without an error.
+enum LoopEnd {
+    /// Done: the cycles asked for ran, or a shutdown.
+    Done,
+    /// A converged wait saw the config or the menu change: load them again
+    /// (with the live metrics glanced at so far).
+    Reload(Vec<(chrono::DateTime<Utc>, f64)>),
+}
+
+/// The changed config and menu, and the proposer they make, when the
+/// running daemon can take them: its ledger, stack, embedded stack and
+/// endpoint stay as they started (a change there takes a restart).
+fn reload(running: &Config) -> Result<(Config, Menu, AnyProposer), String> {
+    let keep = "going on with the config and menu loaded before";
+    let new = Config::load(&running.path)
+        .map_err(|e| format!("the config changed but does not load: {e}; {keep}"))?;
+    let fixed = |c: &Config| {
+        [
+            (
+                "[ledger]",
+                format!(
+                    "{:?} {:?} {:?}",
+                    c.ledger_path, c.ledger_postgres, c.ledger_max_size
+                ),
+            ),
+            (
+                "[stack] name or class",
+                format!("{} {:?}", c.stack.name, c.stack.class),
+            ),
+            ("[embedded]", format!("{:?}", c.embedded)),
+            ("[daemon]", format!("{:?}", c.daemon)),
+        ]
+    };
+    for ((table, was), (_, now)) in fixed(running).iter().zip(fixed(&new).iter()) {
+        if was != now {
+            return Err(format!(
+                "the config's {table} changed, which takes a restart of `orchestrator run`; {keep}"
+            ));
+        }
+    }
+    let menu = Menu::load(&new.menu_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|m| crate::stack_support::stack_menu(&new, &m).map_err(|e| e.to_string()))
+        .map_err(|e| format!("the menu changed but does not load: {e}; {keep}"))?;
+    let proposer = AnyProposer::from_config(&new)
+        .map_err(|e| format!("the changed config's proposer cannot start: {e}; {keep}"))?;
+    Ok((new, menu, proposer))
+}
+
 #[expect(
     clippy::too_many_arguments,
     reason = "the loop's whole context, built once in run()"
@@ -320,7 +419,9 @@ async fn run_loop(
     daemon_metrics: &DaemonMetrics,
     progress: &Progress,
     opts: RunOptions,
-) -> anyhow::Result<RunSummary> {
+    summary: &mut RunSummary,
+    glances: Vec<(chrono::DateTime<Utc>, f64)>,
+) -> anyhow::Result<LoopEnd> {
     let scorers = Scorers::from_config(config);
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
@@ -332,7 +433,9 @@ async fn run_loop(
     let limit = if opts.once { Some(1) } else { opts.cycles };
     let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut summary = RunSummary::default();
+    let budget = budget::Budget::of(&config.cycle);
+    let mut waits = wait::Waits::new(config, ledger, &http, cancel.clone(), glances);
+    let mut last_cycle = None;
     let mut consecutive_failures = 0u32;
     loop {
         if limit.is_some_and(|n| summary.cycles >= n) {
@@ -365,7 +468,7 @@ async fn run_loop(
         // stack again before measuring anything.
         if let Err(e) = outage::check_lock(stack_lock, ledger).await {
             let outage = outage::ride_out(e, ledger, stack_lock, config, cancel).await?;
-            if outage.go_on(&mut summary) {
+            if outage.go_on(summary) {
                 continue;
             }
             break;
@@ -375,6 +478,7 @@ async fn run_loop(
         // its stack, checked just above).
         applier::apply_approved(config, ledger).await;
         reverter::revert_requested(config, ledger).await;
+        let glances = waits.glances().to_vec();
         let mut cycle = CycleRunner {
             config,
             policy,
@@ -387,20 +491,57 @@ async fn run_loop(
             http: &http,
             progress: progress.clone(),
             stand_aside: stand_aside.as_ref(),
+            glances: &glances,
         };
+        // The budget first, then the look: over budget, or with nothing
+        // worth measuring, the daemon waits instead of running a cycle.
+        match before_cycle(
+            &budget,
+            &cycle,
+            &mut waits,
+            daemon_metrics,
+            last_cycle,
+            opts,
+        )
+        .await
+        {
+            Ok(Before::Run) => {}
+            Ok(Before::Again) => continue,
+            Ok(Before::Reload) => return Ok(LoopEnd::Reload(waits.into_glances())),
+            Ok(Before::Stop) => {
+                summary.interrupted = !opts.bounded();
+                break;
+            }
+            Err(e) => {
+                let outage = outage::ride_out(e, ledger, stack_lock, config, cancel).await?;
+                if outage.go_on(summary) {
+                    continue;
+                }
+                break;
+            }
+        }
         let mut report = match cycle.run().await {
             Ok(report) => report,
             Err(e) => {
                 progress.end_cycle();
                 let outage = outage::ride_out(e, ledger, stack_lock, config, cancel).await?;
-                if outage.go_on(&mut summary) {
+                if outage.go_on(summary) {
                     continue;
                 }
                 break;
             }
         };
         report.target = config.objective.target_seconds_per_token.get();
-        let line = report.to_string();
+        last_cycle = Some(report.cycle_id);
+        waits.cycle_ran();
+        // The engine time it spent, and the window's share, on its line.
+        let line = match engine_accounts(&budget, ledger, daemon_metrics).await {
+            Ok(spent) => format!("{report}  {spent}"),
+            Err(e) => {
+                tracing::warn!("reading the engine time: {e}");
+                report.to_string()
+            }
+        };
         println!("{line}");
         notify::status(&line);
         summary.cycles += 1;
@@ -428,7 +569,108 @@ async fn run_loop(
             break;
         }
     }
-    Ok(summary)
+    if waits.waiting().is_some() {
+        let why = if summary.interrupted {
+            "shutdown"
+        } else {
+            "the run ended"
+        };
+        waits.end(why).await?;
+    }
+    Ok(LoopEnd::Done)
+}
+
+/// What the loop does after its look before a cycle.
+enum Before {
+    /// Run the cycle.
+    Run,
+    /// It waited: look again (after the next tick).
+    Again,
+    /// It waited and the config or menu changed: load them again.
+    Reload,
+    /// A shutdown while waiting, or `--once` with nothing to run.
+    Stop,
+}
+
+/// The budget, then the look ([`CycleRunner::converged`]): waits while over
+/// budget or converged, and says what the loop does next. A bounded run
+/// never waits: it says why it stops.
+async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
+    budget: &budget::Budget,
+    cycle: &CycleRunner<'_, P, C>,
+    waits: &mut wait::Waits<'_>,
+    metrics: &DaemonMetrics,
+    last_cycle: Option<crate::ledger::CycleId>,
+    opts: RunOptions,
+) -> Result<Before, LedgerError> {
+    use crate::vocab::WaitKind;
+    use wait::Woke;
+    let ledger = cycle.ledger;
+    let woke = |w: Woke| match w {
+        Woke::Shutdown => Before::Stop,
+        Woke::LookAgain => Before::Again,
+        Woke::Changed(_) => Before::Again,
+    };
+    if let budget::Look::Over { until, reason, .. } = budget.read(ledger, Utc::now()).await? {
+        metrics.set_waiting(Some(WaitKind::Budget));
+        if opts.bounded() {
+            println!("stop        budget: {reason} (a bounded run does not wait)");
+            return Ok(Before::Stop);
+        }
+        return waits.budget(&reason, until, last_cycle).await.map(woke);
+    }
+    if waits.waiting() == Some(WaitKind::Budget) {
+        waits
+            .end("the window's engine time has room for a cycle again")
+            .await?;
+    }
+    waits.before_look().await?;
+    let Some(converged) = cycle.converged().await? else {
+        if waits.waiting() == Some(WaitKind::Converged) {
+            waits
+                .end("a look found an experiment worth measuring")
+                .await?;
+        }
+        metrics.set_waiting(None);
+        return Ok(Before::Run);
+    };
+    metrics.set_waiting(Some(WaitKind::Converged));
+    if opts.bounded() {
+        println!(
+            "stop        converged: {} (a bounded run does not wait)",
+            converged.reason
+        );
+        return Ok(Before::Stop);
+    }
+    match waits.converged(&converged, last_cycle).await? {
+        Woke::Changed(wake) => {
+            waits.end(&wake.to_string()).await?;
+            metrics.set_waiting(None);
+            Ok(if wake.reloads() {
+                Before::Reload
+            } else {
+                Before::Again
+            })
+        }
+        other => Ok(woke(other)),
+    }
+}
+
+/// The window's engine time and the last day's by use, onto the metrics
+/// endpoint; returns the text the cycle line ends with.
+async fn engine_accounts(
+    budget: &budget::Budget,
+    ledger: &Ledger,
+    metrics: &DaemonMetrics,
+) -> Result<String, LedgerError> {
+    let now = Utc::now();
+    let look = budget.read(ledger, now).await?;
+    let day = ledger
+        .engine_runs(now - chrono::Duration::days(1), now)
+        .await?;
+    let day = crate::ledger::EngineSeconds::of(&day);
+    metrics.set_engine(look.spent().share(), day);
+    Ok(format!("{}, last 24h {day}", look.spent()))
 }
 
 /// Exponential backoff with "equal jitter" (half fixed, half random), capped:

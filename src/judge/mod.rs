@@ -8,12 +8,15 @@
 //! - [`interference`]: which blocks a burst of competing work hit (a run
 //!   contended beyond its floor's runs), to be re-run.
 //! - [`sequential`]: the paired sequential test: when to stop, and the verdict.
+//! - [`changepoint`]: PELT change points of a series (the report's floors
+//!   and baseline, the live metrics a floor and a waiting loop watch).
 //! - [`schedule`]: the run schedules of an A/B and a floor A/A, as state
 //!   machines the daemon and the replay benchmark both drive.
 //!
 //! Everything here is a pure function of measured numbers; measuring them is
 //! `measure`'s job and storing them the ledger's.
 
+pub mod changepoint;
 pub mod interference;
 pub mod interval;
 pub mod noise;

@@ -42,9 +42,6 @@ struct Pairing {
     warmups_per_arm: usize,
     /// Runs recorded so far, warmups included.
     runs: usize,
-    /// The run the current warmups start at: 0, or where the A/B went on
-    /// after measuring its floor, which left the candidate cold.
-    warm_from: usize,
     /// Pairs run so far, discarded ones included: the run order alternates
     /// in time, whatever happened to the blocks.
     pairs_run: usize,
@@ -56,7 +53,6 @@ impl Pairing {
         Pairing {
             warmups_per_arm,
             runs: 0,
-            warm_from: 0,
             pairs_run: 0,
             half: None,
         }
@@ -64,9 +60,8 @@ impl Pairing {
 
     /// The run to do next.
     fn slot(&self) -> Slot {
-        let warm = self.runs - self.warm_from;
-        if warm < 2 * self.warmups_per_arm {
-            return super::slot(self.warmups_per_arm, warm);
+        if self.runs < 2 * self.warmups_per_arm {
+            return super::slot(self.warmups_per_arm, self.runs);
         }
         let within = usize::from(self.half.is_some());
         Slot {
@@ -74,11 +69,6 @@ impl Pairing {
             warmup: false,
             pair: Some(self.pairs_run),
         }
-    }
-
-    /// Warmups again before the next pair.
-    fn rewarm(&mut self) {
-        self.warm_from = self.runs;
     }
 
     /// Records the run [`Self::slot`] asked for; the pair it completed, if
@@ -102,11 +92,19 @@ impl Pairing {
     }
 }
 
-/// How many looks an A/B with no valid floor is judged against the bound
-/// before it measures one. A large effect decides at the first look; one
-/// whose interval still straddles the bound after the second is left to
-/// the measured floor, which may have decided it sooner (the pairs run
-/// beyond that look are the price of asking the bound).
+/// The most looks an A/B with no valid floor is judged against the bound
+/// before it measures one. A large effect decides at the first look (one
+/// block with the default `min_pairs = 2`). After an undecided look the A/B
+/// goes on against the bound only when the next look would decide if its
+/// estimate and spread held ([`SequentialTest::next_look_may_decide`]);
+/// any other effect is left to the measured floor at once, which may
+/// decide it at that same look. Every pair run against a bound that
+/// cannot decide is a pair a floor measured then might not have needed:
+/// with two looks always, a 2-floor effect cost four runs more on the
+/// replay's traces and could not stop at one block; with one look always,
+/// an effect just beyond the bound on a machine whose floor is near it
+/// measured floors that came out above the bound (too noisy) where a
+/// second look would have decided it with none.
 pub const BOUND_LOOKS: usize = 2;
 
 /// A paired A/B of a candidate against the live profile.
@@ -124,6 +122,9 @@ pub struct AbSchedule {
     /// Blocks (pair index / 2) the live server's users interrupted: what
     /// [`Self::resume`] discards again.
     interrupted: Vec<usize>,
+    /// Whether an undecided look asks for the floor early, when the next
+    /// look could not decide against the bound either.
+    early_floor: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -141,7 +142,8 @@ enum Phase {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resumed {
     /// [`Next::Decided`] when a look the bound had passed decides under the
-    /// floor, else [`Next::Run`] (warmups first: the candidate is cold).
+    /// floor, else [`Next::Run`]: the next pair, with no warmups (see
+    /// [`AbSchedule::resume`]).
     pub next: Next,
     /// Pairs (indices in run order) of the blocks the floor discards:
     /// those the bound discarded, and those too discordant for the floor.
@@ -159,6 +161,7 @@ impl AbSchedule {
             phase: Phase::Floor,
             bound_looks: BOUND_LOOKS,
             interrupted: Vec::new(),
+            early_floor: true,
         }
     }
 
@@ -210,10 +213,12 @@ impl AbSchedule {
         Some(s)
     }
 
-    /// Judges `looks` looks against the bound (at least one) instead of
-    /// [`BOUND_LOOKS`].
+    /// Judges exactly `looks` looks against the bound (at least one)
+    /// instead of at most [`BOUND_LOOKS`], whether or not the next look
+    /// could decide: what the premise checks are tested with.
     pub fn with_bound_looks(mut self, looks: usize) -> AbSchedule {
         self.bound_looks = looks.max(1);
+        self.early_floor = false;
         self
     }
 
@@ -270,19 +275,33 @@ impl AbSchedule {
             Step::Discarded { discards, .. } => return Next::Discarded(discards),
             Step::Continue { .. } => {
                 let looked = self.test.looks() > looks_before;
-                looked && self.test.looks() >= self.bound_looks
+                let bound = self.policy.max_floor.expect("judged against a bound");
+                looked
+                    && (self.test.looks() >= self.bound_looks
+                        || (self.early_floor && !self.test.next_look_may_decide(bound)))
             }
             Step::Decided(mut d) => {
-                let stands = d.too_noisy.is_some()
-                    || (matches!(d.kind, VerdictKind::Win | VerdictKind::Loss)
-                        && self.within_the_bound()
-                        && self
-                            .test
-                            .earlier_look_against(d.kind, self.policy.min_floor)
-                            .is_none());
-                if stands {
+                let decisive = matches!(d.kind, VerdictKind::Win | VerdictKind::Loss)
+                    && self
+                        .test
+                        .earlier_look_against(d.kind, self.policy.min_floor)
+                        .is_none();
+                let premise = self.within_the_bound();
+                if d.too_noisy.is_some() || (decisive && premise) {
                     d.against_bound = true;
                     return Next::Decided(d);
+                }
+                // The blocks' own spread, read above the bound, is what
+                // held the verdict back. At one block that reading has two
+                // degrees of freedom and reads above a floor somewhat under
+                // the bound one time in three or four; a floor measured
+                // there would often read above the bound too (too noisy)
+                // where the next look, with one block more to read the
+                // spread from, decides. So the next look is judged against
+                // the bound, within its looks.
+                if decisive && self.test.looks() < self.bound_looks {
+                    self.test.reopen();
+                    return Next::Run;
                 }
                 true
             }
@@ -329,6 +348,13 @@ impl AbSchedule {
     /// again with the sequential test from its first look (as
     /// [`super::decide`] does, with their pressure readings), and the A/B
     /// goes on from where that leaves it.
+    ///
+    /// With no warmups: the floor ran the live profile from the same files
+    /// the candidate reads (a bench run's cache is the operating system's,
+    /// which those runs keep warm), and the measurer keeps what its scorer
+    /// holds, a shadow's server, up while the floor is measured
+    /// (`measure::ab`). Warming both arms again cost two runs an A/B that
+    /// went on, a fifth of a 2-floor effect's A/B on the replay's traces.
     pub fn resume(
         &mut self,
         floor: Floor,
@@ -361,7 +387,6 @@ impl AbSchedule {
                 }
             }
         }
-        self.pairing.rewarm();
         Ok(Resumed {
             next: Next::Run,
             discarded_pairs,
@@ -461,6 +486,31 @@ impl FloorSchedule {
         self.pairs_wanted
     }
 
+    /// Blocks a floor may re-run for interference before it ends too noisy:
+    /// a quarter of its blocks (2 of the default 10), and never more than
+    /// an A/B may (`max_discarded_blocks`).
+    ///
+    /// Why a quarter: a floor is the noise of the load the machine carries
+    /// steadily, and a re-run block is one a change of load hit. When more
+    /// than one block in four needs re-running, the load is not steady: a
+    /// floor finished under it would describe a moment, not the machine,
+    /// and the A/B judged against it would re-run its own blocks as often,
+    /// at four runs each. So the floor stops and says the machine is too
+    /// noisy, and a later cycle measures it when the load has settled.
+    /// With the A/B's budget (8) a floor could take 74 runs instead of 42
+    /// (seen in a newcomer's first cycle on a loaded machine); with this
+    /// one it takes at most [`Self::most_runs`], 50 with the defaults.
+    pub fn discard_budget(&self) -> usize {
+        (self.pairs_wanted / 2 / 4).min(self.policy.max_discarded_blocks)
+    }
+
+    /// The most runs this floor can take, warmups and re-run blocks
+    /// included: its accepted blocks and its discard budget, or, when the
+    /// budget runs out first, one block fewer accepted and one more re-run.
+    pub fn most_runs(&self) -> usize {
+        2 * self.pairing.warmups_per_arm + 2 * self.pairs_wanted + 4 * self.discard_budget()
+    }
+
     /// Records the run [`Self::slot`] asked for.
     pub fn record(&mut self, run: Timed) -> Result<FloorNext, JudgeError> {
         let warmup = self.pairing.slot().warmup;
@@ -493,7 +543,7 @@ impl FloorSchedule {
         if let Some(rise) = hit {
             self.discards.interfered += 1;
             self.discards.worst_rise = self.discards.worst_rise.max(rise);
-            if self.discards.total() > self.policy.max_discarded_blocks {
+            if self.discards.total() > self.discard_budget() {
                 return Ok(FloorNext::Done(FloorEnd::TooNoisy {
                     discards: self.discards,
                     pairs: std::mem::take(&mut self.every),
@@ -862,6 +912,23 @@ mod tests {
         p
     }
 
+    /// [`bounded`] with room for 20 pairs: a verdict whose reported 90%
+    /// interval must also agree with it needs more blocks after a turn.
+    fn bounded_long() -> Policy {
+        let mut p = Policy::new(
+            Confidence::try_from(0.2).unwrap(),
+            4,
+            20,
+            Floor::try_from(0.005).unwrap(),
+        )
+        .unwrap();
+        p.max_contention_rise = Some(0.5);
+        p.max_discarded_blocks = 2;
+        let mut p = p.against_floor(Some(4.0));
+        p.max_floor = Some(Floor::try_from(1.5f64.ln()).unwrap());
+        p
+    }
+
     /// What happened to an A/B judged against the bound.
     #[derive(Debug)]
     struct BoundRun {
@@ -966,10 +1033,10 @@ mod tests {
 
     #[test]
     fn a_small_effect_measures_the_floor_then_goes_on_from_the_pairs_run() {
-        // Blocks alternate around a 3% win by ±4%: within the bound at
+        // Blocks alternate around a 3% win by ±1%: within the bound at
         // once (which a smaller floor need not be), undecided against a 1%
         // floor at first, a win after more blocks.
-        let effect = |b: usize| -0.03 + if b % 2 == 0 { 0.04 } else { -0.04 };
+        let effect = |b: usize| -0.03 + if b % 2 == 0 { 0.01 } else { -0.01 };
         let small = Floor::try_from(0.01).unwrap();
         let s = AbSchedule::against_bound(bounded(), 1).unwrap();
         let r = drive_bound(s, effect, small);
@@ -979,9 +1046,20 @@ mod tests {
         assert!(!d.against_bound);
         assert_eq!(d.floor, small);
         assert!(d.pairs > 4, "went on after the floor: {d:?}");
-        // The candidate sat idle during the floor's A/A: warmups again.
-        assert!(r.after[0].warmup && r.after[1].warmup, "{:?}", r.after);
-        assert!(!r.after[2].warmup);
+        // No warmups after the floor: its runs kept the files warm, and the
+        // measurer keeps the candidate's server up. The next run is the
+        // next pair, in the order the A/B left off.
+        assert_eq!(
+            r.after[0],
+            Slot {
+                profile: pair_order(4)[0],
+                warmup: false,
+                pair: Some(4)
+            },
+            "{:?}",
+            r.after
+        );
+        assert!(r.after.iter().all(|s| !s.warmup));
         // The same verdict, at the same pairs, as a floor measured first.
         let pairs: Vec<(f64, f64)> = (0..d.pairs)
             .map(|k| (10.0, 10.0 * effect(k / 2).exp()))
@@ -1005,10 +1083,10 @@ mod tests {
 
     #[test]
     fn a_win_the_bound_sees_late_waits_for_the_floor_when_a_smaller_floor_said_loss_earlier() {
-        let p = bounded();
+        let p = bounded_long();
         let bound = p.max_floor.unwrap();
         // Against the bound alone, the fifth look is a win.
-        let pairs: Vec<(f64, f64)> = (0..12)
+        let pairs: Vec<(f64, f64)> = (0..20)
             .map(|k| (10.0, 10.0 * turning(k / 2).exp()))
             .collect();
         let alone = match crate::judge::decide(&pairs, bound, &p).unwrap() {
@@ -1025,7 +1103,7 @@ mod tests {
         // So the bound's win does not stand: the floor is measured, and
         // decides from the first look, as if it had been measured first.
         let small = Floor::try_from(0.01).unwrap();
-        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(9);
         let r = drive_bound(s, turning, small);
         assert_eq!(
             r.floor_asked_at,
@@ -1038,17 +1116,18 @@ mod tests {
         // at the look where that floor first decides it (before the
         // bound's): the verdict a test with that floor measured first gives.
         let wide = Floor::try_from(0.35).unwrap();
-        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(9);
         let r = drive_bound(s, turning, wide);
         let first = match crate::judge::decide(&pairs, wide, &p).unwrap() {
             Step::Decided(d) => d,
             other => panic!("{other:?}"),
         };
         assert_eq!(first.kind, VerdictKind::Win);
-        assert!(first.pairs < alone.pairs);
+        // At or before the bound's look: both wait for the reported interval to agree.
+        assert!(first.pairs <= alone.pairs);
         assert_eq!(r.decision, first);
         // Without the early blocks the same late win stands on the bound.
-        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(5);
+        let s = AbSchedule::against_bound(p, 1).unwrap().with_bound_looks(9);
         let r = drive_bound(s, |_| -1.5, small);
         assert_eq!(r.floor_asked_at, None);
         assert!(r.decision.against_bound && r.decision.kind == VerdictKind::Win);
@@ -1077,12 +1156,107 @@ mod tests {
             next = s.record(Timed::plain(spt)).unwrap();
         }
         assert_eq!(next, Next::NeedsFloor);
-        assert_eq!(
-            s.runs(),
-            4 * (BOUND_LOOKS + 1),
-            "two looks of 2 and 3 blocks"
-        );
+        // This policy's first look is at two blocks, and it asks for the
+        // floor after it: straddling the bound, the next look could not
+        // decide against it either.
+        assert_eq!(BOUND_LOOKS, 2);
+        assert_eq!(s.runs(), 8, "one look, at 2 blocks");
         let r = s.resume(floor(), None).unwrap();
         assert_eq!(r.discarded_pairs, vec![2, 3], "{r:?}");
+    }
+
+    /// The shipped shape: the first look at one block, the bound 50%.
+    fn one_block_first() -> Policy {
+        let mut p = Policy::default();
+        p.max_floor = Some(Floor::try_from(1.5f64.ln()).unwrap());
+        p
+    }
+
+    #[test]
+    fn a_huge_effect_costs_one_block_and_its_warmups_and_no_floor() {
+        // Runs wobbling by ±1% around a candidate 3.5 times faster: the
+        // draft that the first pair already shows beyond doubt.
+        let mut s = AbSchedule::against_bound(one_block_first(), 1).unwrap();
+        let wobble = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995];
+        let d = loop {
+            let i = s.runs();
+            let spt = match s.slot().profile {
+                Arm::Candidate => 10.0 / 3.5,
+                _ => 10.0,
+            } * wobble[i % wobble.len()];
+            match s.record(Timed::plain(spt)).unwrap() {
+                Next::Run => {}
+                Next::Decided(d) => break d,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 2));
+        assert!(d.against_bound);
+        assert_eq!(s.runs(), 2 + 4, "a warmup per arm and one block");
+        assert!(d.estimate.interval.1 < -d.floor.get());
+    }
+
+    #[test]
+    fn a_small_effect_asks_for_its_floor_after_one_block_and_may_stop_there() {
+        // A 20% win, far inside the bound, runs wobbling by ±0.5%: the
+        // bound cannot decide, the floor (2%) is asked for after the first
+        // block, and that same block decides against it.
+        let p = one_block_first();
+        let mut s = AbSchedule::against_bound(p, 1).unwrap();
+        let wobble = [1.0, 1.005, 0.995, 1.0];
+        let asked = loop {
+            let i = s.runs();
+            let spt = match s.slot().profile {
+                Arm::Candidate => 8.0,
+                _ => 10.0,
+            } * wobble[i % wobble.len()];
+            match s.record(Timed::plain(spt)).unwrap() {
+                Next::Run => {}
+                Next::NeedsFloor => break s.runs(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(asked, 2 + 4, "after the first block");
+        let r = s.resume(Floor::try_from(0.02).unwrap(), None).unwrap();
+        match r.next {
+            Next::Decided(d) => {
+                assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 2));
+                assert!(!d.against_bound);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_floor_under_changing_load_stops_within_its_own_budget() {
+        // The default 20 pairs: two of its ten blocks may be re-run.
+        let mut p = policy();
+        p.floor_pairs = 20;
+        p.max_discarded_blocks = 8;
+        let mut s = FloorSchedule::new(p, 1);
+        assert_eq!(s.discard_budget(), 2);
+        assert_eq!(s.most_runs(), 2 + 40 + 8);
+        // Every other block is hit by a burst (twice the contention).
+        let mut runs = 0usize;
+        let end = loop {
+            let burst = runs >= 2 && ((runs - 2) / 4) % 2 == 1;
+            runs += 1;
+            let t = Timed {
+                seconds_per_token: 10.0 * (1.0 + 0.01 * (runs % 3) as f64),
+                contention: Some(if burst { 8.0 } else { 4.0 }),
+            };
+            match s.record(t).unwrap() {
+                FloorNext::Run | FloorNext::Discarded(_) => {}
+                FloorNext::Done(end) => break end,
+            }
+        };
+        match end {
+            FloorEnd::TooNoisy { discards, .. } => assert_eq!(discards.interfered, 3),
+            other => panic!("{other:?}"),
+        }
+        // Three bursts in six blocks: 26 runs, not the 74 that the A/B's
+        // own budget of eight re-runs would have allowed.
+        assert_eq!(runs, 2 + 6 * 4);
+        assert!(runs <= s.most_runs());
     }
 }

@@ -10,7 +10,7 @@
 
 use super::JudgeError;
 use super::interference::interfered;
-use super::interval::{Blocks, Estimate, block_statistic, discordant};
+use super::interval::{Blocks, Estimate, arm_gaps, block_statistic, discordant};
 use super::policy::{Floor, Policy};
 use crate::vocab::{Arm, VerdictKind};
 
@@ -25,7 +25,16 @@ use crate::vocab::{Arm, VerdictKind};
 /// ABBA blocks only.
 /// v5 is v4 with the stored interval at the reported level
 /// ([`super::interval::REPORTED_CONFIDENCE`]), not the decision's.
-pub const METHOD: &str = "pocock-rci-own-spread-v5";
+/// v6 is v5 with a first look at one block, whose own spread is its arms'
+/// gaps and whose constant is Pocock's for every look from it
+/// ([`super::Policy::boundary_at`]); the reported interval's constant
+/// covers that look too.
+/// v7 is v6 whose `win` or `loss` also needs its reported interval to
+/// exclude zero on its side ([`agrees`]), so a verdict and the interval it
+/// shows never contradict each other.
+/// v8 is v7 whose own spread from two blocks on is the larger of the
+/// blocks' spread and their arm gaps' pooled ([`super::interval`]).
+pub const METHOD: &str = "pocock-rci-own-spread-v8";
 
 /// A final verdict with the statistics the ledger stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,6 +153,25 @@ pub fn classify(interval: (f64, f64), floor: Floor) -> Option<VerdictKind> {
     }
 }
 
+/// Whether the interval a verdict reports says what the verdict says: a
+/// `win` only when the whole reported interval is faster (below zero), a
+/// `loss` only when it is wholly slower, `within_noise` only when it
+/// reaches inside the floor. The test decides on a narrower interval (the
+/// policy's confidence) than the one it reports (90%, for every look at
+/// once), so without this a win could be shown with an interval that
+/// spans zero (`-2.4% [-8.85%, +4.24%]` was stored once): a directional
+/// verdict then waits for the blocks that make its reported interval
+/// agree, and at the last look it is `inconclusive`.
+pub fn agrees(kind: VerdictKind, reported: (f64, f64), floor: Floor) -> bool {
+    let (lo, hi) = reported;
+    match kind {
+        VerdictKind::Win => hi < 0.0,
+        VerdictKind::Loss => lo > 0.0,
+        VerdictKind::WithinNoise => lo < floor.get() && hi > -floor.get(),
+        _ => true,
+    }
+}
+
 /// Judges a sequence of `(baseline, candidate)` pairs as the sequential
 /// test would, pair by pair: the first decision, or where it stands after
 /// the last pair. Pairs after a decision are ignored (they would never have
@@ -222,7 +250,8 @@ impl SequentialTest {
 
     /// The interval over the accepted blocks so far.
     pub fn estimate(&self) -> Option<Estimate> {
-        self.blocks.estimate(self.floor, self.policy.boundary())
+        self.blocks
+            .estimate(self.floor, self.policy.boundary_at(self.blocks.n))
     }
 
     /// The interval a verdict on the accepted blocks so far would report
@@ -240,11 +269,42 @@ impl SequentialTest {
     /// blocks, where most bound verdicts fall, its small-sample factor
     /// reads 25% above the plain spread and sent a third of the replay's
     /// big wins on its noisier traces to a floor (`judge_replay`, ×0.3:
-    /// 29-34 runs all in against 22-30). `None` before two blocks.
+    /// 29-34 runs all in against 22-30). Of a single block, `√2` times
+    /// the spread its arm gaps give ([`Blocks::own_spread`]): the root mean
+    /// square of the gaps, each of which is an A/A pair of its arm. `None`
+    /// before a block was accepted.
     pub fn own_floor(&self) -> Option<f64> {
         use super::noise::{MAD_TO_SIGMA, mad};
-        (self.accepted.len() >= 2)
-            .then(|| std::f64::consts::SQRT_2 * MAD_TO_SIGMA * mad(&self.accepted))
+        use std::f64::consts::SQRT_2;
+        match self.accepted.len() {
+            0 => None,
+            1 => self.blocks.own_spread().map(|(s, _)| SQRT_2 * s),
+            _ => Some(SQRT_2 * MAD_TO_SIGMA * mad(&self.accepted)),
+        }
+    }
+
+    /// Takes back a decision this test reached, so that it goes on to its
+    /// next look: for a verdict against the bound that its premise did not
+    /// let stand ([`super::schedule::AbSchedule::against_bound`]).
+    pub(crate) fn reopen(&mut self) {
+        self.decided = None;
+    }
+
+    /// Whether the next look, one block on, would decide `win` or `loss`
+    /// against `floor` if the estimate and the own spread stayed as they
+    /// are: the half-width it would have, against the distance of the
+    /// estimate beyond `floor`. What it would take for more pairs to be
+    /// worth running against this floor; `false` before a block.
+    pub fn next_look_may_decide(&self, floor: Floor) -> bool {
+        let Some((s, _)) = self.blocks.own_spread() else {
+            return false;
+        };
+        let next = self.blocks.n + 1;
+        let z = self.policy.boundary_at(next);
+        let own = super::interval::student_quantile(z, self.blocks.n as f64) * s;
+        let half = own.max(z * floor.get() / std::f64::consts::SQRT_2) / (next as f64).sqrt();
+        let mean = self.blocks.estimate(floor, z).map_or(0.0, |e| e.log_ratio);
+        mean.abs() - half > floor.get()
     }
 
     /// Blocks discarded so far.
@@ -275,9 +335,9 @@ impl SequentialTest {
         kind: VerdictKind,
         least: Floor,
     ) -> Option<(usize, VerdictKind)> {
-        let z = self.policy.boundary();
         let earlier = self.looks.len().saturating_sub(1);
         for blocks in &self.looks[..earlier] {
+            let z = self.policy.boundary_at(blocks.n);
             for f in [least, self.floor] {
                 let other = blocks
                     .estimate(f, z)
@@ -309,13 +369,18 @@ impl SequentialTest {
             self.pending = Some((baseline, candidate));
             return Ok(Step::Continue {
                 pairs: self.pairs,
-                estimate: self.blocks.estimate(self.floor, self.policy.boundary()),
+                estimate: self
+                    .blocks
+                    .estimate(self.floor, self.policy.boundary_at(self.blocks.n)),
             });
         };
         let second = (baseline, candidate);
         let p = self.policy;
         let spt = |(b, c): (Timed, Timed)| (b.seconds_per_token, c.seconds_per_token);
-        self.all.push(block_statistic(spt(first), spt(second)));
+        self.all.push(
+            block_statistic(spt(first), spt(second)),
+            arm_gaps(spt(first), spt(second)),
+        );
         let runs = [first.0, first.1, second.0, second.1];
         if std::mem::take(&mut self.interrupted) {
             self.discards.live += 1;
@@ -335,20 +400,23 @@ impl SequentialTest {
             return self.discarded();
         }
         let statistic = block_statistic(first, second);
-        self.blocks.push(statistic);
+        self.blocks.push(statistic, arm_gaps(first, second));
         self.accepted.push(statistic);
         self.pairs += 2;
         let pairs = self.pairs;
         if pairs >= p.min_pairs {
             self.looks.push(self.blocks);
         }
-        let estimate = self.blocks.estimate(self.floor, p.boundary());
+        let estimate = self
+            .blocks
+            .estimate(self.floor, p.boundary_at(self.blocks.n));
         // Decide only on whole ABBA blocks, where drift cancels.
         if let (true, Some(est)) = (pairs >= p.min_pairs, estimate) {
+            let reported = self.reported().expect("a block was accepted");
             let kind = classify(est.interval, self.floor)
+                .filter(|k| agrees(*k, reported, self.floor))
                 .or((pairs >= p.max_pairs).then_some(VerdictKind::Inconclusive));
             if let Some(kind) = kind {
-                let reported = self.reported().expect("a block was accepted");
                 return Ok(Step::Decided(self.decide(kind, est, reported, None)));
             }
         }
@@ -384,7 +452,7 @@ impl SequentialTest {
         if discards.total() > self.policy.max_discarded_blocks {
             let estimate = self
                 .all
-                .estimate(self.floor, self.policy.boundary())
+                .estimate(self.floor, self.policy.boundary_at(self.all.n))
                 .expect("a discarded block was pushed to `all`");
             let reported = self
                 .all
@@ -460,7 +528,17 @@ mod tests {
 
     #[test]
     fn the_own_floor_is_the_blocks_spread_robust_to_one_moved_block() {
-        assert_eq!(own_floor_of(&[-1.0]), None);
+        assert_eq!(own_floor_of(&[]), None);
+        // One block whose arms repeat themselves exactly: no spread.
+        assert_eq!(own_floor_of(&[-1.0]), Some(0.0));
+        // One block: the root mean square of its two arm gaps, each an A/A
+        // pair of its arm (baseline 10 then 11, candidate 5 then 5).
+        let mut t = SequentialTest::new(policy(0.05, 4, 60), floor(0.99));
+        t.push(10.0, 5.0).unwrap();
+        t.push(11.0, 5.0).unwrap();
+        let one = t.own_floor().unwrap();
+        let gap = 1.1f64.ln();
+        assert!((one - (gap * gap / 2.0).sqrt()).abs() < 1e-12, "{one}");
         // Two blocks: √2 · 1.4826 · |x1 − x2| / 2.
         let two = own_floor_of(&[-1.0, -1.4]).unwrap();
         assert!((two - 2f64.sqrt() * 1.482_602 * 0.2).abs() < 1e-5, "{two}");
@@ -566,15 +644,56 @@ mod tests {
     }
 
     #[test]
-    fn no_verdict_from_a_single_block_however_large_the_effect() {
+    fn a_single_block_decides_only_when_its_own_arms_agree() {
         let p = Policy::default();
+        assert_eq!(p.min_pairs, 2, "the first look is at one block");
+        // An 11% win, twice a 6% floor, whose arms repeat themselves:
+        // decided at one block.
+        let d = decided(decide(&pairs(&[-0.12, -0.12]), floor(0.06), &p).unwrap());
+        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 2));
+        // The same statistic from a block whose baseline runs are 25%
+        // apart (10 then 12.5, the candidate 11% under their mean; not
+        // discordant, under 4 floors): its own spread, from that gap, is
+        // too wide to decide at one block.
+        let c = (10.0f64 * 12.5).sqrt() * (-0.12f64).exp();
+        let mut t = SequentialTest::new(p, floor(0.06));
+        assert!(matches!(t.push(10.0, c).unwrap(), Step::Continue { .. }));
+        match t.push(12.5, c).unwrap() {
+            Step::Continue {
+                pairs: 2,
+                estimate: Some(e),
+            } => {
+                assert!((e.log_ratio + 0.12).abs() < 1e-12);
+                assert!(e.interval.1 > -0.06, "{e:?}");
+            }
+            other => panic!("one noisy block decided: {other:?}"),
+        }
+        // A policy may still ask for two blocks.
+        let two = Policy::new(p.confidence, 4, 16, p.min_floor).unwrap();
         assert!(matches!(
-            decide(&pairs(&[-0.5, -0.5]), floor(0.03), &p).unwrap(),
+            decide(&pairs(&[-0.5, -0.5]), floor(0.03), &two).unwrap(),
             Step::Continue { pairs: 2, .. }
         ));
-        let d = decided(decide(&pairs(&[-0.5; 4]), floor(0.03), &p).unwrap());
-        assert_eq!((d.kind, d.pairs), (VerdictKind::Win, 4));
-        assert!(Policy::new(p.confidence, 2, 10, p.min_floor).is_err());
+        assert!(Policy::new(p.confidence, 0, 10, p.min_floor).is_err());
+    }
+
+    #[test]
+    fn the_first_look_is_held_to_a_stricter_constant_than_the_later_ones() {
+        let p = Policy::default();
+        // Pocock's constant for looks 1..8 blocks, and for 2..8.
+        let first = crate::judge::pocock::constant(1, 8, p.confidence.alpha());
+        let later = crate::judge::pocock::constant(2, 8, p.confidence.alpha());
+        assert!(first > later, "{first} {later}");
+        assert_eq!(p.boundary_at(1), first);
+        assert_eq!(p.boundary_at(2), later);
+        assert_eq!(p.boundary_at(8), later);
+        assert_eq!(p.boundary(), later);
+        // The reported 90% interval is one Pocock family over every look.
+        let reported = crate::judge::pocock::constant(1, 8, 0.10);
+        assert_eq!(p.report_boundary(), reported);
+        // With two blocks first, one constant for every look, as before.
+        let two = Policy::new(p.confidence, 4, 16, p.min_floor).unwrap();
+        assert_eq!(two.boundary_at(1), two.boundary_at(2));
     }
 
     #[test]
@@ -694,8 +813,74 @@ mod tests {
         }
     }
 
+    /// One block whose decision interval (the policy's 10%) lies beyond
+    /// `-floor` while its reported 90% interval spans zero: the shape of a
+    /// stored `win` shown as `[-8.85%, +4.24%]`. It must not be a win.
+    #[test]
+    fn a_win_whose_reported_interval_spans_zero_is_not_decided() {
+        use crate::judge::interval::student_quantile;
+        let f = 0.05;
+        let p = policy(0.10, 2, 16);
+        // Baseline runs equal; the candidate's two differ by 2h, so the
+        // block's own spread is h (under the discordance limit of 4f).
+        let h = 1.5 * f;
+        let half = |z: f64| (student_quantile(z, 2.0) * h).max(z * f / std::f64::consts::SQRT_2);
+        let decision = half(p.boundary_at(1));
+        let reported = half(p.report_boundary());
+        let m = -(f + decision) * 1.05;
+        assert!(
+            m + reported > 0.0,
+            "the reported interval must span zero here"
+        );
+        let pairs = [(1.0, (m + h).exp()), (1.0, (m - h).exp())];
+        // The decision's interval alone says win.
+        assert_eq!(
+            classify((m - decision, m + decision), floor(f)),
+            Some(VerdictKind::Win)
+        );
+        match decide(&pairs, floor(f), &p).unwrap() {
+            Step::Decided(d) => panic!("decided {:?} with reported {:?}", d.kind, d.reported),
+            Step::Continue { .. } => {}
+            Step::Discarded { .. } => panic!("the block was discarded"),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+        /// A verdict never contradicts the interval it reports: a win's
+        /// lies below zero, a loss's above, a within-noise one reaches
+        /// inside the floor; and it holds the decision's own interval.
+        #[test]
+        fn a_verdict_agrees_with_its_reported_interval(
+            effect in -0.4f64..0.4,
+            sigma in 0.001f64..0.2,
+            f in 0.01f64..0.3,
+            seed in any::<u64>(),
+        ) {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let noise = Normal::new(0.0, sigma).unwrap();
+            let ts: Vec<(f64, f64)> = (0..16)
+                .map(|_| {
+                    let b: f64 = noise.sample(&mut rng);
+                    let c: f64 = noise.sample(&mut rng);
+                    (b.exp(), (effect + c).exp())
+                })
+                .collect();
+            let p = policy(0.10, 2, 16);
+            if let Step::Decided(d) = decide(&ts, floor(f), &p).unwrap() {
+                prop_assert!(agrees(d.kind, d.reported, floor(f)), "{:?} {:?}", d.kind, d.reported);
+                match d.kind {
+                    VerdictKind::Win => prop_assert!(d.reported.1 < 0.0),
+                    VerdictKind::Loss => prop_assert!(d.reported.0 > 0.0),
+                    _ => {}
+                }
+                if d.too_noisy.is_none() {
+                    prop_assert!(d.reported.0 <= d.estimate.interval.0 + 1e-12);
+                    prop_assert!(d.reported.1 >= d.estimate.interval.1 - 1e-12);
+                }
+            }
+        }
+
 
         #[test]
         fn swapped_arms_give_the_mirrored_verdict(

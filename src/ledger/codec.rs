@@ -88,6 +88,8 @@ text_enum!(DeferredAt);
 text_enum!(Arm);
 text_enum!(ProposerKind);
 text_enum!(Method);
+text_enum!(crate::vocab::WaitKind);
+text_enum!(crate::vocab::EngineUse);
 text_enum!(MenuId, |text, _e| format!("`{text}` is not a menu id")
     .into());
 text_enum!(Digest);

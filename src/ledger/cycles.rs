@@ -13,7 +13,7 @@ use super::ids::{CycleId, ExperimentId, ObservationId, ProposalId};
 use super::verdicts::Verdict;
 use super::{Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, Digest, ProposerKind};
+use crate::vocab::{CycleStatus, Digest, ProposerKind, Scheduled};
 
 /// The ledger's record of one cycle of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
@@ -135,17 +135,21 @@ pub struct CycleVerdict {
 impl CycleVerdict {
     /// Why the orchestrator ran this experiment itself, without asking the
     /// proposer; `None` when the proposer chose it (or nothing was tried).
-    pub fn scheduled(&self) -> Option<&'static str> {
+    /// With no proposal, the rows tell the kinds apart: a manual
+    /// comparison's experiments say so, a confirmation names the win it
+    /// re-tests, a floor refresh is a `remeasure`, and the one other
+    /// experiment the orchestrator records itself is a composition.
+    pub fn scheduled(&self) -> Option<Scheduled> {
         if self.manual {
             return Some(match self.confirmation_of {
-                Some(_) => "confirmation of a manual comparison",
-                None => "manual comparison",
+                Some(_) => Scheduled::ManualConfirmation,
+                None => Scheduled::ManualComparison,
             });
         }
         match (self.menu_id, self.proposal_id, self.confirmation_of) {
-            (Some(_), None, Some(_)) => Some("confirmation"),
-            (Some(MenuId::Remeasure), None, None) => Some("noise floor"),
-            (Some(_), None, None) => Some("scheduled"),
+            (Some(_), None, Some(_)) => Some(Scheduled::Confirmation),
+            (Some(MenuId::Remeasure), None, None) => Some(Scheduled::FloorRefresh),
+            (Some(_), None, None) => Some(Scheduled::Composition),
             _ => None,
         }
     }
@@ -158,6 +162,13 @@ pub(crate) const SQL_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted'
 
 const PG_ABORT_RUNNING: &str = "UPDATE cycles SET status = 'aborted', ended_at = GREATEST($1, started_at), error = $2 \
      WHERE status = 'running' AND (CAST($3 AS TEXT) IS NULL OR stack = $3)";
+
+/// The newest observations first, by primary key (bounded by the limit), of
+/// the handle's stack.
+pub(crate) const SQL_RECENT_LIVE_METRIC: &str = "SELECT o.observed_at, o.metrics FROM observations o \
+     JOIN cycles c ON c.id = o.cycle_id \
+     WHERE CAST($2 AS TEXT) IS NULL OR c.stack = $2 \
+     ORDER BY o.id DESC LIMIT $1";
 
 /// A scoped handle (`orchestrator ledger --stack`) lists its stack's only.
 pub(crate) const SQL_RECENT_CYCLES: &str = concat!(
@@ -496,6 +507,28 @@ impl Ledger {
     pub async fn observation(&self, cycle_id: CycleId) -> Result<Option<Observation>> {
         let mut c = self.conn("read an observation").await?;
         observation(c.conn(), &self.ctx, cycle_id).await
+    }
+
+    /// The metrics snapshots of the last `limit` observations of this
+    /// handle's stack, oldest first, with when: the live series a floor and
+    /// a waiting loop watch for a drift.
+    pub async fn recent_observed_metrics(&self, limit: u32) -> Result<Vec<(DateTime<Utc>, Value)>> {
+        let op = "read the recent live metrics";
+        let mut c = self.conn(op).await?;
+        let rows: Vec<(DateTime<Utc>, String)> =
+            on_db!(c.conn(), |c| sqlx::query_as(SQL_RECENT_LIVE_METRIC)
+                .bind(i64::from(limit))
+                .bind(self.ctx.stack())
+                .fetch_all(c)
+                .await
+                .map_err(self.ctx.err(op)))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (at, text) in rows.into_iter().rev() {
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| self.ctx.err(op)(sqlx::Error::Decode(Box::new(e))))?;
+            out.push((at, v));
+        }
+        Ok(out)
     }
 
     /// The `limit` most recent cycles, newest first, each with its verdicts.

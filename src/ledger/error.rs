@@ -190,11 +190,11 @@ pub enum LedgerError {
     CycleNotRunning { id: CycleId, status: CycleStatus },
 
     #[error(
-        "experiment {experiment_id} cannot be staged: {why}; only a win confirmed by an independent second A/B may be staged"
+        "experiment {experiment_id} cannot be staged on experiment {confirmation_id}: the ledger does not hold them as a win and its confirmation (an experiment whose confirmation_of is the win, on the same two profiles) with the verdicts given; only a win confirmed by an independent second A/B may be staged, with the statistics its verdicts recorded"
     )]
     NotStageable {
         experiment_id: ExperimentId,
-        why: &'static str,
+        confirmation_id: ExperimentId,
     },
 
     #[error(

@@ -79,3 +79,7 @@ row_id!(
     /// The combined candidate of staged wins on different menu entries.
     CompositionId, "composition"
 );
+row_id!(
+    /// A stretch in which the daemon ran no cycle on purpose.
+    WaitId, "wait"
+);

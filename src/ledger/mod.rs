@@ -44,6 +44,9 @@
 //! | `ReportNoiseFloors`           | `noise_floors_by_stack`                   |
 //! | `ReportStages`                | `stages_by_time`                          |
 //! | `ReportLeverRuns`             | `sqlite_autoindex_runs_1` (experiment_id, order_index) |
+//! | `EngineRuns`, `ReportEngineRuns` | `runs_by_start`, then primary and unique keys |
+//! | `RecentWaits`                 | `waits_by_start`                          |
+//! | `RecentLiveMetric`            | primary key (newest first, bounded by the limit), then `cycles`' |
 //!
 //! [`Ledger::query_plan`] returns SQLite's `EXPLAIN QUERY PLAN` for each, and
 //! a test asserts that none of them scans a whole table (the PostgreSQL
@@ -60,7 +63,9 @@
 //! (cycles, observations, the `orchestrator ledger` listing), `proposals`,
 //! `experiments` (with the history and duplicate queries), `runs`, `parts`
 //! (a profile's measured parts of a token), `verdicts`, `noise`,
-//! `references`, `stages`, `claims` (which stack confirms a win),
+//! `references`, `stages`, `staging` (a
+//! confirmed win staged from its two recorded wins, in one guarded insert),
+//! `claims` (which stack confirms a win),
 //! `class_applies` (a stage approved for its class, applied by each
 //! classmate), `applies` (whether an approved stage reached its stack's
 //! live profile), `reverts` (a stage's replaced profile put back, and
@@ -150,6 +155,7 @@ mod connect;
 mod costs;
 mod cycles;
 mod deferrals;
+mod engine_time;
 mod error;
 mod experiments;
 mod ids;
@@ -168,8 +174,10 @@ mod stack_lock;
 mod stage_counts;
 mod stage_expiry;
 mod stages;
+mod staging;
 mod target;
 mod verdicts;
+mod waits;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -199,11 +207,12 @@ pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
 };
 pub use deferrals::CycleDeferral;
+pub use engine_time::{EngineRun, EngineSeconds};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{
     CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
-    RunId, StageId, VerdictId,
+    RunId, StageId, VerdictId, WaitId,
 };
 pub use manual::{MANUAL, NewManualExperiment};
 pub use noise::{NewNoiseFloor, NoiseFloor};
@@ -219,8 +228,10 @@ pub use scope::{Adopted, StackScope};
 pub use stack_lock::StackLock;
 pub use stage_counts::StageCounts;
 pub use stages::{Stage, StageDecision, StageDetail, StageSummary};
+pub use staging::RecordedWin;
 pub use target::PostgresTarget;
 pub use verdicts::{NewVerdict, Verdict};
+pub use waits::{NewWait, Wait};
 
 use error::Ctx;
 
@@ -291,7 +302,7 @@ impl Ledger {
         busy_timeout: Duration,
         max_bytes: Option<u64>,
     ) -> Result<Ledger> {
-        Ledger::connect(path.as_ref(), busy_timeout, max_bytes, true).await
+        Ledger::connect(path.as_ref(), busy_timeout, max_bytes, true, true).await
     }
 
     /// Opens the ledger at `path` only if it exists (and applies pending
@@ -300,7 +311,14 @@ impl Ledger {
     /// path. Callers refuse a missing file first, with the fix; this is the
     /// guarantee when the file vanishes in between.
     pub async fn open_existing(path: impl AsRef<Path>) -> Result<Ledger> {
-        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false).await
+        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false, true).await
+    }
+
+    /// Opens the ledger at `path` only if it exists, and never migrates it
+    /// (so writes nothing): for `orchestrator check`, which reads it only
+    /// when [`Ledger::schema_state`] says it is current.
+    pub async fn open_unmigrated(path: impl AsRef<Path>) -> Result<Ledger> {
+        Ledger::connect(path.as_ref(), DEFAULT_BUSY_TIMEOUT, None, false, false).await
     }
 
     async fn connect(
@@ -308,6 +326,7 @@ impl Ledger {
         busy_timeout: Duration,
         max_bytes: Option<u64>,
         create: bool,
+        migrate: bool,
     ) -> Result<Ledger> {
         let ctx = Ctx {
             path: Arc::from(path),
@@ -389,7 +408,9 @@ impl Ledger {
             pool: Pool::Sqlite(pool),
             ctx,
         };
-        ledger.migrate().await?;
+        if migrate {
+            ledger.migrate().await?;
+        }
         Ok(ledger)
     }
 

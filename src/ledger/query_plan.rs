@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{
-    Conn, Ledger, Result, claims, compositions, cycles, experiments, noise, proposals, references,
-    report, runs, stages, verdicts,
+    Conn, Ledger, Result, claims, compositions, cycles, engine_time, experiments, noise, proposals,
+    references, report, runs, stages, verdicts, waits,
 };
 
 /// A query whose plan matters because it runs every cycle or every report.
@@ -46,6 +46,11 @@ pub enum NamedQuery {
     ReportStacks,
     ReportLatestCycle,
     ReportLatestUnownedCycle,
+    EngineRuns,
+    ReportEngineRuns,
+    ReportUnownedEngineRuns,
+    RecentWaits,
+    RecentLiveMetric,
 }
 
 impl NamedQuery {
@@ -84,6 +89,11 @@ impl NamedQuery {
         NamedQuery::ReportStacks,
         NamedQuery::ReportLatestCycle,
         NamedQuery::ReportLatestUnownedCycle,
+        NamedQuery::EngineRuns,
+        NamedQuery::ReportEngineRuns,
+        NamedQuery::ReportUnownedEngineRuns,
+        NamedQuery::RecentWaits,
+        NamedQuery::RecentLiveMetric,
     ];
 
     /// The exact SQL the ledger runs for it.
@@ -123,6 +133,11 @@ impl NamedQuery {
             NamedQuery::ReportStacks => report::SQL_REPORT_STACKS,
             NamedQuery::ReportLatestCycle => report::SQL_REPORT_LATEST_CYCLE,
             NamedQuery::ReportLatestUnownedCycle => report::SQL_REPORT_LATEST_UNOWNED_CYCLE,
+            NamedQuery::EngineRuns => engine_time::SQL_ENGINE_RUNS,
+            NamedQuery::ReportEngineRuns => report::SQL_REPORT_ENGINE_RUNS,
+            NamedQuery::ReportUnownedEngineRuns => report::SQL_REPORT_UNOWNED_ENGINE_RUNS,
+            NamedQuery::RecentWaits => waits::SQL_RECENT_WAITS,
+            NamedQuery::RecentLiveMetric => cycles::SQL_RECENT_LIVE_METRIC,
         }
     }
 }

@@ -267,6 +267,24 @@ pub(crate) const SQL_REPORT_LATEST_UNOWNED_CYCLE: &str = concat!(
 
 /// Valid A/B runs of one experiment, in run order: warmups, failed and
 /// refused runs never carry a figure the projection may multiply.
+// Engine time per day and use: runs walked by their start
+// (`runs_by_start`), their experiment and cycle by primary key.
+macro_rules! report_engine_runs {
+    ($stack:literal) => {
+        concat!(
+            "SELECT e.cycle_id, r.started_at, r.duration_s, ",
+            super::engine_time::engine_use_sql!(),
+            " FROM runs r CROSS JOIN experiments e CROSS JOIN cycles c \
+              LEFT JOIN verdicts v ON v.experiment_id = e.id \
+              WHERE e.id = r.experiment_id AND c.id = e.cycle_id AND ",
+            $stack,
+            " AND r.started_at >= $1 AND r.started_at < $2 ORDER BY r.started_at"
+        )
+    };
+}
+pub(crate) const SQL_REPORT_ENGINE_RUNS: &str = report_engine_runs!("c.stack = $3");
+pub(crate) const SQL_REPORT_UNOWNED_ENGINE_RUNS: &str = report_engine_runs!("c.stack IS NULL");
+
 pub(crate) const SQL_REPORT_LEVER_RUNS: &str = "SELECT arm, pair_index, seconds_per_token, \
             trunk_seconds_per_token, expert_seconds_per_token, far_hit_share, draft_acceptance \
      FROM runs \
@@ -420,6 +438,30 @@ impl Ledger {
             &start,
             &end,
             |r: &ReportRun| (r.created_at, r.experiment_id),
+        )
+        .await
+    }
+
+    /// `stack`'s engine runs started in `[start, end)`, oldest first, with
+    /// what each bought.
+    pub async fn report_engine_runs(
+        &self,
+        stack: &ReportStack,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Vec<super::EngineRun>> {
+        let op = "read the report's engine time";
+        let mut c = self.conn(op).await?;
+        let sql = (SQL_REPORT_ENGINE_RUNS, SQL_REPORT_UNOWNED_ENGINE_RUNS);
+        per_stack(
+            c.conn(),
+            &self.ctx,
+            op,
+            sql,
+            stack,
+            &start,
+            &end,
+            |r: &super::EngineRun| r.started_at,
         )
         .await
     }

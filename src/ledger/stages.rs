@@ -21,7 +21,7 @@ use super::stage_expiry::{built_on, expire_stale, settle_all, staged_edges};
 use super::verdicts::{self, Verdict};
 use super::{Interval, Ledger, LedgerError, Result, WriteTx};
 use crate::menu::MenuId;
-use crate::vocab::{Digest, StageState, VerdictKind};
+use crate::vocab::{Digest, StageState};
 
 /// What a person decides about a staged win.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -237,72 +237,6 @@ pub(crate) const SQL_ALL_STAGES: &str = "SELECT s.id, s.experiment_id, s.state, 
      WHERE CAST($1 AS TEXT) IS NULL OR s.stack = $1 \
      ORDER BY s.created_at DESC, s.id DESC";
 
-/// Stages a confirmed win, copying the profiles from the experiment and the
-/// statistics from the confirmation's verdict, so the stage cannot disagree
-/// with its evidence.
-async fn insert(
-    c: Conn<'_>,
-    cx: &Ctx,
-    experiment_id: ExperimentId,
-    confirmation_id: ExperimentId,
-    created_at: DateTime<Utc>,
-) -> Result<StageId> {
-    on_db!(c, |c| {
-        let refuse = |why| LedgerError::NotStageable { experiment_id, why };
-        let experiment = experiments::get((&mut *c).into(), cx, experiment_id).await?;
-        let confirmation = experiments::get((&mut *c).into(), cx, confirmation_id).await?;
-        if confirmation.confirmation_of != Some(experiment_id) {
-            return Err(refuse(
-                "the given confirmation experiment does not confirm it",
-            ));
-        }
-        if confirmation.base_digest != experiment.base_digest
-            || confirmation.candidate_digest != experiment.candidate_digest
-        {
-            return Err(refuse("its confirmation compared different profiles"));
-        }
-        let verdict = verdicts::of_experiment((&mut *c).into(), cx, experiment_id).await?;
-        if verdict.map(|v| v.kind) != Some(VerdictKind::Win) {
-            return Err(refuse("its verdict is not a win"));
-        }
-        let Some(confirmed) =
-            verdicts::of_experiment((&mut *c).into(), cx, confirmation_id).await?
-        else {
-            return Err(refuse("its confirmation has no verdict yet"));
-        };
-        if confirmed.kind != VerdictKind::Win {
-            return Err(refuse("its confirmation's verdict is not a win"));
-        }
-        let (Some(effect), Some(interval), Some(floor)) =
-            (confirmed.effect, confirmed.interval, confirmed.noise_floor)
-        else {
-            return Err(refuse("its confirmation's verdict lacks its statistics"));
-        };
-        sqlx::query_scalar(
-            "INSERT INTO stages (experiment_id, confirmation_id, state, base_digest, candidate_digest, \
-             candidate_profile, effect, interval_low, interval_high, noise_floor, created_at, stack, \
-             confirmed_by_stack) \
-             VALUES ($1, $2, 'staged', $3, $4, $5, $6, $7, $8, $9, $10, \
-             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $1), \
-             (SELECT c.stack FROM experiments e JOIN cycles c ON c.id = e.cycle_id WHERE e.id = $2)) \
-             RETURNING id",
-        )
-        .bind(experiment_id)
-        .bind(confirmation_id)
-        .bind(&experiment.base_digest)
-        .bind(&experiment.candidate_digest)
-        .bind(&experiment.candidate_profile)
-        .bind(effect)
-        .bind(interval.low)
-        .bind(interval.high)
-        .bind(floor)
-        .bind(ts(&created_at))
-        .fetch_one(c)
-        .await
-        .map_err(cx.err("stage a win"))
-    })
-}
-
 async fn get(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<Stage> {
     on_db!(c, |c| {
         sqlx::query_as("SELECT * FROM stages WHERE id = $1")
@@ -353,7 +287,8 @@ async fn detail(c: Conn<'_>, cx: &Ctx, id: StageId) -> Result<StageDetail> {
         let confirmation = experiments::get((&mut *c).into(), cx, stage.confirmation_id).await?;
         let runs = runs::of_experiment((&mut *c).into(), cx, experiment.id).await?;
         let confirmation_runs = runs::of_experiment((&mut *c).into(), cx, confirmation.id).await?;
-        // insert() refuses to stage without both verdicts, and verdicts are never deleted.
+        // A stage is inserted only beside both verdicts (`staging`), and
+        // verdicts are never deleted.
         let verdict = verdicts::of_experiment((&mut *c).into(), cx, experiment.id)
             .await?
             .ok_or_else(|| cx.not_found("verdict of experiment", experiment.id.0))?;
@@ -421,18 +356,6 @@ pub(super) async fn settle(
 }
 
 impl WriteTx {
-    /// Stages a win confirmed by `confirmation_id` (an experiment whose
-    /// `confirmation_of` is `experiment_id`); both verdicts must be `win`.
-    pub async fn insert_stage(
-        &mut self,
-        experiment_id: ExperimentId,
-        confirmation_id: ExperimentId,
-        created_at: DateTime<Utc>,
-    ) -> Result<StageId> {
-        let (c, cx) = self.parts();
-        insert(c, cx, experiment_id, confirmation_id, created_at).await
-    }
-
     /// Reads a stage under the write lock (the first step of `stage approve`).
     pub async fn stage(&mut self, id: StageId) -> Result<Stage> {
         let (c, cx) = self.parts();
@@ -510,21 +433,6 @@ impl WriteTx {
 }
 
 impl Ledger {
-    /// [`WriteTx::insert_stage`] as its own transaction.
-    pub async fn insert_stage(
-        &self,
-        experiment_id: ExperimentId,
-        confirmation_id: ExperimentId,
-        created_at: DateTime<Utc>,
-    ) -> Result<StageId> {
-        let mut tx = self.begin_write().await?;
-        let id = tx
-            .insert_stage(experiment_id, confirmation_id, created_at)
-            .await?;
-        tx.commit().await?;
-        Ok(id)
-    }
-
     pub async fn stage(&self, id: StageId) -> Result<Stage> {
         let mut c = self.conn("read a stage").await?;
         get(c.conn(), &self.ctx, id).await

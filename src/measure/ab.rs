@@ -113,7 +113,12 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             policy,
         };
         let report = self.ab_runs(&arms, gate, schedule, Vec::new()).await;
-        self.scorer.finish().await;
+        // Paused for its floor, the A/B keeps what its scorer holds (a
+        // shadow's server) warm for [`Self::resume_ab`], which goes on with
+        // no warmups; it is released when the A/B ends (or with the scorer).
+        if !matches!(report, Ok(BoundedAb::NeedsFloor(_))) {
+            self.scorer.finish().await;
+        }
         Some(report)
     }
 
@@ -142,6 +147,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         self.discard_pairs(&mut runs, &resumed.discarded_pairs)
             .await?;
         if let Next::Decided(d) = resumed.next {
+            self.scorer.finish().await;
             return Ok(AbReport {
                 verdict: AbVerdict::Decided(d),
                 runs,
@@ -258,8 +264,7 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let mut schedule = FloorSchedule::new(policy, self.warmups_per_arm);
         let digest = live.profile.digest();
         let mut runs = Vec::new();
-        let most = 2 * self.warmups_per_arm
-            + 2 * (schedule.pairs_wanted() + 2 * policy.max_discarded_blocks + 2);
+        let most = schedule.most_runs();
         let bound = 2 * self.warmups_per_arm + 2 * schedule.pairs_wanted();
         let mut users = Interruptions::default();
         let most_live = policy.max_discarded_blocks;

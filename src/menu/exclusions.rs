@@ -10,6 +10,10 @@
 //! and why ([`Rejection::Excluded`](super::Rejection::Excluded)); the
 //! prompt lists them and the bandit's grid skips them.
 //!
+//! An entry with no parameter has no value to exclude: it is withheld
+//! whole, with why ([`Withheld`]: `remeasure` while the noise floor it would
+//! measure is fresh), from the same schema and validator.
+//!
 //! Every menu entry has at most one parameter (see
 //! [`MenuId::planner_params`](super::MenuId::planner_params)), so a value
 //! excluded for one parameter excludes that whole proposal.
@@ -67,6 +71,16 @@ impl Excluded {
     pub fn matches(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
         self.experiment == experiment && self.param == param && same(&self.value, value)
     }
+}
+
+/// A whole entry no proposal may choose now, and why (our own words): an
+/// entry without parameters, which no value exclusion can reach. The
+/// schema leaves it out and the validator refuses it
+/// ([`Rejection::Withheld`](super::Rejection::Withheld)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Withheld {
+    pub experiment: MenuId,
+    pub why: String,
 }
 
 /// The base's own values, from [`crate::plan::unchanged`].

@@ -98,6 +98,7 @@ impl Menu {
             stack: None,
             rationale_max_chars: RATIONALE_MAX_CHARS,
             excluded: Vec::new(),
+            withheld: Vec::new(),
         })
     }
 }

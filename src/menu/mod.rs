@@ -26,7 +26,7 @@ mod load;
 mod schema;
 mod validate;
 
-pub use exclusions::{Excluded, Why, named as named_value, shown as shown_value};
+pub use exclusions::{Excluded, Why, Withheld, named as named_value, shown as shown_value};
 pub use load::MenuError;
 pub use validate::Rejection;
 
@@ -163,6 +163,8 @@ pub struct Menu {
     /// Values no proposal may take on the current live profile: left out
     /// of the schema and refused by the validator, from this one list.
     excluded: Vec<Excluded>,
+    /// Entries no proposal may choose now, whole (see [`Withheld`]).
+    withheld: Vec<Withheld>,
 }
 
 /// A parameter's value, after validation.
@@ -233,6 +235,7 @@ impl Menu {
             stack: Some(stack.to_string()),
             rationale_max_chars: self.rationale_max_chars,
             excluded: self.excluded.clone(),
+            withheld: self.withheld.clone(),
         }
     }
 
@@ -254,6 +257,20 @@ impl Menu {
             }
         }
         self
+    }
+
+    /// The same menu with this entry withheld: the schema leaves it out and
+    /// the validator refuses it as [`Rejection::Withheld`].
+    pub fn withholding(mut self, w: Withheld) -> Menu {
+        if !self.withheld.iter().any(|x| x.experiment == w.experiment) {
+            self.withheld.push(w);
+        }
+        self
+    }
+
+    /// Why `id` is withheld now, if it is.
+    pub fn withheld(&self, id: MenuId) -> Option<&Withheld> {
+        self.withheld.iter().find(|w| w.experiment == id)
     }
 
     /// The excluded values, in the order they were added.

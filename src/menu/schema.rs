@@ -8,8 +8,10 @@ use super::{Excluded, Menu, MenuEntry, MenuId, ParamValue, exclusions};
 impl Menu {
     /// Whether some value of every parameter of `id` is still allowed.
     pub fn offers(&self, id: MenuId) -> bool {
-        self.entry(id)
-            .is_ok_and(|e| entry_schema(e, self.rationale_max_chars, &self.excluded).is_some())
+        self.withheld(id).is_none()
+            && self
+                .entry(id)
+                .is_ok_and(|e| entry_schema(e, self.rationale_max_chars, &self.excluded).is_some())
     }
 
     /// The JSON schema of a valid answer: one alternative per entry, each an
@@ -18,11 +20,12 @@ impl Menu {
     /// required keys, string enums, integer/number bounds (exclusive ones
     /// around an excluded number), string maxLength, and `anyOf` (at the
     /// root, and over the ranges an excluded value leaves). An entry with
-    /// no value left is not among the alternatives.
+    /// no value left, or withheld, is not among the alternatives.
     pub fn json_schema(&self) -> Value {
         let alternatives: Vec<Value> = self
             .entries
             .iter()
+            .filter(|e| self.withheld(e.id).is_none())
             .filter_map(|e| entry_schema(e, self.rationale_max_chars, &self.excluded))
             .collect();
         json!({ "anyOf": alternatives })

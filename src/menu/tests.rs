@@ -389,3 +389,44 @@ fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
         ]})
     );
 }
+
+/// A withheld entry (`remeasure` while its floor is fresh) leaves the
+/// schema, and the validator refuses it with the reason, from the one
+/// list; the other entries are untouched.
+#[test]
+fn a_withheld_entry_leaves_the_schema_and_the_validator_says_why() {
+    let answer = r#"{"experiment":"remeasure","params":{},"rationale":""}"#;
+    let open = menu();
+    assert!(open.offers(MenuId::Remeasure));
+    assert!(open.validate(answer).is_ok());
+    let enums = |m: &Menu| -> Vec<Value> {
+        m.json_schema()["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["properties"]["experiment"]["enum"][0].clone())
+            .collect()
+    };
+    assert!(enums(&open).contains(&json!("remeasure")));
+
+    let why = "the surface noise floor is fresh (measured 2m ago)";
+    let m = menu().withholding(Withheld {
+        experiment: MenuId::Remeasure,
+        why: why.into(),
+    });
+    assert!(!m.offers(MenuId::Remeasure));
+    assert!(m.offers(MenuId::StageSpeculative));
+    assert_eq!(m.withheld(MenuId::Remeasure).unwrap().why, why);
+    let listed = enums(&m);
+    assert!(!listed.contains(&json!("remeasure")), "{listed:?}");
+    assert_eq!(listed.len(), 4, "{listed:?}");
+    let err = m.validate(answer).unwrap_err();
+    assert_eq!(err.kind(), "not_offered");
+    assert_eq!(
+        err.to_string(),
+        format!("remeasure is not offered now: {why}; choose another experiment")
+    );
+    // Kept through a narrowing of the menu.
+    let narrowed = m.without(&[MenuId::RerankPins], "s");
+    assert!(!narrowed.offers(MenuId::Remeasure));
+}

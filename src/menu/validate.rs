@@ -59,6 +59,12 @@ pub enum Rejection {
         what: String,
         why: Why,
     },
+    #[error("{experiment} is not offered now: {why}; choose another experiment")]
+    Withheld {
+        experiment: MenuId,
+        /// Our own words (see [`Withheld`](super::Withheld)).
+        why: String,
+    },
     #[error(
         "{what}: the same experiment with the same parameters was already decided on this profile (experiment {previous})"
     )]
@@ -101,6 +107,7 @@ impl Rejection {
             Rejection::Duplicate { .. }
             | Rejection::RefusedByPlanner { .. }
             | Rejection::Excluded { .. } => "duplicate",
+            Rejection::Withheld { .. } => "not_offered",
             Rejection::NotMeasured { .. } => "not_measured",
             Rejection::NotChatCompletion { .. } => "not_chat_completion",
         }
@@ -146,6 +153,12 @@ impl Menu {
             stack: e.stack,
             valid: self.offered(),
         })?;
+        if let Some(w) = self.withheld(id) {
+            return Err(Rejection::Withheld {
+                experiment: id,
+                why: w.why.clone(),
+            });
+        }
         let params = obj
             .get("params")
             .ok_or(Rejection::MissingField { field: "params" })?

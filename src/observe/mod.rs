@@ -162,6 +162,36 @@ pub async fn observe(
     Ok(obs)
 }
 
+/// A glance at the stack for a waiting daemon: its live metrics and its
+/// heat histogram, without the flush and the trace a cycle reads (nothing
+/// plans from it). What cannot be read is `None`; a waiting daemon only
+/// compares what it could read.
+pub async fn glance(
+    cfg: Option<&Metrics>,
+    client: &reqwest::Client,
+) -> (LiveMetrics, Option<Heat>) {
+    let Some(cfg) = cfg else {
+        return (LiveMetrics::default(), None);
+    };
+    let metrics = match &cfg.url {
+        Some(url) => scrape(client, url)
+            .await
+            .map(|samples| live_metrics(&samples, &cfg.names))
+            .unwrap_or_default(),
+        None => LiveMetrics::default(),
+    };
+    (metrics, glance_heat(Some(cfg), client).await)
+}
+
+/// [`glance`]'s heat alone: no metrics scrape (a scrape resets the window
+/// of a stack that averages its gauges between two).
+pub async fn glance_heat(cfg: Option<&Metrics>, client: &reqwest::Client) -> Option<Heat> {
+    match &cfg?.heat {
+        Some(source) => read_heat(client, source).await.ok(),
+        None => None,
+    }
+}
+
 /// Scrapes the metrics endpoint once more and drops the answer, after the
 /// served model answered. llama-server averages its gauges
 /// (`predicted_tokens_seconds`) over the window between two scrapes, and

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::changepoint::pelt;
 use super::levers::{Confirmations, lever_bests};
 use super::period::Period;
 use super::projection::{self, LeverEvidence, Parts};
@@ -15,6 +14,7 @@ use super::{
     BestStaged, Change, CycleCounts, Failure, FloorPoint, MenuVerdicts, ProposerRecord, Refusals,
     RefusedDelta, Report, Series, StageCounts,
 };
+use crate::judge::changepoint::pelt;
 use crate::ledger::{
     CycleRecord, ExperimentId, Ledger, LedgerError, ReportProposal, ReportRun, ReportStack,
     ReportStage, ReportVerdict,
@@ -81,13 +81,14 @@ fn decided(kind: VerdictKind) -> bool {
 pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerError> {
     let (start, end) = (o.period.start, o.period.end);
     let stack = o.report_stack();
-    let (cycles, verdicts, proposals, runs, floors, stages) = tokio::try_join!(
+    let (cycles, verdicts, proposals, runs, floors, stages, engine_runs) = tokio::try_join!(
         ledger.report_cycles(&stack, start, end),
         ledger.report_verdicts(&stack, start, end),
         ledger.report_proposals(&stack, start, end),
         ledger.report_runs(&stack, start, end),
         ledger.report_noise_floors(&o.stack, start - o.floor_lookback, end),
         ledger.report_stages(&stack, start, end),
+        ledger.report_engine_runs(&stack, start, end),
     )?;
 
     let speed_by_base = Speeds::from_runs(&runs);
@@ -201,6 +202,10 @@ pub async fn build(ledger: &Ledger, o: &BuildOptions) -> Result<Report, LedgerEr
         proposers: proposer_records(&proposals, &verdicts, &confirmations),
         refuted: confirmations.refuted.into_values().collect(),
         failures: failures(&cycles, &verdicts, &o.redactor),
+        engine: crate::ledger::EngineSeconds::per_day(&engine_runs)
+            .into_iter()
+            .map(|(day, seconds)| super::EngineDay { day, seconds })
+            .collect(),
         projection: projection::project(&parts, &evidence, &excluded),
     })
 }

@@ -61,6 +61,7 @@ pub fn render(r: &Report) -> String {
     noise(w, r);
     proposers(w, r);
     failures(w, r);
+    engine(w, r);
     projection(w, &r.projection);
     o
 }
@@ -378,6 +379,48 @@ fn failures(w: &mut String, r: &Report) {
             ex.join(", ")
         );
     }
+    let _ = writeln!(w);
+}
+
+fn engine(w: &mut String, r: &Report) {
+    let _ = writeln!(w, "## Engine time\n");
+    let _ = writeln!(
+        w,
+        "What the daemon's engine runs took (their wall time, by the day they started, UTC), \
+         by what it bought: noise floors (A/A), first A/Bs, confirmations, and experiments \
+         that failed (time that bought nothing). Every second of it was taken from the \
+         stack's users; `[cycle] max_engine_share` caps its share of wall-clock time.\n"
+    );
+    if r.engine.is_empty() {
+        let _ = writeln!(w, "No engine runs in this period.\n");
+        return;
+    }
+    let _ = writeln!(
+        w,
+        "| day | floor s | A/B s | confirmation s | failed s | total s | share of the wall-clock time |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|");
+    let row = |w: &mut String, label: &str, s: &crate::ledger::EngineSeconds, span_s: f64| {
+        let _ = writeln!(
+            w,
+            "| {label} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}% |",
+            s.floor,
+            s.ab,
+            s.confirmation,
+            s.failed,
+            s.total(),
+            100.0 * s.total() / span_s
+        );
+    };
+    let mut all = crate::ledger::EngineSeconds::default();
+    for d in &r.engine {
+        row(w, &d.day.to_string(), &d.seconds, 86_400.0);
+        for u in crate::vocab::EngineUse::ALL {
+            all.add(*u, d.seconds.get(*u));
+        }
+    }
+    let span = (r.period.end - r.period.start).as_seconds_f64().max(1.0);
+    row(w, "**period**", &all, span);
     let _ = writeln!(w);
 }
 

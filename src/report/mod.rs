@@ -6,12 +6,12 @@
 //! - [`period`]: ISO weeks and date ranges.
 //! - [`build`]: reads the ledger and assembles the [`Report`].
 //! - [`fleet`]: one report per stack of a shared ledger, and their summary.
-//! - [`changepoint`]: PELT change points in the noise floor and baseline.
+//! - change points in the noise floor and baseline: PELT, from
+//!   [`crate::judge::changepoint`].
 //! - [`projection`]: the projected seconds per token, with its sources.
 //! - [`redact`]: keeps credentials out of free text.
 
 pub mod build;
-pub mod changepoint;
 mod chart_frame;
 pub mod fleet;
 pub mod html;
@@ -62,6 +62,8 @@ pub struct Report {
     /// neither wins in the win rate nor remaining levers.
     pub refuted: Vec<RefutedWin>,
     pub failures: Vec<Failure>,
+    /// The engine runs' time per day of the period, by what it bought.
+    pub engine: Vec<EngineDay>,
     pub projection: Projection,
     /// When the period holds no cycle: the ledger's latest one, if any, so
     /// an empty report can say where the cycles are.
@@ -79,6 +81,13 @@ impl Report {
     pub fn is_empty(&self) -> bool {
         self.cycles.total == 0 && self.noise.is_empty() && self.stages.open_at_end.is_empty()
     }
+}
+
+/// One day's engine time (UTC, runs by their start), by what it bought.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineDay {
+    pub day: chrono::NaiveDate,
+    pub seconds: crate::ledger::EngineSeconds,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

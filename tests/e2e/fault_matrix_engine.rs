@@ -29,8 +29,20 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
     let t0 = Instant::now();
     let demo = Demo::new("bandit", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
+    // Every cycle must run the bench for a queued fault to hit one. Once
+    // the line search is done, the loop's cycles are its `remeasure`s: a
+    // floor stale by the next cycle keeps it offered (so the loop never
+    // converges, and the bounded run never stops, before the last fault),
+    // and without `[stack.surface]` it runs the bench, not the live server.
     edit_config(&demo, |t| {
-        t.replace("run_timeout_s = 60", "run_timeout_s = 4")
+        let (before, rest) = t.split_once("[stack.surface]").unwrap();
+        let (_, after) = rest.split_once("[stack.metrics]").unwrap();
+        format!("{before}[stack.metrics]{after}")
+            .replace("run_timeout_s = 60", "run_timeout_s = 4")
+            .replace(
+                "noise_floor_max_age_s = 86400",
+                "noise_floor_max_age_s = 0.001",
+            )
     });
     let mut daemon = Daemon::start(&demo, &["--cycles", "100"], &[]);
     let minute = Duration::from_secs(60);

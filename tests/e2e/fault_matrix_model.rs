@@ -161,8 +161,14 @@ fn every_model_fault_is_recorded_and_the_next_cycle_runs_normally() {
     let demo = Demo::new("model", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
     use_model_double(&demo, model.port);
+    // The good answer after each fault is a remeasure, measured like any
+    // choice: a floor stale by the next cycle keeps it offered.
     edit_config(&demo, |t| {
         t.replace("request_timeout_s = 300", "request_timeout_s = 2")
+            .replace(
+                "noise_floor_max_age_s = 86400",
+                "noise_floor_max_age_s = 0.001",
+            )
     });
     relax_noise_bound(&demo);
     assert_eq!(junk_body().len(), 60, "JUNK_DESCRIBED names its size");
@@ -475,6 +481,8 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
     let serve = demo.serve;
     // Only remeasure on the menu: no protocol of a candidate needs a floor
     // first, so the model is asked every cycle, however noisy the machine.
+    // A floor is stale after a millisecond, so each cycle has a reason to offer
+    // remeasure (a fresh one is withheld, and a converged bounded run stops).
     edit_config(&demo, |t| {
         t.replace(
             &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
@@ -485,6 +493,7 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
             "\n[stack]\nunsupported = [\"rerank_pins\", \"deepen_warm_set\", \"stage_speculative\", \"rebalance_trunk_cache\"]\n",
             1,
         )
+        .replace("noise_floor_max_age_s = 86400", "noise_floor_max_age_s = 0.001")
     });
     let mut daemon = Daemon::start(&demo, &["--cycles", "4"], &[]);
     daemon.wait(Duration::from_secs(400));

@@ -29,6 +29,7 @@ mod compose_wins;
 mod confirm_unsupported;
 mod crash_consistency;
 mod doc_links;
+mod engine_loop;
 mod fault_matrix_engine;
 mod fault_matrix_metrics;
 mod fault_matrix_model;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use orchestrator::ledger::{
     CycleId, CycleOutcome, ExperimentId, Interval, Ledger, NewExperiment, NewNoiseFloor,
-    NewObservation, NewProposal, NewRun, NewVerdict, ProposalId, ProposalRejection, StageDecision,
-    TimingSource, TokenParts, WriteTx,
+    NewObservation, NewProposal, NewRun, NewVerdict, ProposalId, ProposalRejection, RecordedWin,
+    StageDecision, TimingSource, TokenParts, WriteTx,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::vocab::{Arm, Digest, Method, ProposerKind, VerdictKind};
@@ -314,9 +314,15 @@ impl Fill<'_> {
         let second = self
             .experiment(c, None, Some(first), at + Duration::minutes(5), &e)
             .await;
+        // The two wins as their verdicts recorded them.
+        let mut wins = Vec::new();
+        for id in [first, second] {
+            let v = self.tx.verdict(id).await.unwrap().unwrap();
+            wins.push(RecordedWin::of(id, &v).unwrap());
+        }
         let s = self
             .tx
-            .insert_stage(first, second, at + Duration::minutes(20))
+            .insert_stage(&wins[0], &wins[1], at + Duration::minutes(20))
             .await
             .unwrap();
         self.close(c, at, CycleOutcome::Completed).await;

@@ -192,7 +192,7 @@ fn a_run_whose_every_cycle_failed_exits_1() {
     assert!(
         cycles
             .iter()
-            .all(|l| !l.contains("scheduled (noise floor)")),
+            .all(|l| l.contains("proposer bandit") && !l.contains("scheduled")),
         "{listing}"
     );
 }

@@ -105,10 +105,16 @@ fn model_strings_reach_no_argv_path_or_sql_and_the_key_no_record() {
     let demo = Demo::new("model", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     wrap_bench(&demo);
     use_model_double(&demo, model.port);
+    // The model's good answer is a remeasure: a floor stale by the next
+    // cycle keeps it offered, so each such cycle is measured.
     edit_config(&demo, |t| {
         t.replace(
             "# api_key_env = \"ORCHESTRATOR_API_KEY\"",
             &format!("api_key_env = {KEY_VAR:?}"),
+        )
+        .replace(
+            "noise_floor_max_age_s = 86400",
+            "noise_floor_max_age_s = 0.001",
         )
     });
     let answers = hostile_answers();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use orchestrator::ledger::{
     CycleOutcome, ExperimentId, Interval, Ledger, NewComposition, NewExperiment, NewRun,
-    NewVerdict, StageId, TimingSource, TokenParts,
+    NewVerdict, RecordedWin, StageId, TimingSource, TokenParts,
 };
 use orchestrator::menu::MenuId;
 use orchestrator::profile::Profile;
@@ -93,6 +93,7 @@ async fn record_win_on(
     let mut tx = ledger.begin_write().await.unwrap();
     let cycle = tx.open_cycle(now, ProposerKind::Human).await.unwrap();
     let mut ids: Vec<ExperimentId> = vec![];
+    let mut wins: Vec<RecordedWin> = vec![];
     for _ in 0..if confirmed { 2 } else { 1 } {
         let e = tx
             .insert_experiment(&NewExperiment {
@@ -135,29 +136,26 @@ async fn record_win_on(
             .await
             .unwrap();
         }
-        tx.insert_verdict(
-            e,
-            &NewVerdict {
-                kind: VerdictKind::Win,
-                decided_at: now,
-                effect: Some(win.effect.0),
-                interval: Some(Interval {
-                    low: win.effect.1,
-                    high: win.effect.2,
-                }),
-                noise_floor: Some(0.02),
-                floor_is_bound: false,
-                pairs: 2,
-                method: Some("staged by the test".into()),
-                reason: None,
-            },
-        )
-        .await
-        .unwrap();
+        let verdict = NewVerdict {
+            kind: VerdictKind::Win,
+            decided_at: now,
+            effect: Some(win.effect.0),
+            interval: Some(Interval {
+                low: win.effect.1,
+                high: win.effect.2,
+            }),
+            noise_floor: Some(0.02),
+            floor_is_bound: false,
+            pairs: 2,
+            method: Some("staged by the test".into()),
+            reason: None,
+        };
+        tx.insert_verdict(e, &verdict).await.unwrap();
         ids.push(e);
+        wins.push(RecordedWin::of(e, &verdict).unwrap());
     }
     let stage = if confirmed {
-        Some(tx.insert_stage(ids[0], ids[1], now).await.unwrap())
+        Some(tx.insert_stage(&wins[0], &wins[1], now).await.unwrap())
     } else {
         None
     };

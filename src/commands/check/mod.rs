@@ -3,12 +3,14 @@
 //! run needs from this machine: the bench and shadow programs, the files
 //! their command lines name, the memory pre-flight for the live profile and
 //! the endpoints, and the expert cache against the checkpoint's slot size
-//! and top-k (`slots`). Each of those that fails is printed `FAILED` with its fix,
+//! and top-k (`slots`), and the engine time the daemon's runs took (`engine`:
+//! per day and use, and the budget window's share). Each of those that fails is printed `FAILED` with its fix,
 //! and the command exits 1. On the embedded default, `orchestrator run`
 //! starts the stack and makes its checkpoint, so endpoints that do not
 //! answer and files not made yet are expected there and only reported.
 
 mod argv_files;
+mod engine;
 mod postgres;
 mod slots;
 
@@ -135,6 +137,9 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
                 "not created yet (`orchestrator run` creates it)"
             }
         );
+        if config.ledger_path.exists() {
+            sqlite_engine_time(&config)?;
+        }
     }
 
     if let Some(bench) = &config.stack.bench {
@@ -171,6 +176,28 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     } else {
         Err(ChecksFailed(found.0).into())
     }
+}
+
+/// The engine-time lines of a SQLite ledger, read without migrating it
+/// (only when its schema is current); what cannot be read is said, not
+/// failed: the ledger's own checks are `ledger --check`'s.
+fn sqlite_engine_time(config: &Config) -> anyhow::Result<()> {
+    let text = super::runtime()?.block_on(async {
+        let ledger = crate::ledger::Ledger::open_unmigrated(&config.ledger_path).await?;
+        let lines = match ledger.schema_state().await? {
+            s if s.is_current() => engine::lines(config, &ledger, chrono::Utc::now()).await?,
+            s => vec![format!(
+                "engine   not read: the ledger's schema is {s:?}; `orchestrator run` migrates it"
+            )],
+        };
+        ledger.close().await;
+        Ok::<_, crate::ledger::LedgerError>(lines)
+    });
+    match text {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => println!("engine   not read: {e}"),
+    }
+    Ok(())
 }
 
 /// The memory pre-flight every bench or shadow run passes, for `profile`

@@ -39,7 +39,11 @@ pub(super) fn check(
         println!("         server: reached; password: accepted");
         match ledger.schema_state().await {
             Ok(SchemaState::Current { applied }) => {
-                println!("         schema: migrated ({applied} migrations, all this build knows)")
+                println!("         schema: migrated ({applied} migrations, all this build knows)");
+                match super::engine::lines(config, &ledger, chrono::Utc::now()).await {
+                    Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+                    Err(e) => println!("engine   not read: {e}"),
+                }
             }
             Ok(SchemaState::Pending { applied, pending }) => println!(
                 "         schema: not migrated yet ({pending} of {} migrations to apply): `orchestrator run` (or any command but `check`) applies them",

@@ -184,17 +184,22 @@ async fn a_stage_confirmed_by_a_classmate_is_the_wins_stack_and_says_who_confirm
         let (cycle, confirmation) = claim(&b, win).await.unwrap();
         let mut tx = b.begin_write().await.unwrap();
         abba(&mut tx, confirmation).await;
-        tx.insert_verdict(
-            confirmation,
-            &measured(VerdictKind::Win, -0.15, -0.25, -0.05),
-        )
-        .await
-        .unwrap();
+        let confirmed = measured(VerdictKind::Win, -0.15, -0.25, -0.05);
+        tx.insert_verdict(confirmation, &confirmed).await.unwrap();
         tx.close_cycle(cycle, &CycleOutcome::Completed, t(190))
             .await
             .unwrap();
         tx.commit().await.unwrap();
-        let id = b.insert_stage(win, confirmation, t(200)).await.unwrap();
+        // The win as its own stack recorded it, read once, as the loop does.
+        let won = b.verdict(win).await.unwrap().unwrap();
+        let id = b
+            .insert_stage(
+                &RecordedWin::of(win, &won).unwrap(),
+                &RecordedWin::of(confirmation, &confirmed).unwrap(),
+                t(200),
+            )
+            .await
+            .unwrap();
 
         let stage = ledger.stage(id).await.unwrap();
         assert_eq!(stage.stack.as_deref(), Some("box-a"));

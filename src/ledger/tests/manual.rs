@@ -71,7 +71,10 @@ async fn the_loops_history_leaves_manual_experiments_out() {
         let v = &listed[0].verdicts[0];
         assert!(v.manual);
         assert_eq!(v.menu_id, None);
-        assert_eq!(v.scheduled(), Some("manual comparison"));
+        assert_eq!(
+            v.scheduled(),
+            Some(crate::vocab::Scheduled::ManualComparison)
+        );
         let again = ledger
             .insert_manual_experiment(&manual(human, Some(win)))
             .await
@@ -87,7 +90,7 @@ async fn the_loops_history_leaves_manual_experiments_out() {
             .find(|v| v.verdict.experiment_id == Some(again));
         assert_eq!(
             v.unwrap().scheduled(),
-            Some("confirmation of a manual comparison")
+            Some(crate::vocab::Scheduled::ManualConfirmation)
         );
         assert!(!listed[1].verdicts[0].manual, "the loop's own");
         assert_eq!(

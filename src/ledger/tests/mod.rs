@@ -17,6 +17,7 @@ mod claims;
 mod class_applies;
 mod compositions;
 mod costs;
+mod engine_time;
 mod manual;
 mod open;
 mod parts;
@@ -147,7 +148,7 @@ pub(super) fn digest(n: u8) -> Digest {
     Digest::of(&[n])
 }
 
-pub(super) fn experiment(cycle_id: CycleId, base: u8, candidate: u8) -> NewExperiment {
+pub(crate) fn experiment(cycle_id: CycleId, base: u8, candidate: u8) -> NewExperiment {
     NewExperiment {
         cycle_id,
         proposal_id: None,
@@ -260,9 +261,8 @@ pub(crate) async fn staged_win_on(
         .await
         .unwrap();
     abba(&mut tx, first).await;
-    tx.insert_verdict(first, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
-        .await
-        .unwrap();
+    let won = measured(VerdictKind::Win, -0.2, -0.3, -0.1);
+    tx.insert_verdict(first, &won).await.unwrap();
     let second = tx
         .insert_experiment(&NewExperiment {
             confirmation_of: Some(first),
@@ -271,10 +271,16 @@ pub(crate) async fn staged_win_on(
         .await
         .unwrap();
     abba(&mut tx, second).await;
-    tx.insert_verdict(second, &measured(VerdictKind::Win, -0.15, -0.25, -0.05))
+    let confirmed = measured(VerdictKind::Win, -0.15, -0.25, -0.05);
+    tx.insert_verdict(second, &confirmed).await.unwrap();
+    let stage = tx
+        .insert_stage(
+            &RecordedWin::of(first, &won).unwrap(),
+            &RecordedWin::of(second, &confirmed).unwrap(),
+            t(200),
+        )
         .await
         .unwrap();
-    let stage = tx.insert_stage(first, second, t(200)).await.unwrap();
     tx.close_cycle(cycle, &CycleOutcome::Completed, t(300))
         .await
         .unwrap();

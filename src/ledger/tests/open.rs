@@ -164,12 +164,14 @@ async fn named_queries_use_indexes() {
                 && !line.contains("VIRTUAL TABLE");
             // The newest K experiments walk the primary key backwards and stop
             // after K rows: bounded, not a full scan.
-            let bounded = q == NamedQuery::RecentExperiments && line == "SCAN e";
+            let bounded = (q == NamedQuery::RecentExperiments && line == "SCAN e")
+                || (q == NamedQuery::RecentLiveMetric && line == "SCAN o");
             assert!(!full_scan || bounded, "{q:?} scans a table:\n{plan}");
             assert!(!line.contains("TEMP B-TREE"), "{q:?} sorts rows:\n{plan}");
         }
         assert!(
-            plan.contains("USING") || q == NamedQuery::RecentExperiments,
+            plan.contains("USING")
+                || [NamedQuery::RecentExperiments, NamedQuery::RecentLiveMetric].contains(&q),
             "{q:?} uses no index:\n{plan}"
         );
     }

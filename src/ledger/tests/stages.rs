@@ -2,8 +2,14 @@
 
 use super::*;
 
+/// Records `v` for `id` and returns it as the win it is.
+async fn recorded_win(tx: &mut WriteTx, id: ExperimentId, v: &NewVerdict) -> RecordedWin {
+    tx.insert_verdict(id, v).await.unwrap();
+    RecordedWin::of(id, v).unwrap()
+}
+
 #[tokio::test]
-async fn stage_needs_a_confirmed_win() {
+async fn a_stage_is_refused_unless_the_ledger_holds_its_two_wins_as_given() {
     for ledger in backends().await {
         let mut tx = ledger.begin_write().await.unwrap();
         let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
@@ -11,15 +17,31 @@ async fn stage_needs_a_confirmed_win() {
             .insert_experiment(&experiment(cycle, 1, 2))
             .await
             .unwrap();
-        tx.insert_verdict(first, &measured(VerdictKind::Win, -0.2, -0.3, -0.1))
-            .await
-            .unwrap();
+        let won = measured(VerdictKind::Win, -0.2, -0.3, -0.1);
+        let win = recorded_win(&mut tx, first, &won).await;
+        let again = measured(VerdictKind::Win, -0.15, -0.25, -0.05);
+        let refused = |e: LedgerError| matches!(e, LedgerError::NotStageable { .. });
+
+        // A win that does not confirm it, on the same profiles.
         let unrelated = tx
             .insert_experiment(&experiment(cycle, 1, 2))
             .await
             .unwrap();
-        let err = tx.insert_stage(first, unrelated, t(5)).await.unwrap_err();
-        assert!(matches!(err, LedgerError::NotStageable { .. }), "{err:?}");
+        let other = recorded_win(&mut tx, unrelated, &again).await;
+        let err = tx.insert_stage(&win, &other, t(5)).await.unwrap_err();
+        assert!(refused(err), "not its confirmation");
+
+        // Its confirmation, but of another candidate.
+        let elsewhere = tx
+            .insert_experiment(&NewExperiment {
+                confirmation_of: Some(first),
+                ..experiment(cycle, 1, 3)
+            })
+            .await
+            .unwrap();
+        let other = recorded_win(&mut tx, elsewhere, &again).await;
+        let err = tx.insert_stage(&win, &other, t(5)).await.unwrap_err();
+        assert!(refused(err), "another candidate");
 
         let confirmation = tx
             .insert_experiment(&NewExperiment {
@@ -28,24 +50,101 @@ async fn stage_needs_a_confirmed_win() {
             })
             .await
             .unwrap();
-        let err = tx
-            .insert_stage(first, confirmation, t(5))
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("no verdict yet"), "{err}");
+        let claimed = RecordedWin::of(confirmation, &again).unwrap();
+        // No verdict recorded yet.
+        let err = tx.insert_stage(&win, &claimed, t(5)).await.unwrap_err();
+        assert!(refused(err), "no verdict yet");
+        // Another verdict recorded than the win given.
         tx.insert_verdict(
             confirmation,
-            &measured(VerdictKind::Inconclusive, -0.05, -0.12, 0.02),
+            &measured(VerdictKind::Inconclusive, -0.15, -0.25, -0.05),
         )
         .await
         .unwrap();
+        let err = tx.insert_stage(&win, &claimed, t(5)).await.unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "experiment {first} cannot be staged on experiment {confirmation}"
+            )),
+            "{err}"
+        );
+
+        // A recorded win, but other statistics than the ones given, on
+        // either side.
+        let second = tx
+            .insert_experiment(&NewExperiment {
+                confirmation_of: Some(first),
+                ..experiment(cycle, 1, 2)
+            })
+            .await
+            .unwrap();
+        let confirmed = recorded_win(&mut tx, second, &again).await;
+        let overstated = measured(VerdictKind::Win, -0.3, -0.4, -0.2);
+        let overstated = RecordedWin::of(second, &overstated).unwrap();
+        let err = tx.insert_stage(&win, &overstated, t(5)).await.unwrap_err();
+        assert!(refused(err), "the confirmation's figures differ");
+        let bound = NewVerdict {
+            noise_floor: Some(0.5),
+            ..won.clone()
+        };
         let err = tx
-            .insert_stage(first, confirmation, t(5))
+            .insert_stage(&RecordedWin::of(first, &bound).unwrap(), &confirmed, t(5))
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("not a win"), "{err}");
+        assert!(refused(err), "the first win's floor differs");
         tx.commit().await.unwrap();
         assert!(ledger.stages(None).await.unwrap().is_empty());
+
+        // The two wins as recorded: staged with the confirmation's figures.
+        let id = ledger.insert_stage(&win, &confirmed, t(5)).await.unwrap();
+        let stage = ledger.stage(id).await.unwrap();
+        assert_eq!(
+            (stage.experiment_id, stage.confirmation_id),
+            (first, second)
+        );
+        assert_eq!(
+            (stage.effect, stage.interval, stage.noise_floor),
+            (-0.15, confirmed.interval(), 0.02)
+        );
+    }
+}
+
+/// A confirmation judged against the bound stages the bound as its floor,
+/// as its verdict recorded it.
+#[tokio::test]
+async fn a_win_confirmed_against_the_bound_stages_the_bound() {
+    for ledger in backends().await {
+        let mut tx = ledger.begin_write().await.unwrap();
+        let cycle = tx.open_cycle(t(0), ProposerKind::Model).await.unwrap();
+        let first = tx
+            .insert_experiment(&experiment(cycle, 1, 2))
+            .await
+            .unwrap();
+        let win = recorded_win(
+            &mut tx,
+            first,
+            &measured(VerdictKind::Win, -0.2, -0.3, -0.1),
+        )
+        .await;
+        let second = tx
+            .insert_experiment(&NewExperiment {
+                confirmation_of: Some(first),
+                ..experiment(cycle, 1, 2)
+            })
+            .await
+            .unwrap();
+        let against_bound = NewVerdict {
+            noise_floor: Some(0.405),
+            floor_is_bound: true,
+            ..measured(VerdictKind::Win, -0.9, -1.7, -0.1)
+        };
+        let confirmed = recorded_win(&mut tx, second, &against_bound).await;
+        let id = tx.insert_stage(&win, &confirmed, t(5)).await.unwrap();
+        tx.commit().await.unwrap();
+        let listed = ledger.stages(None).await.unwrap();
+        assert_eq!(listed[0].id, id);
+        assert_eq!(listed[0].noise_floor, 0.405);
+        assert!(listed[0].floor_is_bound);
     }
 }
 

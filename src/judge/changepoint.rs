@@ -1,6 +1,8 @@
 //! Change points in a series (the noise floor, the live profile's baseline
-//! seconds per token): a drifting machine makes every comparison suspect, so
-//! the report flags where the level moved.
+//! seconds per token, the live metrics): a drifting machine makes every
+//! comparison suspect, so the report flags where the level moved, a floor
+//! measured before a move of the live metrics is re-measured, and a waiting
+//! loop wakes on one.
 //!
 //! Method: PELT, *Pruned Exact Linear Time* (R. Killick, P. Fearnhead and
 //! I. A. Eckley, "Optimal detection of changepoints with a linear
@@ -155,6 +157,41 @@ pub fn pelt(x: &[f64]) -> Option<Vec<ChangePoint>> {
     )
 }
 
+/// Where a positive series (seconds per token) last moved for good: the
+/// last PELT change point of its logs at or after index `from`, whose new
+/// level held for [`DRIFT_POINTS`] points or more and moved by more than
+/// `min_log_ratio` either way (a relative change as a
+/// log ratio: moves inside the noise floor are no drift). `before` and
+/// `after` are the levels as values of the series (geometric means).
+/// `None` when there is none, or too few points to tell.
+pub fn drift_since(x: &[f64], from: usize, min_log_ratio: f64) -> Option<ChangePoint> {
+    if x.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+        return None;
+    }
+    let logs: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+    let cps = pelt(&logs)?;
+    let ends: Vec<usize> = cps
+        .iter()
+        .skip(1)
+        .map(|c| c.index)
+        .chain([x.len()])
+        .collect();
+    cps.iter()
+        .zip(ends)
+        .rev()
+        // A level is what lasts: one or two odd points are no drift.
+        .filter(|(c, end)| end - c.index >= DRIFT_POINTS)
+        .find(|(c, _)| c.index >= from && (c.after - c.before).abs() > min_log_ratio)
+        .map(|(c, _)| ChangePoint {
+            index: c.index,
+            before: c.before.exp(),
+            after: c.after.exp(),
+        })
+}
+
+/// The fewest points the new level of a drift holds.
+pub const DRIFT_POINTS: usize = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +242,37 @@ mod tests {
         let x = [1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 1.0, 1.0, 1.0, 1.0];
         let idx: Vec<usize> = pelt(&x).unwrap().iter().map(|c| c.index).collect();
         assert_eq!(idx, vec![4, 8]);
+    }
+
+    #[test]
+    fn a_drift_is_a_lasting_move_beyond_the_floor_after_the_mark() {
+        let level = |split: usize, a: f64, b: f64| -> Vec<f64> {
+            noise(40)
+                .iter()
+                .enumerate()
+                .map(|(i, e)| if i < split { a } else { b } * (1.0 + 0.01 * e))
+                .collect()
+        };
+        // 0.10 → 0.13 s/token at point 25: a 26% move.
+        let x = level(25, 0.10, 0.13);
+        let d = drift_since(&x, 10, 0.05).expect("a drift");
+        assert!((24..=26).contains(&d.index), "{d:?}");
+        assert!(
+            (d.before - 0.10).abs() < 0.005 && (d.after - 0.13).abs() < 0.005,
+            "{d:?}"
+        );
+        // Before the mark (the floor was measured after it): no drift since.
+        assert_eq!(drift_since(&x, 30, 0.05), None);
+        // Within the floor: no drift.
+        assert_eq!(drift_since(&x, 10, 0.3), None);
+        // One or two odd points at the end are no level yet.
+        let mut blip = level(40, 0.1, 0.1);
+        blip.extend([0.2, 0.2]);
+        assert_eq!(drift_since(&blip, 10, 0.05), None);
+        blip.push(0.2);
+        assert!(drift_since(&blip, 10, 0.05).is_some());
+        // Steady: none; a bad value: none.
+        assert_eq!(drift_since(&level(40, 0.1, 0.1), 0, 0.01), None);
+        assert_eq!(drift_since(&[0.1, 0.0, 0.1, 0.1], 0, 0.01), None);
     }
 }

@@ -1,0 +1,114 @@
+//! The menu a proposer is handed on the cycle's base, and the look the
+//! daemon takes before each cycle: would a cycle now tell the loop
+//! anything new?
+//!
+//! The loop is **converged** when no kind of cycle but a proposal is due
+//! (no floor that must come first, no win waiting for its confirmation, no
+//! composition of staged wins) and, on the profile the cycle would build on,
+//! no arm is worth measuring ([`crate::brain::convergence`]: every line of
+//! the search done, every other value tried, `remeasure` withheld because
+//! its floor is fresh). The look reads the ledger and the live profile
+//! only: it opens no cycle and measures nothing.
+
+use super::CycleRunner;
+use crate::brain::{LedgerDuplicates, Proposer, convergence, levers};
+use crate::clock::Clock;
+use crate::ledger::LedgerError;
+use crate::menu::Menu;
+use crate::plan;
+use crate::profile::ProfileFile;
+use crate::vocab::Digest;
+
+/// A converged loop: why, and on which profiles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converged {
+    pub reason: String,
+    /// The live profile.
+    pub live: Digest,
+    /// The profile the cycle would build on (the live one, or a waiting
+    /// win's candidate).
+    pub base: Digest,
+    /// The smallest move of the live seconds per token that is a drift (a
+    /// log ratio): the floor `remeasure` would measure, clamped below by
+    /// `min_noise_floor`.
+    pub drift_floor: f64,
+}
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// The menu the proposer is handed on `base`: without the live values
+    /// and what was decided or refused there, and with `remeasure`
+    /// withheld unless it has a reason ([`super::remeasure_offer`]).
+    pub(super) async fn proposal_menu(
+        &self,
+        base: &ProfileFile,
+        built_on_staged: bool,
+    ) -> Result<Menu, LedgerError> {
+        let digest = base.profile.digest();
+        let duplicates = LedgerDuplicates {
+            ledger: self.ledger,
+            base_digest: &digest,
+        };
+        let menu = self
+            .menu
+            .clone()
+            .excluding(crate::menu::exclusions::base_values(plan::unchanged(
+                &base.profile,
+            )))
+            .excluding(duplicates.refused(self.menu).await?);
+        Ok(
+            match self.remeasure_withheld(base, built_on_staged).await? {
+                Some(w) => menu.withholding(w),
+                None => menu,
+            },
+        )
+    }
+
+    /// Whether the loop is converged now, and why. Only a ledger failure
+    /// is an error; a live profile that cannot be read is no convergence
+    /// (the cycle then fails and says why).
+    pub async fn converged(&self) -> Result<Option<Converged>, LedgerError> {
+        let Ok(live) = ProfileFile::load(&self.config.stack.live_profile) else {
+            return Ok(None);
+        };
+        let live_digest = live.profile.digest();
+        let (base, built_on) = self.working_base(live).await?;
+        if self.policy.max_floor.is_none() {
+            for method in self.candidate_methods() {
+                if self.floor(method, &base, None).await?.stale {
+                    return Ok(None);
+                }
+            }
+        }
+        if self.pending_win(&base).await?.is_some() || self.composition_due(&base).await?.is_some()
+        {
+            return Ok(None);
+        }
+        let menu = self.proposal_menu(&base, built_on.is_some()).await?;
+        let base_digest = base.profile.digest();
+        let drift_floor = self
+            .remeasure_floor(&base, built_on.is_some())
+            .await?
+            .and_then(|(_, f)| f.floor(self.policy.min_floor))
+            .unwrap_or(self.policy.min_floor)
+            .get();
+        let history = self
+            .ledger
+            .recent_experiments(self.config.cycle.history.max(64))
+            .await?;
+        let parts = self
+            .ledger
+            .recent_token_parts(&base_digest, levers::RUNS)
+            .await?;
+        let shares = levers::TokenShares::of_runs(&parts);
+        Ok(
+            convergence::converged(&menu, &history, Some(&base_digest), shares.as_ref()).map(
+                |reason| Converged {
+                    reason,
+                    live: live_digest,
+                    base: base_digest,
+                    drift_floor,
+                },
+            ),
+        )
+    }
+}

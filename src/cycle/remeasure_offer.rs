@@ -1,0 +1,119 @@
+//! Whether the proposer may choose `remeasure` this cycle. An A/A measures
+//! a noise floor and nothing else, so it is offered only with a reason:
+//! the floor of the protocol it would measure is missing or stale
+//! ([`super::floor`]: too old, another profile, too wide, measured under
+//! another CPU pressure or contention), or the live metrics moved for good
+//! since it was measured (a PELT change point beyond the floor in the
+//! observed seconds per token, the cycles' observations and a waiting
+//! daemon's glances, [`crate::judge::changepoint::drift_since`]).
+//! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
+//! validator refuses it by name, the prompt says why, and the bandit does
+//! not schedule it.
+
+use chrono::{DateTime, Utc};
+
+use super::{CurrentFloor, CycleRunner};
+use crate::brain::Proposer;
+use crate::clock::Clock;
+use crate::judge::changepoint::drift_since;
+use crate::ledger::LedgerError;
+use crate::measure::scorer::Scorer;
+use crate::menu::{MenuId, Withheld};
+use crate::profile::ProfileFile;
+use crate::vocab::Method;
+
+/// How many observations the drift is looked for in: a day of cycles at
+/// the demo's interval is more than enough to see a level, and the query
+/// stays a short walk of the newest rows.
+const OBSERVATIONS: u32 = 48;
+
+impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
+    /// `None` while `remeasure` is offered on `base` (with the reason
+    /// logged), else why it is withheld. `built_on_staged`: `base` is a
+    /// waiting win's candidate, whose A/A is a bench run.
+    pub(super) async fn remeasure_withheld(
+        &self,
+        base: &ProfileFile,
+        built_on_staged: bool,
+    ) -> Result<Option<Withheld>, LedgerError> {
+        // Off the menu, or no way to measure it (a remeasure chosen then
+        // fails the cycle loudly, saying what the config lacks).
+        let Some((method, current)) = self.remeasure_floor(base, built_on_staged).await? else {
+            return Ok(None);
+        };
+        let Some(row) = current.row.as_ref().filter(|_| !current.stale) else {
+            if let Some(why) = &current.why {
+                tracing::debug!("remeasure is offered: {why}");
+            }
+            return Ok(None);
+        };
+        let floor = row.value.max(self.policy.min_floor.get());
+        if let Some(moved) = self.live_drift_since(row.measured_at, floor).await? {
+            tracing::info!("remeasure is offered: {moved}");
+            return Ok(None);
+        }
+        let age = (self.clock.now() - row.measured_at)
+            .to_std()
+            .unwrap_or_default();
+        Ok(Some(Withheld {
+            experiment: MenuId::Remeasure,
+            why: format!(
+                "the {method} noise floor is fresh (measured {} ago on this profile under the \
+                 same load, and the live metrics have not moved since), so an A/A would tell \
+                 nothing new",
+                crate::display::age(chrono::Duration::from_std(age).unwrap_or_default())
+            ),
+        }))
+    }
+
+    /// The protocol a `remeasure` on `base` would measure, and its current
+    /// floor; `None` when the menu has no `remeasure` or the config no way
+    /// to measure it.
+    pub(super) async fn remeasure_floor(
+        &self,
+        base: &ProfileFile,
+        built_on_staged: bool,
+    ) -> Result<Option<(Method, CurrentFloor)>, LedgerError> {
+        let Ok(entry) = self.menu.entry(MenuId::Remeasure) else {
+            return Ok(None);
+        };
+        let Some(scorer) = self.floor_scorer(entry.method, built_on_staged) else {
+            return Ok(None);
+        };
+        let method = scorer.method();
+        Ok(Some((method, self.floor(method, base, None).await?)))
+    }
+
+    /// How the live seconds per token moved for good since `since`, beyond
+    /// `floor` (a log ratio), if it did.
+    pub(super) async fn live_drift_since(
+        &self,
+        since: DateTime<Utc>,
+        floor: f64,
+    ) -> Result<Option<String>, LedgerError> {
+        let mut series: Vec<(DateTime<Utc>, f64)> = self
+            .ledger
+            .recent_observed_metrics(OBSERVATIONS)
+            .await?
+            .into_iter()
+            .filter_map(|(at, m)| {
+                let spt = m.get(crate::observe::SECONDS_PER_TOKEN)?.as_f64()?;
+                Some((at, spt))
+            })
+            .chain(self.glances.iter().copied())
+            .filter(|(_, v)| v.is_finite() && *v > 0.0)
+            .collect();
+        series.sort_by_key(|(at, _)| *at);
+        let from = series.partition_point(|(at, _)| *at <= since);
+        let values: Vec<f64> = series.iter().map(|(_, v)| *v).collect();
+        Ok(drift_since(&values, from, floor).map(|d| {
+            format!(
+                "the live seconds per token moved from {:.4} to {:.4} (at {} UTC) since the noise \
+                 floor was measured",
+                d.before,
+                d.after,
+                series[d.index].0.format("%Y-%m-%d %H:%M:%S")
+            )
+        }))
+    }
+}
