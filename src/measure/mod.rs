@@ -11,6 +11,9 @@
 //! - [`shadow`]: throw-away instances of the stack for measuring a candidate's surface.
 //! - [`by_protocol`]: which of those scorers measures an A/B or an A/A, per protocol.
 //! - [`gate`]: the hash gate against the pinned reference output.
+//! - [`stand_aside`]: the live server's users first: no run starts while
+//!   they are served, a block they interrupted is re-run, a cycle that
+//!   cannot start is deferred.
 //! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
 
 pub mod ab;
@@ -25,4 +28,5 @@ pub mod preflight;
 pub mod pressure;
 pub mod scorer;
 pub mod shadow;
+pub mod stand_aside;
 pub mod surface;

@@ -11,6 +11,7 @@
 mod common;
 mod demo;
 mod faults;
+mod live_server;
 mod report_fixture;
 #[path = "../support/skip.rs"]
 mod skip;
@@ -60,6 +61,7 @@ mod run_stages_a_win;
 mod security;
 mod service;
 mod shadow_drafts;
+mod stand_aside;
 mod stage_cli;
 mod stage_concurrency;
 mod stage_revert;
