@@ -71,6 +71,8 @@ impl Snapshot {
 
 /// The phases a cycle goes through, as the ledger's timeline names them.
 pub mod phase {
+    /// Waiting for the live server's users (`measure::stand_aside`).
+    pub const STAND_ASIDE: &str = "stand aside";
     pub const OBSERVE: &str = "observe";
     pub const PROPOSE: &str = "propose";
     pub const PLAN: &str = "plan";

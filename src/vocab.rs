@@ -1,7 +1,7 @@
 //! The design's shared vocabulary: the small closed sets that travel through
 //! the cycle and are stored in the ledger (verdicts, stage states, cycle
-//! statuses, arms, proposers, measurement methods), why a cycle's
-//! experiment was scheduled, and the profile digest.
+//! statuses, deferral points, arms, proposers, measurement methods), why a
+//! cycle's experiment was scheduled, and the profile digest.
 //!
 //! Each enum has one canonical lowercase spelling, used both in SQLite and in
 //! `--json` output, so a ledger row and a CLI line always agree.
@@ -99,6 +99,17 @@ spelled_enum!(
         Failed => "failed",
         /// Ended by a signal or found `running` after a crash.
         Aborted => "aborted",
+    }
+);
+
+spelled_enum!(
+    /// When a cycle stood aside for the live server's users longer than
+    /// `[daemon] stand_aside_max_wait_s` and was deferred.
+    DeferredAt, "deferral point" {
+        /// Before it measured anything (before it asked the proposer).
+        Start => "start",
+        /// Between two runs of its measurement.
+        BetweenRuns => "between_runs",
     }
 );
 

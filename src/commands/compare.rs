@@ -180,6 +180,9 @@ async fn judge(
         cancel: cancel.clone(),
         http: &http,
         progress,
+        // A comparison a person asked for runs when asked: standing aside
+        // for the live server's users is the daemon's (`daemon::stand_aside`).
+        stand_aside: None,
         // No daemon waited before it.
         glances: &[],
     };

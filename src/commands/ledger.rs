@@ -77,18 +77,14 @@ pub fn run(config_path: &Path, args: &LedgerArgs) -> anyhow::Result<()> {
                 .map(|e| format!("{:.1}s", (e - c.cycle.started_at).as_seconds_f64()))
                 .unwrap_or_else(|| "-".into());
             let chooser = chooser(c);
+            let (status, note) = status_note(c);
             println!(
-                "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{}",
+                "cycle {:>5}  {:<12} {}  {:<9} {:>8}  {chooser}{note}",
                 c.cycle.id.0,
                 c.cycle.stack.as_deref().unwrap_or("-"),
                 c.cycle.started_at.format("%Y-%m-%d %H:%M:%S"),
-                c.cycle.status.as_str(),
+                status,
                 took,
-                c.cycle
-                    .error
-                    .as_deref()
-                    .map(|e| format!("  error: {e}"))
-                    .unwrap_or_default()
             );
             for v in &c.verdicts {
                 let what = match (&v.menu_id, &v.parameters) {
@@ -165,6 +161,29 @@ fn chooser(c: &CycleSummary) -> String {
         (Some(p), _) => format!("proposer {p}"),
         (None, Some(why)) => format!("scheduled ({why})"),
         (None, None) => "no proposal".to_string(),
+    }
+}
+
+/// A cycle's status and what follows it on its line: a deferred cycle is
+/// `aborted` in the ledger, and says deferred, at which point, why and
+/// after how long a wait.
+fn status_note(c: &CycleSummary) -> (&'static str, String) {
+    match &c.deferral {
+        Some(d) => (
+            "deferred",
+            format!(
+                "  deferred at {} after waiting {:.0} s: {}",
+                d.during, d.waited_s, d.reason
+            ),
+        ),
+        None => (
+            c.cycle.status.as_str(),
+            c.cycle
+                .error
+                .as_deref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default(),
+        ),
     }
 }
 

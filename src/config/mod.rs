@@ -31,7 +31,7 @@ mod url;
 use std::path::{Path, PathBuf};
 
 pub use cycle_settings::{CycleSettings, ProposerChoice};
-pub use daemon::Daemon;
+pub use daemon::{Daemon, StandAsideSettings};
 pub use embedded::Embedded;
 pub use error::ConfigError;
 pub use measure::Measure;

@@ -332,6 +332,20 @@ pub(super) struct RawDaemon {
     pub metrics_listen: SocketAddr,
     #[serde(default)]
     pub allow_remote: bool,
+    #[serde(default)]
+    pub stand_aside_above: u32,
+    #[serde(default = "default_stand_aside_quiet_s")]
+    pub stand_aside_quiet_s: f64,
+    #[serde(default = "default_stand_aside_max_wait_s")]
+    pub stand_aside_max_wait_s: Seconds,
+}
+
+fn default_stand_aside_quiet_s() -> f64 {
+    super::daemon::DEFAULT_QUIET_S
+}
+
+fn default_stand_aside_max_wait_s() -> Seconds {
+    Seconds::from_secs(super::daemon::DEFAULT_MAX_WAIT_S)
 }
 
 fn default_metrics_listen() -> SocketAddr {
@@ -343,6 +357,9 @@ impl Default for RawDaemon {
         RawDaemon {
             metrics_listen: default_metrics_listen(),
             allow_remote: false,
+            stand_aside_above: 0,
+            stand_aside_quiet_s: default_stand_aside_quiet_s(),
+            stand_aside_max_wait_s: default_stand_aside_max_wait_s(),
         }
     }
 }

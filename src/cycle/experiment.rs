@@ -310,6 +310,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             warmups_per_arm: self.config.measure.warmup_runs as usize,
             deadline_cap: Some(self.config.measure.run_timeout_s.duration()),
             progress: self.progress.clone(),
+            stand_aside: self.stand_aside,
         };
         Ok((gate, runner))
     }

@@ -114,6 +114,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
                     Stop::Ledger(_) => None,
                     Stop::Aborted(why, _) => Some(format!("aborted: {why}")),
                     Stop::Failed(why, _) => Some(why.clone()),
+                    Stop::Deferred(_, d, _) => Some(format!("deferred: {}", d.reason)),
                 };
                 if let Some(why) = why {
                     let v = NewVerdict::refusal(VerdictKind::Failed, &why, self.clock.now());

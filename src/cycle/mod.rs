@@ -43,6 +43,7 @@ mod classmate;
 mod composition;
 mod confirmation;
 mod converged;
+mod deferral;
 mod duplicate_check;
 mod experiment;
 mod floor;
@@ -72,12 +73,13 @@ use crate::ledger::{
 use crate::measure::ab::AbError;
 use crate::measure::by_protocol::Scorers;
 use crate::measure::scorer::Scorer;
+use crate::measure::stand_aside::Deferral;
 use crate::menu::{Menu, MenuId};
 use crate::observe::{self, Observation};
 use crate::process::cancel::Cancel;
 use crate::profile::ProfileFile;
 use crate::progress::{Progress, phase};
-use crate::vocab::{Method, Scheduled, VerdictKind};
+use crate::vocab::{DeferredAt, Method, Scheduled, VerdictKind};
 
 /// Runs cycles: everything a cycle uses; built once by the daemon.
 pub struct CycleRunner<'a, P, C> {
@@ -92,6 +94,9 @@ pub struct CycleRunner<'a, P, C> {
     pub http: &'a reqwest::Client,
     /// Where the cycle says what it is doing (see [`crate::progress`]).
     pub progress: Progress,
+    /// The live server's users first ([`deferral`]); `None` where the live
+    /// load is not read.
+    pub stand_aside: Option<&'a crate::measure::stand_aside::StandAside>,
     /// The live seconds per token a waiting daemon glanced at since its
     /// last cycle (`daemon::wait`): observations too, so a drift that woke
     /// it also offers `remeasure` ([`remeasure_offer`]).
@@ -106,6 +111,9 @@ enum Stop {
     Aborted(String, Tried),
     /// It could not go on: the cycle is recorded `failed`, loudly.
     Failed(String, Tried),
+    /// The live server's users kept it waiting too long: recorded deferred
+    /// ([`deferral`]).
+    Deferred(DeferredAt, Deferral, Tried),
 }
 
 impl From<LedgerError> for Stop {
@@ -128,6 +136,7 @@ impl Stop {
         match self {
             Stop::Aborted(why, t) if t.is_empty() => Stop::Aborted(why, tried.clone()),
             Stop::Failed(why, t) if t.is_empty() => Stop::Failed(why, tried.clone()),
+            Stop::Deferred(at, d, t) if t.is_empty() => Stop::Deferred(at, d, tried.clone()),
             other => other,
         }
     }
@@ -183,6 +192,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
     ) -> Result<CycleSummary, LedgerError> {
         self.progress.phase(phase::RECORD, "");
         let now = self.clock.now();
+        let mut deferred = None;
         let (outcome, done) = match ended {
             Ok(done) if done.judged.verdict == VerdictKind::Failed => (
                 CycleOutcome::Failed(done.judged.reason.clone().unwrap_or_default()),
@@ -200,6 +210,11 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
                 let done = self.record_failure(id, tried, &why, &why).await?;
                 (CycleOutcome::Failed(why), done)
             }
+            Err(Stop::Deferred(at, d, tried)) => {
+                deferred = Some(at);
+                let (why, done) = self.record_deferral(id, at, &d, tried).await?;
+                (CycleOutcome::Aborted(why), done)
+            }
         };
         if let CycleOutcome::Failed(why) = &outcome {
             tracing::error!(cycle = %id, "cycle failed: {why}");
@@ -209,7 +224,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             CycleOutcome::Failed(_) => crate::vocab::CycleStatus::Failed,
             CycleOutcome::Aborted(_) => crate::vocab::CycleStatus::Aborted,
         };
-        let summary = CycleSummary::of(
+        let mut summary = CycleSummary::of(
             id,
             status,
             done,
@@ -217,6 +232,7 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             live_metric,
             (now - started).as_seconds_f64(),
         );
+        summary.deferred = deferred;
         tracing::debug!(cycle = %id, "phase record");
         let closed = self.ledger.close_cycle(id, &outcome, now).await;
         self.progress.end_cycle();
@@ -309,8 +325,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// observes the stack and settles the cycle's base, recording the
     /// observation.
     async fn observe(&self, id: CycleId) -> Result<Seen, Stop> {
+        self.stand_aside_at_start().await?;
         // The phase lines (debug level) mark the cycle's timeline for
         // people reading a log and for the crash-consistency test.
+        self.progress.phase(phase::OBSERVE, "");
         tracing::debug!(cycle = %id, "phase observe");
         let cfg = self.config;
         let live = ProfileFile::load(&cfg.stack.live_profile).map_err(|e| {
@@ -465,6 +483,9 @@ fn ab_stop(e: AbError) -> Stop {
         )),
         AbError::Ledger(e) => Stop::Ledger(e),
         AbError::Gate(e) => Stop::failed(e.to_string()),
+        AbError::Deferred { deferral, .. } => {
+            Stop::Deferred(DeferredAt::BetweenRuns, deferral, Tried::default())
+        }
         other => Stop::failed(other.to_string()),
     }
 }

@@ -90,6 +90,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         tracing::debug!(cycle = %id, "phase propose");
         self.progress
             .phase(phase::PROPOSE, self.proposer.kind().as_str());
+        // The served model's answers are the daemon's own requests when the
+        // live server serves it, not its users'.
+        let own = self
+            .stand_aside
+            .filter(|sa| sa.serves_model() && self.proposer.kind() == ProposerKind::Model)
+            .map(|sa| sa.own_request());
         // The proposer's HTTP call is abandoned on shutdown (dropping the
         // future closes the connection); nothing of it is half-recorded.
         let outcome = tokio::select! {
@@ -99,6 +105,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             }
             outcome = self.proposer.propose(&situation, &check) => outcome,
         };
+        drop(own);
         // The metrics above were read before the model was asked; the
         // window its decoding fell in is closed now, so the next cycle's
         // live speed is the stack's serving, not the model's answers.

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::display;
 use crate::ledger::{CycleId, ExperimentId, Interval, StageId};
 use crate::menu::MenuId;
-use crate::vocab::{CycleStatus, Scheduled, VerdictKind};
+use crate::vocab::{CycleStatus, DeferredAt, Scheduled, VerdictKind};
 
 use super::outcome::Done;
 
@@ -42,6 +42,8 @@ pub struct CycleSummary {
     pub live_metric: Option<f64>,
     pub target: f64,
     pub seconds: f64,
+    /// The cycle stood aside for the live server's users too long, here.
+    pub deferred: Option<DeferredAt>,
 }
 
 impl CycleSummary {
@@ -63,6 +65,7 @@ impl CycleSummary {
             live_metric: None,
             target: 1.0,
             seconds: 0.0,
+            deferred: None,
         }
     }
 
@@ -99,6 +102,7 @@ impl CycleSummary {
             live_metric,
             target: 1.0,
             seconds,
+            deferred: None,
         }
     }
 
@@ -138,7 +142,9 @@ impl fmt::Display for CycleSummary {
         }
         // An interrupted cycle is `aborted`, as the ledger's cycle status and
         // the run's summary count it, though its verdict is `failed`.
+        // A deferred one is `aborted` in the ledger too, and says deferred.
         let verdict = match (self.status, self.verdict) {
+            _ if self.deferred.is_some() => "deferred",
             (Some(CycleStatus::Aborted), _) => "aborted",
             (_, Some(v)) => v.as_str(),
             (_, None) => "-",
@@ -226,6 +232,22 @@ mod tests {
         assert!(
             line.contains("run #3 (candidate)")
                 && line.ends_with("lower memory.budget_gb in the profile)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_deferred_cycle_reads_deferred_with_its_reason() {
+        let mut r = failed(
+            CycleStatus::Aborted,
+            "deferred: the live server was serving 2 request(s) of its users",
+        );
+        r.deferred = Some(DeferredAt::Start);
+        let line = r.to_string();
+        assert!(line.contains("  deferred "), "{line}");
+        assert!(!line.contains("aborted"), "{line}");
+        assert!(
+            line.ends_with("(deferred: the live server was serving 2 request(s) of its users)"),
             "{line}"
         );
     }

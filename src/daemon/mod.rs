@@ -24,6 +24,7 @@
 //! - [`outage`]: riding out a lost PostgreSQL ledger.
 //! - [`proposer`]: the configured proposer as one type.
 //! - [`realized`]: the applied stages by what they realized, for the metrics.
+//! - `stand_aside`: the live-load monitor the cycles stand aside by.
 //! - [`wait`]: the converged loop's back-off and what wakes it, and the
 //!   over-budget wait.
 
@@ -36,6 +37,7 @@ mod outage;
 pub mod proposer;
 mod realized;
 mod reverter;
+mod stand_aside;
 pub mod wait;
 
 use std::time::Duration;
@@ -93,6 +95,9 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// The last cycle failed (an aborted one did not).
     pub last_failed: bool,
+    /// Cycles that stood aside for the live server's users too long
+    /// (recorded `aborted`, neither failed nor interrupted).
+    pub deferred: u64,
 }
 
 impl RunSummary {
@@ -101,7 +106,7 @@ impl RunSummary {
     /// interrupted after failing throughout is still a failure). An
     /// interrupted cycle is neither failed nor a success. `None` is exit 0.
     pub fn failure(&self) -> Option<String> {
-        let finished = self.cycles - self.aborted;
+        let finished = self.cycles - self.aborted - self.deferred;
         if self.last_failed {
             Some(format!(
                 "the last cycle failed ({} of {} cycle(s) failed)",
@@ -426,6 +431,7 @@ async fn run_loop(
         .build()
         .context("building the HTTP client")?;
     let clock = SystemClock;
+    let stand_aside = stand_aside::start(config, &http);
     let limit = if opts.once { Some(1) } else { opts.cycles };
     let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -486,6 +492,7 @@ async fn run_loop(
             cancel: cancel.clone(),
             http: &http,
             progress: progress.clone(),
+            stand_aside: stand_aside.as_ref(),
             glances: &glances,
         };
         // The budget first, then the look: over budget, or with nothing
@@ -542,13 +549,14 @@ async fn run_loop(
         summary.cycles += 1;
         let failed = report.status == Some(CycleStatus::Failed);
         summary.last_failed = failed;
+        summary.deferred += u64::from(report.deferred.is_some());
         if failed {
             summary.failed += 1;
             consecutive_failures += 1;
         } else {
             consecutive_failures = 0;
         }
-        if let Some(v) = report.verdict {
+        if let Some(v) = report.verdict.filter(|_| report.deferred.is_none()) {
             daemon_metrics.cycle_finished(v, report.seconds, failed);
         }
         if let Some(live) = report.live() {
@@ -556,7 +564,8 @@ async fn run_loop(
         }
         daemon_metrics.set_noise_floor(report.floor);
         daemon_metrics.refresh_stages(ledger).await;
-        if report.status == Some(CycleStatus::Aborted) {
+        // A deferred cycle is recorded `aborted` but the daemon goes on.
+        if report.status == Some(CycleStatus::Aborted) && report.deferred.is_none() {
             summary.aborted += 1;
             summary.interrupted = true;
             break;

@@ -119,6 +119,9 @@ pub struct AbSchedule {
     phase: Phase,
     /// Looks judged against the bound before the floor is measured.
     bound_looks: usize,
+    /// Blocks (pair index / 2) the live server's users interrupted: what
+    /// [`Self::resume`] discards again.
+    interrupted: Vec<usize>,
     /// Whether an undecided look asks for the floor early, when the next
     /// look could not decide against the bound either.
     early_floor: bool,
@@ -157,6 +160,7 @@ impl AbSchedule {
             pairs: Vec::new(),
             phase: Phase::Floor,
             bound_looks: BOUND_LOOKS,
+            interrupted: Vec::new(),
             early_floor: true,
         }
     }
@@ -226,6 +230,22 @@ impl AbSchedule {
     /// Runs recorded so far.
     pub fn runs(&self) -> usize {
         self.pairing.runs
+    }
+
+    /// The live server served its own users during the run [`Self::slot`]
+    /// names (`measure::stand_aside`): its block is discarded whole when it
+    /// completes and re-run ([`SequentialTest::interrupt`]). A warmup is
+    /// discarded anyway; `false` then, and nothing changes.
+    pub fn interrupt(&mut self) -> bool {
+        let Some(pair) = self.slot().pair else {
+            return false;
+        };
+        let block = pair / 2;
+        if !self.interrupted.contains(&block) {
+            self.interrupted.push(block);
+        }
+        self.test.interrupt();
+        true
     }
 
     /// Records the run [`Self::slot`] asked for.
@@ -350,6 +370,9 @@ impl AbSchedule {
         self.test = SequentialTest::new(self.policy, floor);
         let mut discarded_pairs = Vec::new();
         for (i, &(b, c)) in self.pairs.iter().enumerate() {
+            if self.interrupted.contains(&(i / 2)) {
+                self.test.interrupt();
+            }
             match self.test.push_timed(b, c)? {
                 Step::Continue { .. } => {}
                 Step::Discarded { .. } => discarded_pairs.extend([i - 1, i]),
@@ -421,6 +444,8 @@ pub struct FloorSchedule {
     accepted_contention: Vec<f64>,
     every: Vec<(f64, f64)>,
     discards: Discards,
+    /// The block in progress was interrupted by live users.
+    interrupted: bool,
 }
 
 impl FloorSchedule {
@@ -437,7 +462,18 @@ impl FloorSchedule {
             accepted_contention: Vec::new(),
             every: Vec::new(),
             discards: Discards::default(),
+            interrupted: false,
         }
+    }
+
+    /// As [`AbSchedule::interrupt`]: the block of the run [`Self::slot`]
+    /// names is re-run; `false` for a warmup.
+    pub fn interrupt(&mut self) -> bool {
+        if self.slot().warmup {
+            return false;
+        }
+        self.interrupted = true;
+        true
     }
 
     /// The run to do next (both slots run the live profile).
@@ -496,6 +532,11 @@ impl FloorSchedule {
                 .map(|(a, b)| (a.seconds_per_token, b.seconds_per_token)),
         );
         let runs: Vec<Timed> = block.iter().flat_map(|&(a, b)| [a, b]).collect();
+        if std::mem::take(&mut self.interrupted) {
+            // Kept out of `before`: its contention is the live users'.
+            self.discards.live += 1;
+            return Ok(FloorNext::Discarded(self.discards));
+        }
         let reference = interference::running_reference(&self.before);
         let hit = interference::interfered(&runs, reference, self.policy.max_contention_rise);
         self.before.extend(runs.iter().filter_map(|r| r.contention));
@@ -622,6 +663,107 @@ mod tests {
             .map(|s| if s.profile == Arm::Baseline { 'B' } else { 'C' })
             .collect();
         assert_eq!(rerun, "CBBC");
+    }
+
+    #[test]
+    fn a_block_live_users_interrupted_is_rerun_for_both_arms_and_not_counted_as_noise() {
+        // Run 4 (the first run of the first block's second pair, after one
+        // warmup per arm) saw a live request; its times are as clean as
+        // the others', so only the mark can discard its block.
+        let mut s = AbSchedule::new(policy(), floor(), 1);
+        let mut slots = Vec::new();
+        let mut discards = Vec::new();
+        let d = loop {
+            let slot = s.slot();
+            slots.push(slot);
+            let i = slots.len() - 1;
+            if i == 4 {
+                assert!(s.interrupt(), "a paired run's block is marked");
+            }
+            if i == 0 {
+                assert!(!s.interrupt(), "a warmup is discarded anyway");
+            }
+            let spt = if slot.profile == Arm::Candidate {
+                8.0
+            } else {
+                10.0
+            };
+            let wobble = 1.0 + 0.004 * ((i * 7919) % 5) as f64 / 5.0;
+            match s.record(Timed::plain(spt * wobble)).unwrap() {
+                Next::Run => {}
+                Next::Discarded(ds) => discards.push((i, ds)),
+                Next::Decided(d) => break d,
+                Next::NeedsFloor => panic!("a measured floor never asks for one"),
+            }
+        };
+        // Discarded when the block completed (run 5), whole, and re-run.
+        assert_eq!(discards.len(), 1, "{discards:?}");
+        let (at, ds) = discards[0];
+        assert_eq!(at, 5);
+        assert_eq!((ds.live, ds.interfered, ds.discordant), (1, 0, 0));
+        assert_eq!(ds.total(), 0, "live users are no noise of the machine");
+        assert_eq!(d.kind, VerdictKind::Win);
+        assert_eq!(d.pairs, 4, "the interrupted block's pairs are not judged");
+        assert_eq!(slots.len(), 2 + 4 + 8, "one block re-run");
+        // Without the mark, the same runs decide one block sooner.
+        let (plain, plain_slots, _) = drive(0.8, |_| None, 1);
+        assert_eq!(plain.kind, VerdictKind::Win);
+        assert_eq!(plain_slots.len(), 2 + 8);
+    }
+
+    #[test]
+    fn an_interrupted_block_is_discarded_again_when_the_floor_rejudges_the_pairs() {
+        // Against the bound, straddling it, the first block interrupted.
+        let mut s = AbSchedule::against_bound(bounded(), 0).unwrap();
+        let mut next = Next::Run;
+        let mut live = 0;
+        while matches!(next, Next::Run | Next::Discarded(_)) {
+            let slot = s.slot();
+            let b = slot.pair.unwrap() / 2;
+            if b == 0 {
+                s.interrupt();
+            }
+            let x: f64 = if b % 2 == 0 { 0.34 } else { 0.47 };
+            let spt = match slot.profile {
+                Arm::Candidate => 10.0 * x.exp(),
+                _ => 10.0,
+            };
+            next = s.record(Timed::plain(spt)).unwrap();
+            if let Next::Discarded(ds) = next {
+                live = ds.live;
+            }
+        }
+        assert_eq!(live, 1);
+        assert_eq!(next, Next::NeedsFloor);
+        let r = s.resume(floor(), None).unwrap();
+        assert!(
+            r.discarded_pairs.starts_with(&[0, 1]),
+            "the interrupted block stays out: {r:?}"
+        );
+    }
+
+    #[test]
+    fn the_floor_schedule_reruns_a_block_live_users_interrupted() {
+        let mut p = policy();
+        p.floor_pairs = 12;
+        let mut s = FloorSchedule::new(p, 1);
+        let mut runs = 0usize;
+        let mut live = 0;
+        let end = loop {
+            if runs == 7 {
+                assert!(s.interrupt());
+            }
+            let wobble = 1.0 + 0.01 * ((runs * 7919) % 7) as f64 / 7.0;
+            runs += 1;
+            match s.record(Timed::plain(10.0 * wobble)).unwrap() {
+                FloorNext::Run => {}
+                FloorNext::Discarded(ds) => live = ds.live,
+                FloorNext::Done(end) => break end,
+            }
+        };
+        assert_eq!(live, 1);
+        assert_eq!(runs, 2 + 2 * 12 + 4, "one block re-run");
+        assert!(matches!(end, FloorEnd::Measured { ref pairs, .. } if pairs.len() == 12));
     }
 
     #[test]

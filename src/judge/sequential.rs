@@ -72,6 +72,11 @@ pub struct Discards {
     /// The largest contention rise over the floor's seen on a discarded run
     /// (a fraction: 0.5 is half as many tasks again per core).
     pub worst_rise: f64,
+    /// Blocks during which the live server served its own users beyond
+    /// `[daemon] stand_aside_above` (`measure::stand_aside`). Not counted
+    /// in [`Discards::total`]: live users say nothing of the machine's
+    /// noise, and the daemon bounds how often they may interrupt it.
+    pub live: usize,
 }
 
 impl Discards {
@@ -206,6 +211,9 @@ pub struct SequentialTest {
     accepted: Vec<f64>,
     discards: Discards,
     decided: Option<Decision>,
+    /// The block in progress was interrupted by live users: it is
+    /// discarded when it completes ([`Self::interrupt`]).
+    interrupted: bool,
 }
 
 impl SequentialTest {
@@ -223,7 +231,16 @@ impl SequentialTest {
             accepted: Vec::new(),
             discards: Discards::default(),
             decided: None,
+            interrupted: false,
         }
+    }
+
+    /// Marks the block in progress (or the next one, between blocks) as
+    /// interrupted by the live server's own users: when it completes it is
+    /// discarded whole, both arms alike, and re-run, as an interfered block
+    /// is. The run's time is never looked at, so no arm is favoured.
+    pub fn interrupt(&mut self) {
+        self.interrupted = true;
     }
 
     /// Pairs of the blocks accepted so far.
@@ -365,6 +382,13 @@ impl SequentialTest {
             arm_gaps(spt(first), spt(second)),
         );
         let runs = [first.0, first.1, second.0, second.1];
+        if std::mem::take(&mut self.interrupted) {
+            self.discards.live += 1;
+            return Ok(Step::Discarded {
+                pairs: self.pairs,
+                discards: self.discards,
+            });
+        }
         if let Some(rise) = interfered(&runs, p.floor_contention, p.max_contention_rise) {
             self.discards.interfered += 1;
             self.discards.worst_rise = self.discards.worst_rise.max(rise);

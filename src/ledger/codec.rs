@@ -15,7 +15,9 @@ use sqlx::{ColumnIndex, Decode, Encode, Postgres, Row, Sqlite, Type};
 
 use super::error::LedgerError;
 use crate::menu::MenuId;
-use crate::vocab::{Arm, CycleStatus, Digest, Method, ProposerKind, StageState, VerdictKind};
+use crate::vocab::{
+    Arm, CycleStatus, DeferredAt, Digest, Method, ProposerKind, StageState, VerdictKind,
+};
 
 /// Stores a closed enum as its canonical spelling and reads it back strictly
 /// (`TEXT` on both backends).
@@ -82,6 +84,7 @@ macro_rules! text_enum {
 text_enum!(VerdictKind);
 text_enum!(StageState);
 text_enum!(CycleStatus);
+text_enum!(DeferredAt);
 text_enum!(Arm);
 text_enum!(ProposerKind);
 text_enum!(Method);

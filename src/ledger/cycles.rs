@@ -109,6 +109,9 @@ reads_as_recorded!(Observation => NewObservation);
 pub struct CycleSummary {
     pub cycle: CycleRecord,
     pub verdicts: Vec<CycleVerdict>,
+    /// Set when the cycle stood aside for the live server's users too long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deferral: Option<super::CycleDeferral>,
 }
 
 /// A verdict with what was tried, when there was an experiment.
@@ -355,6 +358,7 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
             .map_err(cx.err(op))?;
         let ids = serde_json::to_string(&cycles.iter().map(|c| c.id).collect::<Vec<_>>())
             .expect("a list of integers serialises");
+        let deferrals = super::deferrals::of_cycles((&mut *c).into(), cx, &ids).await?;
         let rows = sqlx::query(d.pick(SQL_CYCLE_VERDICTS, PG_CYCLE_VERDICTS))
             .bind(ids)
             .fetch_all(&mut *c)
@@ -365,8 +369,14 @@ async fn recent_cycles(c: Conn<'_>, cx: &Ctx, limit: u32) -> Result<Vec<CycleSum
             .map(|cycle| CycleSummary {
                 cycle,
                 verdicts: Vec::new(),
+                deferral: None,
             })
             .collect();
+        for deferral in deferrals {
+            if let Some(s) = out.iter_mut().find(|s| s.cycle.id == deferral.cycle_id) {
+                s.deferral = Some(deferral);
+            }
+        }
         for row in rows {
             let verdict = Verdict::from_row(&row).map_err(cx.err(op))?;
             let entry: Option<String> = row.try_get("e_menu_id").map_err(cx.err(op))?;

@@ -158,6 +158,7 @@ mod compositions;
 mod connect;
 mod costs;
 mod cycles;
+mod deferrals;
 mod engine_time;
 mod error;
 mod experiments;
@@ -210,6 +211,7 @@ pub use costs::CycleCost;
 pub use cycles::{
     CycleOutcome, CycleRecord, CycleSummary, CycleVerdict, NewObservation, Observation,
 };
+pub use deferrals::CycleDeferral;
 pub use engine_time::{EngineRun, EngineSeconds};
 pub use error::LedgerError;
 pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};

@@ -84,6 +84,9 @@ pub struct RunPressure {
     pub memory_pressure: Option<f64>,
     pub io_pressure: Option<f64>,
     pub contention: Option<f64>,
+    /// The most requests of the live server's users (the daemon's own
+    /// excluded) read during the run (`measure::stand_aside`).
+    pub live_requests: Option<f64>,
 }
 
 /// One run about to be recorded.
@@ -175,9 +178,9 @@ async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewRun) -> Result<RunId> {
          seconds_per_token, timing_source, tokens, output_hash, exit_code, duration_s, \
          stderr_tail, refused, error, trunk_seconds_per_token, expert_seconds_per_token, \
          far_hit_share, draft_acceptance, load1, cpu_pressure, memory_pressure, io_pressure, \
-         contention) \
+         contention, live_requests) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-         $19, $20, $21, $22, $23) \
+         $19, $20, $21, $22, $23, $24) \
          RETURNING id",
         )
         .bind(r.experiment_id)
@@ -203,6 +206,7 @@ async fn insert(c: Conn<'_>, cx: &Ctx, r: &NewRun) -> Result<RunId> {
         .bind(r.pressure.memory_pressure)
         .bind(r.pressure.io_pressure)
         .bind(r.pressure.contention)
+        .bind(r.pressure.live_requests)
         .fetch_one(c)
         .await
         .map_err(cx.err("record a run"))

@@ -15,6 +15,7 @@ use super::deadline::{self, Deadline};
 use super::gate::{GateCheck, HashGate};
 use super::pressure::{self, Pressure};
 use super::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
+use super::stand_aside::{Gate, Interruptions, RunWatch, StandAside};
 use crate::clock::Clock;
 use crate::judge::{
     self, AbSchedule, Floor, FloorEnd, FloorNext, FloorSchedule, Next, Policy, Timed,
@@ -41,6 +42,10 @@ pub struct AbRunner<'a, S, C> {
     pub deadline_cap: Option<Duration>,
     /// Runs done of at most how many, for people and the metrics endpoint.
     pub progress: Progress,
+    /// The live server's users first: each run waits for them, and a block
+    /// they interrupted is re-run ([`super::stand_aside`]); `None` where
+    /// the live load is not read.
+    pub stand_aside: Option<&'a StandAside>,
 }
 
 /// What an A/B measures: its experiment, its two profiles, its policy.
@@ -53,7 +58,8 @@ struct Arms<'p> {
 
 /// What one run contributed.
 enum Ran {
-    Valid(Timed),
+    /// A valid run, and whether the live server's users interrupted it.
+    Valid(Timed, bool),
     Ended(AbVerdict),
 }
 
@@ -178,7 +184,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             + 2 * self.warmups_per_arm
             + 2 * (policy.max_pairs + 2 * policy.max_discarded_blocks + 2);
         let bound = start + 2 * self.warmups_per_arm + 2 * policy.max_pairs;
-        while runs.len() < most {
+        let mut users = Interruptions::default();
+        let most_live = policy.max_discarded_blocks;
+        while runs.len() < most + users.extra_runs() {
             self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
             let profile = match slot.profile {
@@ -198,12 +206,20 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 )
                 .await?;
             let timed = match ran {
-                Ran::Valid(t) => t,
+                Ran::Valid(t, interrupted) => {
+                    if interrupted {
+                        schedule.interrupt();
+                    }
+                    t
+                }
                 Ran::Ended(verdict) => return Ok(BoundedAb::Done(AbReport { verdict, runs })),
             };
             match schedule.record(timed)? {
                 Next::Run => {}
-                Next::Discarded(_) => self.discard_last_block(&mut runs).await?,
+                Next::Discarded(d) => {
+                    self.block_discarded(&mut runs, &mut users, d.live, most_live)
+                        .await?;
+                }
                 Next::NeedsFloor => {
                     return Ok(BoundedAb::NeedsFloor(Box::new(PausedAb { schedule, runs })));
                 }
@@ -250,7 +266,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let mut runs = Vec::new();
         let most = schedule.most_runs();
         let bound = 2 * self.warmups_per_arm + 2 * schedule.pairs_wanted();
-        while runs.len() < most {
+        let mut users = Interruptions::default();
+        let most_live = policy.max_discarded_blocks;
+        while runs.len() < most + users.extra_runs() {
             self.progress.runs(runs.len(), bound + discarded(&runs));
             let slot = schedule.slot();
             // Both arms are the live profile: any output change is the
@@ -268,7 +286,12 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 )
                 .await?;
             let timed = match ran {
-                Ran::Valid(t) => t,
+                Ran::Valid(t, interrupted) => {
+                    if interrupted {
+                        schedule.interrupt();
+                    }
+                    t
+                }
                 Ran::Ended(v) => {
                     let reason = v
                         .to_new_verdict(self.clock.now())
@@ -282,8 +305,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             };
             let end = match schedule.record(timed)? {
                 FloorNext::Run => continue,
-                FloorNext::Discarded(_) => {
-                    self.discard_last_block(&mut runs).await?;
+                FloorNext::Discarded(d) => {
+                    self.block_discarded(&mut runs, &mut users, d.live, most_live)
+                        .await?;
                     continue;
                 }
                 FloorNext::Done(end) => end,
@@ -333,6 +357,24 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         Ok(())
     }
 
+    /// Marks the block the judge discarded; defers the measurement once the
+    /// live server's users interrupted more than `most` of its blocks.
+    async fn block_discarded(
+        &self,
+        runs: &mut [RecordedRun],
+        users: &mut Interruptions,
+        live: usize,
+        most: usize,
+    ) -> Result<(), AbError> {
+        self.discard_last_block(runs).await?;
+        users
+            .note(live, most)
+            .map_err(|deferral| AbError::Deferred {
+                runs: runs.len(),
+                deferral,
+            })
+    }
+
     /// Marks the last block's four runs as discarded, here and in the ledger.
     async fn discard_last_block(&self, runs: &mut [RecordedRun]) -> Result<(), AbError> {
         let n = runs.len();
@@ -362,6 +404,20 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
         let order_index = u32::try_from(run).unwrap_or(u32::MAX);
         if self.cancel.is_cancelled() {
             return Err(AbError::Cancelled { runs: runs.len() });
+        }
+        // Between runs, never during one: the users of the live server go
+        // first.
+        if let Some(sa) = self.stand_aside {
+            match sa.wait_clear(&self.cancel).await {
+                Gate::Clear(_) => {}
+                Gate::Cancelled => return Err(AbError::Cancelled { runs: runs.len() }),
+                Gate::Deferred(deferral) => {
+                    return Err(AbError::Deferred {
+                        runs: runs.len(),
+                        deferral,
+                    });
+                }
+            }
         }
         let started_at = self.clock.now();
         let mut row = NewRun {
@@ -393,6 +449,9 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             None => None,
         };
         let sample = pressure::Sample::now();
+        let watch = self
+            .stand_aside
+            .map(|sa| sa.watch_run(self.scorer.sends_to_live_server()));
         let scored = match (deadline, self.deadline_cap) {
             (Some(d), Some(cap)) => {
                 let scored = self
@@ -404,8 +463,11 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             _ => self.scorer.score(profile, &self.cancel).await,
         };
         let machine = sample.until_now();
+        let live = watch.and_then(RunWatch::finish);
+        let interrupted = self.stand_aside.is_some_and(|sa| sa.interrupted(live));
         pressure::warn_once_if_missing(&machine);
         row.pressure = run_pressure(&machine);
+        row.pressure.live_requests = live;
         let outcome: RunOutcome = match scored {
             Ok(o) => o,
             Err(RunFailure {
@@ -451,10 +513,13 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
                 // Only a valid run's parts are figures (the hash gate passed).
                 row.parts = outcome.parts;
                 self.record(row, Some(outcome.extras), runs).await?;
-                Ok(Ran::Valid(Timed {
-                    seconds_per_token: outcome.seconds_per_token,
-                    contention: machine.contention,
-                }))
+                Ok(Ran::Valid(
+                    Timed {
+                        seconds_per_token: outcome.seconds_per_token,
+                        contention: machine.contention,
+                    },
+                    interrupted,
+                ))
             }
             Ok(GateCheck::Mismatch { expected, got }) => {
                 row.refused = true;
@@ -530,5 +595,6 @@ fn run_pressure(p: &Pressure) -> RunPressure {
         memory_pressure: p.memory,
         io_pressure: p.io,
         contention: p.contention,
+        live_requests: None,
     }
 }

@@ -273,4 +273,11 @@ pub enum AbError {
     Undecided { pairs: usize },
     #[error("the judge refused a pair: {0}")]
     Judge(#[from] JudgeError),
+    /// Standing aside for the live server's users took too long
+    /// ([`super::stand_aside`]): the measurement stops between two runs.
+    #[error("deferred after {runs} run(s): {}", deferral.reason)]
+    Deferred {
+        runs: usize,
+        deferral: super::stand_aside::Deferral,
+    },
 }

@@ -157,6 +157,15 @@ impl Scorer for StackScorer {
         }
     }
 
+    fn sends_to_live_server(&self) -> bool {
+        match self {
+            StackScorer::Bench(s) => s.sends_to_live_server(),
+            StackScorer::Live(s) => s.sends_to_live_server(),
+            StackScorer::Shadow(s) => s.sends_to_live_server(),
+            StackScorer::Realization(s) => s.sends_to_live_server(),
+        }
+    }
+
     async fn finish(&self) {
         match self {
             StackScorer::Bench(s) => s.finish().await,

@@ -12,6 +12,9 @@
 //! - [`realization`]: the live server beside a shadow of the profile an applied stage replaced.
 //! - [`by_protocol`]: which of those scorers measures an A/B or an A/A, per protocol.
 //! - [`gate`]: the hash gate against the pinned reference output.
+//! - [`stand_aside`]: the live server's users first: no run starts while
+//!   they are served, a block they interrupted is re-run, a cycle that
+//!   cannot start is deferred.
 //! - [`ab`]: the paired ABBA runner and the A/A noise-floor measurement.
 
 pub mod ab;
@@ -27,4 +30,5 @@ pub mod pressure;
 pub mod realization;
 pub mod scorer;
 pub mod shadow;
+pub mod stand_aside;
 pub mod surface;

@@ -47,6 +47,11 @@ impl Scorer for LiveBesideShadow {
         Method::Surface
     }
 
+    /// Its live arm's requests are the daemon's own, not the users'.
+    fn sends_to_live_server(&self) -> bool {
+        self.live.sends_to_live_server()
+    }
+
     async fn score(
         &self,
         profile: &ProfileFile,

@@ -185,6 +185,13 @@ pub trait Scorer {
         self.score(profile, cancel)
     }
 
+    /// Whether its runs send requests to the live server itself (a
+    /// `remeasure` of the live surface): the daemon's own requests there
+    /// are not its users' ([`super::stand_aside`]).
+    fn sends_to_live_server(&self) -> bool {
+        false
+    }
+
     /// Releases what the scorer kept between runs (a shadow's server) when
     /// the A/B or floor measurement ends; most scorers keep nothing.
     fn finish(&self) -> impl Future<Output = ()> + Send {

@@ -422,6 +422,10 @@ fn read_counts(v: &Value, a: &mut Answer) {
 }
 
 impl Scorer for SurfaceScorer {
+    fn sends_to_live_server(&self) -> bool {
+        self.server == ServerKind::Live
+    }
+
     fn method(&self) -> Method {
         Method::Surface
     }

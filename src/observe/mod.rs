@@ -4,7 +4,10 @@
 //! metrics are required.
 //!
 //! - [`prometheus`]: the stack's metrics, in the Prometheus text format.
+//! - [`live_load`]: the live server's own load (its users' requests), which
+//!   the daemon stands aside for.
 
+pub mod live_load;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -245,6 +248,10 @@ fn live_metrics(samples: &[prometheus::Sample], names: &BTreeMap<String, String>
         FAR_AVAILABLE,
         DRAFT_PROPOSED,
         DRAFT_ACCEPTED,
+        // The daemon's own concern, not the proposer's.
+        live_load::PROCESSING,
+        live_load::WAITING,
+        live_load::TOTAL,
     ];
     let other = names
         .keys()

@@ -2,12 +2,11 @@
 //! free loopback port with a tiny checkpoint. With random weights its choice
 //! is arbitrary, but it is a real schema-constrained answer, validated here.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
+use crate::live_server::Serve;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -20,54 +19,6 @@ use orchestrator::ledger::{ExperimentId, LedgerError};
 use orchestrator::menu::{Menu, Proposal};
 use orchestrator::observe::LiveMetrics;
 use orchestrator::vocab::ProposerKind;
-
-/// A `tinyk3 serve` child, killed and reaped when dropped.
-struct Serve {
-    child: Child,
-    addr: String,
-}
-
-impl Serve {
-    fn start(model: &Path, profile: &Path) -> Serve {
-        let mut child = Command::new(common::tinyk3_bin())
-            .arg("serve")
-            .arg(model)
-            .arg("--profile")
-            .arg(profile)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tinyk3 serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap());
-        let mut seen = String::new();
-        let mut line = String::new();
-        let addr = loop {
-            line.clear();
-            if lines.read_line(&mut line).unwrap() == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tinyk3 serve did not start: {seen}");
-            }
-            seen.push_str(&line);
-            if let Some(a) = line.trim().strip_prefix("listening on http://") {
-                break a.to_string();
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let _ = lines.read_to_string(&mut String::new());
-        });
-        Serve { child, addr }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct NothingDecided;
 

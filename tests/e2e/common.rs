@@ -157,6 +157,18 @@ pub fn tinyk3_argv(model: &Path) -> String {
     )
 }
 
+/// `orchestrator --config CONFIG ARGS...`, run to its end (at most 10 min).
+pub fn orchestrator(config: &Path, args: &[&str]) -> std::process::Output {
+    assert_cmd::Command::cargo_bin("orchestrator")
+        .unwrap()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap()
+}
+
 /// A small valid profile written to `dir/name`.
 pub fn profile_file(dir: &Path, name: &str) -> ProfileFile {
     let profile = Profile::parse(

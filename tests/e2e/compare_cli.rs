@@ -97,7 +97,8 @@ fn a_faster_candidate_wins_is_confirmed_and_nothing_is_staged() {
     assert!(lo <= effect && effect <= hi && effect < 0.0, "{j:#}");
     assert!(j["speedup"].as_f64().unwrap() > 1.0, "{j:#}");
     for ab in [&j["ab"], conf] {
-        assert!(ab["runs"]["baseline"].as_u64().unwrap() >= 4, "{ab:#}");
+        // At least one ABBA block (2 pairs): a big effect may settle there.
+        assert!(ab["runs"]["baseline"].as_u64().unwrap() >= 2, "{ab:#}");
         assert_eq!(ab["runs"]["baseline"], ab["runs"]["candidate"], "{ab:#}");
         assert!(ab["noise_floor"].as_f64().unwrap() > 0.0, "{ab:#}");
     }

@@ -14,7 +14,6 @@
 //! the vendored source, without which CI fails before the tests).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::common;
 
@@ -83,30 +82,19 @@ fn write_config(root: &Path, e: &Engine) -> PathBuf {
     path
 }
 
-fn orchestrator(config: &Path, args: &[&str]) -> std::process::Output {
-    assert_cmd::Command::cargo_bin("orchestrator")
-        .unwrap()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .timeout(Duration::from_secs(600))
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn the_real_engine_runs_the_example_cycle_after_cycle() {
     let Some(e) = engine() else { return };
     let _heavy = crate::common::heavy();
     let tmp = tempfile::tempdir().unwrap();
     let config = write_config(tmp.path(), &e);
-    let out = orchestrator(&config, &["check"]);
+    let out = common::orchestrator(&config, &["check"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = orchestrator(&config, &["run", "--cycles", "4"]);
+    let out = common::orchestrator(&config, &["run", "--cycles", "4"]);
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{log}");
     assert!(
@@ -119,7 +107,7 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
         .filter(|l| l.contains("WARN") && l.contains("no metrics endpoint"))
         .count();
     assert_eq!(said, 1, "{log}");
-    let out = orchestrator(&config, &["ledger", "--json"]);
+    let out = common::orchestrator(&config, &["ledger", "--json"]);
     let cycles: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cycles = cycles.as_array().unwrap();
     assert_eq!(cycles.len(), 4, "{cycles:#?}");
@@ -160,7 +148,7 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
         floor_measured || every_ab_bound,
         "no floor measured on the real engine: {cycles:#?}"
     );
-    let out = orchestrator(&config, &["ledger", "--check"]);
+    let out = common::orchestrator(&config, &["ledger", "--check"]);
     assert!(
         out.status.success(),
         "{}",

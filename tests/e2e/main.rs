@@ -12,6 +12,7 @@ mod common;
 mod demo;
 mod faults;
 mod live_stack;
+mod live_server;
 mod report_fixture;
 #[path = "../support/skip.rs"]
 mod skip;
@@ -62,6 +63,7 @@ mod run_stages_a_win;
 mod security;
 mod service;
 mod shadow_drafts;
+mod stand_aside;
 mod stage_cli;
 mod stage_concurrency;
 mod stage_revert;

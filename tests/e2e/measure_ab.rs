@@ -1,20 +1,25 @@
 //! The A/B runner end to end on real `tinyk3 bench` processes and a real
 //! ledger file: ABBA order and one verdict, the hash gate (candidate and
-//! baseline), a failed run, cancellation, and the A/A noise floor.
+//! baseline), a failed run, cancellation, the A/A noise floor, and a block
+//! a real user of a real live server interrupted, re-run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{alive, config_with_bench, profile_file, script, tiny_model, tinyk3_argv};
+use crate::live_server::{self, Serve};
 use chrono::Utc;
 use orchestrator::clock::SystemClock;
+use orchestrator::config::StandAsideSettings;
 use orchestrator::judge::{Confidence, Floor, Policy};
 use orchestrator::ledger::{ExperimentId, Ledger, NewExperiment, NewReferenceHash};
 use orchestrator::measure::ab::{AbError, AbRunner, AbVerdict, NoiseOutcome};
 use orchestrator::measure::bench::BenchScorer;
 use orchestrator::measure::gate::{GateError, HashGate, bench_prompt_set};
 use orchestrator::measure::scorer::{MeasureError, RunFailure, RunOutcome, Scorer};
+use orchestrator::measure::stand_aside::{self, StandAside};
 use orchestrator::menu::MenuId;
+use orchestrator::observe::live_load::LiveLoad;
 use orchestrator::process::cancel::Cancel;
 use orchestrator::profile::ProfileFile;
 use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
@@ -92,6 +97,7 @@ fn runner<'a, S>(
         warmups_per_arm,
         deadline_cap,
         progress: Default::default(),
+        stand_aside: None,
     }
 }
 
@@ -550,4 +556,125 @@ async fn each_run_gets_a_deadline_from_its_profiles_recorded_runs() {
             && reason.contains("run_timeout_s (900s)"),
         "{reason}"
     );
+}
+
+/// The real bench scorer, with a real user of the live server at `addr`
+/// whose request is in the server while run number `at` goes on.
+struct UserDuringRun {
+    bench: BenchScorer,
+    at: usize,
+    calls: std::sync::atomic::AtomicUsize,
+    addr: String,
+}
+
+impl Scorer for UserDuringRun {
+    fn method(&self) -> Method {
+        Method::Bench
+    }
+    async fn score(&self, p: &ProfileFile, cancel: &Cancel) -> Result<RunOutcome, RunFailure> {
+        use std::sync::atomic::Ordering;
+        if self.calls.fetch_add(1, Ordering::SeqCst) == self.at {
+            let addr = self.addr.clone();
+            // About 2 s of generation on the tiny checkpoint.
+            std::thread::spawn(move || live_server::chat(&addr, 800));
+            let t0 = Instant::now();
+            while live_server::metric(&self.addr, "tinyk3_requests_in_flight") < 1.0 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "the user's request never ran"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Read at least once by the monitor while this run goes on.
+            tokio::time::sleep(3 * stand_aside::POLL).await;
+        }
+        self.bench.score(p, cancel).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_a_live_user_interrupted_is_discarded_for_both_arms_and_rerun() {
+    let _heavy = crate::common::heavy_async().await;
+    let (tmp, model) = tiny_model(11);
+    let live = profile_file(tmp.path(), "live.toml");
+    let serve = Serve::start(&model, &live.path);
+    let names = [
+        ("live_requests_processing", "tinyk3_requests_in_flight"),
+        ("live_requests_waiting", "tinyk3_requests_queued"),
+        ("live_requests_total", "tinyk3_requests_total"),
+    ];
+    let metrics = orchestrator::config::Metrics {
+        url: Some(format!("http://{}/metrics", serve.addr).parse().unwrap()),
+        names: names
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect(),
+        heat: None,
+        heat_trace: None,
+        heat_flush: None,
+        required: false,
+    };
+    let load = LiveLoad::from_config(Some(&metrics), reqwest::Client::new()).unwrap();
+    let settings = StandAsideSettings {
+        above: 0,
+        quiet: Duration::ZERO,
+        max_wait: Duration::from_secs(120),
+    };
+    let sa = StandAside::spawn(load, settings, stand_aside::POLL, false);
+    let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
+    let exp = experiment(&ledger, &live, &live).await;
+    let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
+    // The first paired run (after one warmup per arm) meets the user.
+    let scorer = UserDuringRun {
+        bench: bench(tmp.path(), &model),
+        at: 2,
+        calls: Default::default(),
+        addr: serve.addr.clone(),
+    };
+    let runner = AbRunner {
+        stand_aside: Some(&sa),
+        ..runner(&scorer, &ledger, 1, None)
+    };
+    // A floor so wide that no block is discordant (an arm's runs 4 floors,
+    // 7x, apart): only the user can discard a block here.
+    let report = runner
+        .run_ab(
+            exp,
+            &live,
+            &live,
+            &mut gate,
+            policy(),
+            Floor::try_from(0.5).unwrap(),
+        )
+        .await
+        .unwrap();
+    let AbVerdict::Decided(d) = &report.verdict else {
+        panic!("{:?}", report.verdict)
+    };
+    assert!(d.too_noisy.is_none(), "{d:?}");
+    let stored = ledger.runs(exp).await.unwrap();
+    let discarded: Vec<u32> = stored
+        .iter()
+        .filter(|r| r.discarded)
+        .map(|r| r.order_index)
+        .collect();
+    // The user's block, both arms, and nothing else; then it was re-run.
+    assert_eq!(discarded, vec![2, 3, 4, 5], "{stored:#?}");
+    assert_eq!(stored.len(), 2 + 4 + 2 * d.pairs);
+    let live_requests = |i: usize| stored[i].pressure.live_requests;
+    assert!(
+        live_requests(2).is_some_and(|n| n >= 1.0),
+        "{:?}",
+        stored[2].pressure
+    );
+    // The runs after it waited for the user to be served (a run shorter
+    // than a reading's interval may have none).
+    for (i, r) in stored.iter().enumerate().skip(6) {
+        assert_eq!(
+            live_requests(i).unwrap_or(0.0),
+            0.0,
+            "run {i}: {:?}",
+            r.pressure
+        );
+    }
 }

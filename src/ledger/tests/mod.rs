@@ -227,6 +227,7 @@ pub(super) fn run(experiment_id: ExperimentId, arm: Arm, order: u32, pair: Optio
             memory_pressure: Some(0.0),
             io_pressure: None,
             contention: Some(1.4),
+            live_requests: Some(1.0),
         },
     }
 }

@@ -292,6 +292,17 @@ async fn run_round_trip_and_run_rules() {
             ..run(exp, Arm::Candidate, 8, Some(4))
         };
         assert_constraint(ledger.insert_run(&below_one).await, "contention below 1");
+        let negative_live = NewRun {
+            pressure: crate::ledger::RunPressure {
+                live_requests: Some(-1.0),
+                ..good.pressure
+            },
+            ..run(exp, Arm::Candidate, 8, Some(4))
+        };
+        assert_constraint(
+            ledger.insert_run(&negative_live).await,
+            "negative live requests",
+        );
 
         // Measured parts belong to valid runs only, and stay in range.
         let parts_without_metric = NewRun {

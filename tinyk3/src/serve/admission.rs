@@ -26,7 +26,10 @@ pub fn admit(live: &Arc<Live>, queue: usize) -> Option<Ticket> {
             (n < limit).then_some(n + 1)
         })
         .ok()
-        .map(|_| Ticket { live: live.clone() })
+        .map(|_| {
+            live.requests_total.fetch_add(1, Ordering::SeqCst);
+            Ticket { live: live.clone() }
+        })
 }
 
 #[cfg(test)]
@@ -41,5 +44,7 @@ mod tests {
         assert!(admit(&live, 1).is_none());
         drop(a);
         assert!(admit(&live, 1).is_some());
+        // Every admitted request counts once; a refused one does not.
+        assert_eq!(live.requests_total.load(Ordering::SeqCst), 3);
     }
 }

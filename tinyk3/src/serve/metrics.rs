@@ -89,6 +89,9 @@ pub struct Live {
     pub in_flight: AtomicU64,
     /// Admitted requests: the one in flight plus those queued.
     pub admitted: AtomicU64,
+    /// Requests admitted since start (a counter): a reader that compares two
+    /// readings sees a request that came and went between them.
+    pub requests_total: AtomicU64,
     /// Responses by HTTP status.
     pub responses: Mutex<BTreeMap<u16, u64>>,
 }
@@ -328,6 +331,13 @@ fn render_requests(out: &mut String, live: &Live) {
         "gauge",
         "Generations waiting in the queue.",
         &[("", queued as f64)],
+    );
+    metric(
+        out,
+        "tinyk3_requests_total",
+        "counter",
+        "Generations admitted since start (running, queued or done).",
+        &[("", live.requests_total.load(Ordering::SeqCst) as f64)],
     );
     let responses = live.responses.lock().expect("metrics lock").clone();
     let labels: Vec<String> = responses

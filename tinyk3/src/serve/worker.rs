@@ -90,20 +90,30 @@ pub fn spawn(
                 }
                 live.in_flight.store(1, Ordering::SeqCst);
                 let result = generate(&mut engine, settings.draft_len, &job, &stop.cut);
+                let timings = match &result {
+                    Ok(Some((_, timings))) => Some(timings),
+                    _ => None,
+                };
+                // The work done counts in the metrics whatever became of the
+                // request (a client that went away included).
+                publish(&mut engine, &live, timings);
+                // The slot is free before the client hears the end, so a
+                // client that reads the metrics once it has its answer (an
+                // orchestrator standing aside for live users) never sees
+                // its own finished request still queued.
+                let Job { events, ticket, .. } = job;
+                drop(ticket);
                 live.in_flight.store(0, Ordering::SeqCst);
                 match result {
                     Ok(Some((finish_reason, timings))) => {
-                        publish(&mut engine, &live, Some(&timings));
-                        let _ = job.events.send(Event::Done {
+                        let _ = events.send(Event::Done {
                             finish_reason,
                             timings,
                         });
                     }
-                    // The client went away; the work done still counts in the metrics.
-                    Ok(None) => publish(&mut engine, &live, None),
+                    Ok(None) => {}
                     Err(e) => {
-                        publish(&mut engine, &live, None);
-                        let _ = job.events.send(Event::Failed(ApiError::other(
+                        let _ = events.send(Event::Failed(ApiError::other(
                             500,
                             "server_error",
                             "engine_error",
@@ -111,7 +121,6 @@ pub fn spawn(
                         )));
                     }
                 }
-                drop(job.ticket);
             }
         })
         .expect("spawn the engine thread")
