@@ -442,12 +442,17 @@ fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
     let demo = Demo::new("bandit", TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
     let path = demo.path("config.toml");
     let text = std::fs::read_to_string(&path).unwrap();
+    // The tiny stack's whole search, to convergence, costs about 2 engine
+    // seconds (a one-block first look settles most of its A/Bs), so a cap
+    // the loop reaches twice before it converges is well under that: 4% of
+    // a 20 s window is 0.8 s. (A fifth, 4 s, was never reached: the loop
+    // converged first and the test waited for a budget wait in vain.)
     let budget = text
-        .replace("max_engine_share = 0.5", "max_engine_share = 0.2")
+        .replace("max_engine_share = 0.5", "max_engine_share = 0.04")
         .replace("engine_window_s = 3600", "engine_window_s = 20");
-    assert_ne!(
-        budget.matches("= 0.2").count(),
-        text.matches("= 0.2").count()
+    assert!(
+        budget.contains("max_engine_share = 0.04"),
+        "config.toml has the budget keys"
     );
     assert!(
         budget.contains("engine_window_s = 20"),
@@ -467,7 +472,7 @@ fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
     assert!(status.success(), "{status:?}\n{}", daemon.stderr());
     let out = daemon.stdout();
     assert!(
-        out.contains("[cycle] max_engine_share 20%")
+        out.contains("[cycle] max_engine_share 4%")
             && out.contains("when enough of the window's runs have aged out"),
         "{out}"
     );
@@ -487,7 +492,7 @@ fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
         )
     });
     assert!(cycles.len() >= 2, "{cycles:#?}");
-    let cap = 0.2 * 20.0;
+    let cap = 0.04 * 20.0;
     for c in &cycles {
         let start = c.cycle.started_at;
         let window: f64 = runs
@@ -516,7 +521,7 @@ fn over_its_engine_budget_the_daemon_waits_and_every_cycle_starts_within_it() {
     let today = Utc::now().date_naive().to_string();
     let total: f64 = runs.iter().map(|r| r.seconds).sum();
     assert!(
-        text.contains("engine   engine ") && text.contains("% of 20s (max 20%)"),
+        text.contains("engine   engine ") && text.contains("% of 20s (max 4%)"),
         "{text}"
     );
     assert!(
