@@ -107,7 +107,7 @@ class Config(unittest.TestCase):
             self.assertIn("engine_clock.py", text)
             self.assertNotIn("ledger/tinyk3-demo", text)
             # the judge is as shipped
-            for line in ("min_pairs = 4", "max_pairs = 16", "floor_pairs = 20", "confidence = 0.10"):
+            for line in ("min_pairs = 2", "max_pairs = 16", "floor_pairs = 20", "confidence = 0.10"):
                 self.assertIn(line, text)
 
     def test_a_missing_text_stops_the_harness(self):
@@ -350,7 +350,7 @@ class RealEngine(unittest.TestCase):
             self.assertIn('"clock.py"', text)
             self.assertIn("expert_bytes = 24576", text)
             self.assertIn('proposer = "bandit"', text)
-            self.assertIn("min_pairs = 4", text)  # the judge as shipped
+            self.assertIn("min_pairs = 2", text)  # the judge as shipped
 
     def test_the_split_is_the_planners_and_a_cache_keeps_top_k_plus_one(self):
         start = k3.starting_profile(self.facts)
