@@ -215,10 +215,16 @@ pub fn param_schema(param: &Param, excluded: &[&ParamValue]) -> Option<Value> {
                 return Some(json!({"type": "number", "minimum": min, "maximum": max}));
             }
             // Pieces between the cut points: [min, c0), (c0, c1), ..., (cn, max].
+            // An open piece between two cut points that differ only by
+            // rounding (the live 0.3333333333333333 and a proposed 0.333333)
+            // holds no number a constrained decoder writes (tinyk3's writes
+            // 6 fraction digits), and the server refuses the whole schema
+            // (HTTP 400, every cycle): such a sliver is left out.
+            let sliver = MIN_OPEN_PIECE * (max - min).max(1.0);
             let mut alts = Vec::new();
             let mut lo: (f64, bool) = (*min, false);
             for c in &cut {
-                if lo.0 < *c {
+                if lo.0 < *c && (!lo.1 || *c - lo.0 > sliver) {
                     alts.push(piece(lo, (*c, true)));
                 }
                 lo = (*c, true);
@@ -241,6 +247,11 @@ pub fn param_schema(param: &Param, excluded: &[&ParamValue]) -> Option<Value> {
         }
     }
 }
+
+/// The narrowest open piece a number's schema keeps, as a share of the
+/// parameter's range (at least 1): wide enough to hold a number of 5
+/// fraction digits, and far below any menu's step.
+const MIN_OPEN_PIECE: f64 = 1e-5;
 
 /// A number range; `true` marks an open (exclusive) end.
 fn piece(lo: (f64, bool), hi: (f64, bool)) -> Value {

@@ -390,6 +390,59 @@ fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
     );
 }
 
+/// Two excluded numbers that differ only by rounding (seen: the live
+/// trunk_fraction 1/3 and a refused proposal of 0.333333) leave no open
+/// piece between them that a decoder writing 6 fraction digits cannot fill:
+/// tinyk3 serve refused such a schema with HTTP 400 in every cycle.
+#[test]
+fn excluded_numbers_a_rounding_apart_leave_no_empty_piece() {
+    let ex = |x: f64| Excluded {
+        experiment: MenuId::RebalanceTrunkCache,
+        param: "trunk_fraction".into(),
+        value: ParamValue::Number(x),
+        why: Why::Live,
+    };
+    let m = menu().excluding([ex(1.0 / 3.0), ex(0.333333)]);
+    let schema = m.json_schema();
+    let alt = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
+        .unwrap();
+    let pieces = alt["properties"]["params"]["properties"]["trunk_fraction"]["anyOf"]
+        .as_array()
+        .unwrap();
+    assert_eq!(pieces.len(), 2, "{pieces:#?}");
+    for p in pieces {
+        // The smallest 6-digit number the piece admits.
+        let (lo, open) = match (p.get("minimum"), p.get("exclusiveMinimum")) {
+            (Some(v), _) => (v.as_f64().unwrap(), false),
+            (_, Some(v)) => (v.as_f64().unwrap(), true),
+            _ => unreachable!(),
+        };
+        let first = if open {
+            ((lo * 1e6).floor() + 1.0) / 1e6
+        } else {
+            (lo * 1e6).ceil() / 1e6
+        };
+        let fits = match (p.get("maximum"), p.get("exclusiveMaximum")) {
+            (Some(v), _) => first <= v.as_f64().unwrap(),
+            (_, Some(v)) => first < v.as_f64().unwrap(),
+            _ => unreachable!(),
+        };
+        assert!(fits, "no 6-digit number in {p}");
+    }
+    // The validator still refuses both values, and takes the grid's next.
+    let split = |x: &str| {
+        format!(
+            r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{x}}},"rationale":""}}"#
+        )
+    };
+    assert!(m.validate(&split("0.333333")).is_err());
+    assert!(m.validate(&split("0.35")).is_ok());
+}
+
 /// A withheld entry (`remeasure` while its floor is fresh) leaves the
 /// schema, and the validator refuses it with the reason, from the one
 /// list; the other entries are untouched.

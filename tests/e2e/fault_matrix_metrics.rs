@@ -33,12 +33,25 @@ fn metrics_down_or_garbage_proceed_or_fail_as_configured() {
     });
     let demo = Demo::new("bandit", TINY_START, TINY_INIT, TINY_EXPERT_BYTES, 4);
     let serve = demo.serve;
+    // A floor is stale after a millisecond, so every cycle has a reason to
+    // offer remeasure: the loop never converges (a converged bounded run
+    // stops) and keeps running cycles for the test to switch the endpoint
+    // under.
     edit_config(&demo, |t| {
         t.replace(
             &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
             &format!("url = \"http://127.0.0.1:{}/metrics\"", metrics.port),
         )
+        .replace(
+            "noise_floor_max_age_s = 86400",
+            "noise_floor_max_age_s = 0.001",
+        )
     });
+    assert!(
+        std::fs::read_to_string(demo.path("config.toml"))
+            .unwrap()
+            .contains("noise_floor_max_age_s = 0.001")
+    );
     let db = demo.path("ledger/orchestrator.db");
     let minute = Duration::from_secs(60);
 
@@ -46,7 +59,10 @@ fn metrics_down_or_garbage_proceed_or_fail_as_configured() {
     // before the test switches the endpoint, so cycles are found by what
     // they saw, not counted.
     metrics.set_down(true);
-    let mut daemon = Daemon::start(&demo, &["--cycles", "100"], &[]);
+    // A bound the test never reaches: the tiny stack's cycles take a fraction
+    // of a second since the one-block first look, and 100 of them were spent
+    // before the test had switched the endpoint twice. The test stops it.
+    let mut daemon = Daemon::start(&demo, &["--cycles", "100000"], &[]);
     let down = wait_for(
         3 * minute,
         "a cycle with the metrics down",
@@ -113,7 +129,7 @@ fn metrics_down_or_garbage_proceed_or_fail_as_configured() {
     // required = true: down, then garbage, fail loudly; then good runs.
     edit_config(&demo, |t| t.replace("required = false", "required = true"));
     metrics.set_down(true);
-    let mut daemon = Daemon::start(&demo, &["--cycles", "100"], &[]);
+    let mut daemon = Daemon::start(&demo, &["--cycles", "100000"], &[]);
     let down = wait_for(
         3 * minute,
         "a required-metrics cycle, down",

@@ -207,10 +207,11 @@ fn orchestrator_run_on_the_moe_records_a_verdict() {
     // that reason), never a failed run.
     assert!((1..=2).contains(&verdicts.len()), "{:#}", cycles[0]);
     for v in verdicts {
-        // (A proposal refused before it ran has no pairs.)
+        // (A proposal refused before it ran has no pairs; a measured one
+        // has at least one ABBA block, min_pairs 2 in the example.)
         let refused = v["verdict"]["kind"] == "rejected";
         assert!(
-            refused || v["verdict"]["pairs"].as_u64().unwrap() >= 4,
+            refused || v["verdict"]["pairs"].as_u64().unwrap() >= 2,
             "{v:#}"
         );
         assert_ne!(v["verdict"]["kind"], "failed", "{v:#}\n{stderr}");
