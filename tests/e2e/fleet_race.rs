@@ -36,7 +36,10 @@ const HOSTS: usize = 4;
 /// Closed cycles, all hosts together, after which the daemons are stopped
 /// (and the fewest the test accepts).
 const TARGET_CYCLES: usize = 36;
-const MIN_CYCLES: usize = 16;
+/// A host whose drafts are all decided converges and waits (the loop runs
+/// no cycle that can tell it nothing new), so under load the fleet may stop
+/// short of the target: each host's two cycles at least are checked below.
+const MIN_CYCLES: usize = 8;
 /// Stages a racer decided, after which the daemons may be stopped.
 const TARGET_DECIDED: usize = 4;
 /// The daemons run at most this long, whatever they reached.
