@@ -29,6 +29,7 @@
 //!   over-budget wait.
 
 pub mod applier;
+mod before;
 pub mod budget;
 pub mod lock;
 pub mod metrics;
@@ -36,7 +37,9 @@ mod notify;
 mod outage;
 pub mod proposer;
 mod realized;
+mod retry;
 mod reverter;
+mod signals;
 mod stand_aside;
 pub mod wait;
 
@@ -44,7 +47,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::Utc;
-use rand::Rng;
 use tokio::time::MissedTickBehavior;
 
 use crate::clock::SystemClock;
@@ -55,13 +57,16 @@ use crate::judge::Policy;
 use crate::ledger::{Ledger, LedgerError, StackLock};
 use crate::measure::by_protocol::Scorers;
 use crate::menu::Menu;
-use crate::process::cancel::{Cancel, CancelHandle};
+use crate::process::cancel::Cancel;
 use crate::process::orphans;
 use crate::progress::Progress;
 use crate::vocab::CycleStatus;
 
+use before::{Before, before_cycle, engine_accounts};
 use metrics::DaemonMetrics;
 use proposer::AnyProposer;
+pub use retry::backoff;
+pub(crate) use signals::watch_signals;
 
 /// How long to run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -580,130 +585,6 @@ async fn run_loop(
         waits.end(why).await?;
     }
     Ok(LoopEnd::Done)
-}
-
-/// What the loop does after its look before a cycle.
-enum Before {
-    /// Run the cycle.
-    Run,
-    /// It waited: look again (after the next tick).
-    Again,
-    /// It waited and the config or menu changed: load them again.
-    Reload,
-    /// A shutdown while waiting, or `--once` with nothing to run.
-    Stop,
-}
-
-/// The budget, then the look ([`CycleRunner::converged`]): waits while over
-/// budget or converged, and says what the loop does next. A bounded run
-/// never waits: it says why it stops.
-async fn before_cycle<P: crate::brain::Proposer, C: crate::clock::Clock>(
-    budget: &budget::Budget,
-    cycle: &CycleRunner<'_, P, C>,
-    waits: &mut wait::Waits<'_>,
-    metrics: &DaemonMetrics,
-    last_cycle: Option<crate::ledger::CycleId>,
-    opts: RunOptions,
-) -> Result<Before, LedgerError> {
-    use crate::vocab::WaitKind;
-    use wait::Woke;
-    let ledger = cycle.ledger;
-    let woke = |w: Woke| match w {
-        Woke::Shutdown => Before::Stop,
-        Woke::LookAgain => Before::Again,
-        Woke::Changed(_) => Before::Again,
-    };
-    if let budget::Look::Over { until, reason, .. } = budget.read(ledger, Utc::now()).await? {
-        metrics.set_waiting(Some(WaitKind::Budget));
-        if opts.bounded() {
-            println!("stop        budget: {reason} (a bounded run does not wait)");
-            return Ok(Before::Stop);
-        }
-        return waits.budget(&reason, until, last_cycle).await.map(woke);
-    }
-    if waits.waiting() == Some(WaitKind::Budget) {
-        waits
-            .end("the window's engine time has room for a cycle again")
-            .await?;
-    }
-    waits.before_look().await?;
-    let Some(converged) = cycle.converged().await? else {
-        if waits.waiting() == Some(WaitKind::Converged) {
-            waits
-                .end("a look found an experiment worth measuring")
-                .await?;
-        }
-        metrics.set_waiting(None);
-        return Ok(Before::Run);
-    };
-    metrics.set_waiting(Some(WaitKind::Converged));
-    if opts.bounded() {
-        println!(
-            "stop        converged: {} (a bounded run does not wait)",
-            converged.reason
-        );
-        return Ok(Before::Stop);
-    }
-    match waits.converged(&converged, last_cycle).await? {
-        Woke::Changed(wake) => {
-            waits.end(&wake.to_string()).await?;
-            metrics.set_waiting(None);
-            Ok(if wake.reloads() {
-                Before::Reload
-            } else {
-                Before::Again
-            })
-        }
-        other => Ok(woke(other)),
-    }
-}
-
-/// The window's engine time and the last day's by use, onto the metrics
-/// endpoint; returns the text the cycle line ends with.
-async fn engine_accounts(
-    budget: &budget::Budget,
-    ledger: &Ledger,
-    metrics: &DaemonMetrics,
-) -> Result<String, LedgerError> {
-    let now = Utc::now();
-    let look = budget.read(ledger, now).await?;
-    let day = ledger
-        .engine_runs(now - chrono::Duration::days(1), now)
-        .await?;
-    let day = crate::ledger::EngineSeconds::of(&day);
-    metrics.set_engine(look.spent().share(), day);
-    Ok(format!("{}, last 24h {day}", look.spent()))
-}
-
-/// Exponential backoff with "equal jitter" (half fixed, half random), capped:
-/// the k-th wait after the failure threshold lies in [d/2, d] with
-/// d = min(cap, base · 2^k) (AWS Architecture Blog, "Exponential Backoff
-/// and Jitter", 2015).
-pub fn backoff(k: u32, base: Duration, cap: Duration) -> Duration {
-    let d = base
-        .saturating_mul(1u32.checked_shl(k.min(20)).unwrap_or(u32::MAX))
-        .min(cap);
-    let half = d / 2;
-    half + half.mul_f64(rand::rng().random::<f64>())
-}
-
-/// Cancels on the first SIGINT or SIGTERM.
-pub(crate) async fn watch_signals(handle: CancelHandle) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::error!("cannot install the SIGINT/SIGTERM handlers; stop with SIGKILL only");
-        return;
-    };
-    let name = tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    };
-    tracing::warn!("{name}: finishing the current step and stopping");
-    notify::stopping(&format!("stopping: {name}, finishing the current step"));
-    handle.cancel();
 }
 
 #[cfg(test)]
