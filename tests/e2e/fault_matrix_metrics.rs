@@ -37,23 +37,18 @@ fn metrics_down_or_garbage_proceed_or_fail_as_configured() {
     // offer remeasure: the loop never converges (a converged bounded run
     // stops) and keeps running cycles for the test to switch the endpoint
     // under.
+    // Not standing aside: its monitor polls the same endpoint and took
+    // the one scripted garbage reply before a cycle's scrape could.
     edit_config(&demo, |t| {
-        t.replace(
-            &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
-            &format!("url = \"http://127.0.0.1:{}/metrics\"", metrics.port),
-        )
-        .replace(
-            "noise_floor_max_age_s = 86400",
-            "noise_floor_max_age_s = 0.001",
-        )
-        // Not standing aside: its monitor polls the same endpoint and took
-        // the one scripted garbage reply before a cycle's scrape could.
-        .replace(
-            "live_requests_processing = \"tinyk3_requests_in_flight\"\n",
-            "",
-        )
-        .replace("live_requests_waiting = \"tinyk3_requests_queued\"\n", "")
-        .replace("live_requests_total = \"tinyk3_requests_total\"\n", "")
+        not_standing_aside(t)
+            .replace(
+                &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
+                &format!("url = \"http://127.0.0.1:{}/metrics\"", metrics.port),
+            )
+            .replace(
+                "noise_floor_max_age_s = 86400",
+                "noise_floor_max_age_s = 0.001",
+            )
     });
     assert!(
         std::fs::read_to_string(demo.path("config.toml"))

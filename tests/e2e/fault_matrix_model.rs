@@ -483,8 +483,10 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
     // first, so the model is asked every cycle, however noisy the machine.
     // A floor is stale after a millisecond, so each cycle has a reason to offer
     // remeasure (a fresh one is withheld, and a converged bounded run stops).
+    // Not standing aside: its monitor polls the same endpoint between
+    // runs, and this test counts the cycle's own scrapes.
     edit_config(&demo, |t| {
-        t.replace(
+        not_standing_aside(t).replace(
             &format!("url = \"http://127.0.0.1:{serve}/metrics\""),
             &format!("url = \"http://127.0.0.1:{}/metrics\"", server.port),
         )
@@ -494,11 +496,6 @@ fn the_metrics_are_read_before_the_model_is_asked_and_its_window_closed_after() 
             1,
         )
         .replace("noise_floor_max_age_s = 86400", "noise_floor_max_age_s = 0.001")
-        // Not standing aside: its monitor polls the same endpoint between
-        // runs, and this test counts the cycle's own scrapes.
-        .replace("live_requests_processing = \"tinyk3_requests_in_flight\"\n", "")
-        .replace("live_requests_waiting = \"tinyk3_requests_queued\"\n", "")
-        .replace("live_requests_total = \"tinyk3_requests_total\"\n", "")
     });
     assert!(
         !std::fs::read_to_string(demo.path("config.toml"))

@@ -28,7 +28,9 @@ use orchestrator::vocab::{Arm, VerdictKind};
 
 use crate::demo::Demo;
 use crate::faults::server::{FaultyHttpServer, Reply};
-use crate::faults::{TINY_EXPERT_BYTES, TINY_INIT, edit_config, use_model_double};
+use crate::faults::{
+    TINY_EXPERT_BYTES, TINY_INIT, edit_config, not_standing_aside, use_model_double,
+};
 
 /// Budgets far above the tiny checkpoint's trunk and experts, so every
 /// trunk/cache split holds all of both: a candidate of the same speed.
@@ -88,14 +90,7 @@ fn hogged_demo(replacements: &[(&str, &str)]) -> (FaultyHttpServer, Demo) {
     // start-up quiet spell (10 s) before the first run let a burst started
     // before `run` into the load the floor's check reads, so the floor was
     // measured again under the burst instead of the burst being interference.
-    edit_config(&demo, |t| {
-        t.replace(
-            "live_requests_processing = \"tinyk3_requests_in_flight\"\n",
-            "",
-        )
-        .replace("live_requests_waiting = \"tinyk3_requests_queued\"\n", "")
-        .replace("live_requests_total = \"tinyk3_requests_total\"\n", "")
-    });
+    edit_config(&demo, not_standing_aside);
     if !replacements.is_empty() {
         edit_config(&demo, |t| {
             replacements

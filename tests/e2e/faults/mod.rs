@@ -51,6 +51,19 @@ pub fn fault_wrapper_bin() -> PathBuf {
         })
 }
 
+/// A config text with the live load's names left out, so the daemon does not
+/// stand aside: no monitor polls the live metrics between runs, and no quiet
+/// spell is awaited before the first run. For tests whose live server no
+/// user calls, and which count scrapes or time a burst.
+pub fn not_standing_aside(config: String) -> String {
+    const NAMES: [&str; 3] = [
+        "live_requests_processing = \"tinyk3_requests_in_flight\"\n",
+        "live_requests_waiting = \"tinyk3_requests_queued\"\n",
+        "live_requests_total = \"tinyk3_requests_total\"\n",
+    ];
+    NAMES.iter().fold(config, |t, name| t.replace(name, ""))
+}
+
 /// Edits the demo's config text.
 pub fn edit_config(demo: &Demo, edit: impl FnOnce(String) -> String) {
     let path = demo.path("config.toml");
