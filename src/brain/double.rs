@@ -398,6 +398,7 @@ impl OnLive {
 
     pub(crate) fn menu(&self, live: &crate::profile::Profile) -> Menu {
         repo_menu()
+            .with_resolutions(crate::plan::resolutions(live))
             .excluding(crate::menu::exclusions::base_values(
                 crate::plan::unchanged(live),
             ))

@@ -386,10 +386,16 @@ fn menu_entry(t: &mut String, menu: &Menu, e: &MenuEntry) {
             continue;
         }
         let _ = writeln!(t, "  Excluded on the live profile (refused if proposed):");
+        let within = menu.same_within(e.id, &p.name);
+        let band = if within > 0.0 {
+            format!(" (and within {within:.2e} of it)")
+        } else {
+            String::new()
+        };
         for x in excluded.iter().take(MAX_LISTED_EXCLUSIONS) {
             let _ = writeln!(
                 t,
-                "  - {} {}",
+                "  - {}{band} {}",
                 crate::menu::named_value(&x.param, &x.value),
                 x.why
             );

@@ -53,6 +53,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let menu = self
             .menu
             .clone()
+            .with_resolutions(plan::resolutions(&base.profile))
             .excluding(crate::menu::exclusions::base_values(plan::unchanged(
                 &base.profile,
             )))

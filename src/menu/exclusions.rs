@@ -66,11 +66,32 @@ pub struct Excluded {
 }
 
 impl Excluded {
-    /// Whether a validated value of `param` of `experiment` is this one.
-    /// Numbers compare exactly, as JSON Schema's bounds do.
-    pub fn matches(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
-        self.experiment == experiment && self.param == param && same(&self.value, value)
+    /// Whether a validated value of `param` of `experiment` is this one:
+    /// a number within `within` of it (a closed band, as the schema's
+    /// exclusive bounds around it leave out; 0 is an exact match).
+    pub fn matches(
+        &self,
+        experiment: MenuId,
+        param: &str,
+        value: &ParamValue,
+        within: f64,
+    ) -> bool {
+        self.experiment == experiment && self.param == param && same(&self.value, value, within)
     }
+}
+
+/// How near an excluded value of a number parameter another value must be
+/// to be the same proposal on the cycle's base: the planner's own rounding
+/// (see [`crate::plan::Planner::same_within`]). The planner writes sizes in
+/// whole MB, so on a 150 MB split every `trunk_fraction` within ±0.0033 of
+/// the live 1/3 plans the live profile itself; excluding only the exact
+/// value let a model propose 0.33334, 0.33335, ... one refused cycle each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    pub experiment: MenuId,
+    pub param: String,
+    /// Half the band's width, in the parameter's units; finite, ≥ 0.
+    pub half_width: f64,
 }
 
 /// A whole entry no proposal may choose now, and why (our own words): an
@@ -163,20 +184,24 @@ pub fn shown(value: &ParamValue) -> String {
     }
 }
 
-fn same(a: &ParamValue, b: &ParamValue) -> bool {
+fn same(a: &ParamValue, b: &ParamValue, within: f64) -> bool {
     match (a, b) {
         (ParamValue::Choice(x), ParamValue::Choice(y)) => x == y,
         (ParamValue::Choice(_), _) | (_, ParamValue::Choice(_)) => false,
         (ParamValue::Integer(x), ParamValue::Integer(y)) => x == y,
-        _ => a.as_f64() == b.as_f64(),
+        _ => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => (x - y).abs() <= within,
+            _ => false,
+        },
     }
 }
 
-/// The schema of `param` with `excluded` (its own excluded values) left
-/// out, or `None` when no value is left. Uses only what the simple
+/// The schema of `param` with `excluded` (its own excluded values, each
+/// with the numbers within `within` of it) left out, or `None` when no
+/// value is left. Uses only what the simple
 /// constrained decoders take: integer ranges, numbers with exclusive bounds
 /// around each excluded point, string enums, `anyOf` of those.
-pub fn param_schema(param: &Param, excluded: &[&ParamValue]) -> Option<Value> {
+pub fn param_schema(param: &Param, excluded: &[&ParamValue], within: f64) -> Option<Value> {
     match &param.kind {
         ParamKind::Integer { min, max, .. } => {
             let mut cut: Vec<i64> = excluded
@@ -204,30 +229,40 @@ pub fn param_schema(param: &Param, excluded: &[&ParamValue]) -> Option<Value> {
             one_or_any(alts)
         }
         ParamKind::Number { min, max, .. } => {
-            let mut cut: Vec<f64> = excluded
+            // Each excluded value leaves out the closed band [x - within,
+            // x + within]; overlapping bands merge.
+            let mut cut: Vec<(f64, f64)> = excluded
                 .iter()
                 .filter_map(|v| v.as_f64())
-                .filter(|x| x >= min && x <= max)
+                .map(|x| (x - within, x + within))
+                .filter(|(lo, hi)| hi >= min && lo <= max)
                 .collect();
-            cut.sort_by(f64::total_cmp);
-            cut.dedup();
-            if cut.is_empty() {
+            cut.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut bands: Vec<(f64, f64)> = Vec::new();
+            for (lo, hi) in cut {
+                match bands.last_mut() {
+                    Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                    _ => bands.push((lo, hi)),
+                }
+            }
+            if bands.is_empty() {
                 return Some(json!({"type": "number", "minimum": min, "maximum": max}));
             }
-            // Pieces between the cut points: [min, c0), (c0, c1), ..., (cn, max].
-            // An open piece between two cut points that differ only by
-            // rounding (the live 0.3333333333333333 and a proposed 0.333333)
-            // holds no number a constrained decoder writes (tinyk3's writes
-            // 6 fraction digits), and the server refuses the whole schema
-            // (HTTP 400, every cycle): such a sliver is left out.
+            // Pieces between the bands: [min, a0), (b0, a1), ..., (bn, max].
+            // An open piece between two bands that differ only by rounding
+            // (the live 0.3333333333333333 and a proposed 0.333333, with no
+            // resolution) holds no number a constrained decoder writes
+            // (tinyk3's writes 6 fraction digits), and the server refuses
+            // the whole schema (HTTP 400, every cycle): such a sliver is
+            // left out.
             let sliver = MIN_OPEN_PIECE * (max - min).max(1.0);
             let mut alts = Vec::new();
             let mut lo: (f64, bool) = (*min, false);
-            for c in &cut {
-                if lo.0 < *c && (!lo.1 || *c - lo.0 > sliver) {
-                    alts.push(piece(lo, (*c, true)));
+            for (a, b) in &bands {
+                if lo.0 < *a && (!lo.1 || *a - lo.0 > sliver) {
+                    alts.push(piece(lo, (*a, true)));
                 }
-                lo = (*c, true);
+                lo = (*b, true);
             }
             if lo.0 < *max || (lo.0 == *max && !lo.1) {
                 alts.push(piece(lo, (*max, false)));

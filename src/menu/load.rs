@@ -99,6 +99,7 @@ impl Menu {
             rationale_max_chars: RATIONALE_MAX_CHARS,
             excluded: Vec::new(),
             withheld: Vec::new(),
+            resolutions: Vec::new(),
         })
     }
 }

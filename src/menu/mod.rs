@@ -26,7 +26,9 @@ mod load;
 mod schema;
 mod validate;
 
-pub use exclusions::{Excluded, Why, Withheld, named as named_value, shown as shown_value};
+pub use exclusions::{
+    Excluded, Resolution, Why, Withheld, named as named_value, shown as shown_value,
+};
 pub use load::MenuError;
 pub use validate::Rejection;
 
@@ -165,6 +167,9 @@ pub struct Menu {
     excluded: Vec<Excluded>,
     /// Entries no proposal may choose now, whole (see [`Withheld`]).
     withheld: Vec<Withheld>,
+    /// How near an excluded number a value is the same proposal on this
+    /// base (see [`Resolution`]); an exact match where none is given.
+    resolutions: Vec<Resolution>,
 }
 
 /// A parameter's value, after validation.
@@ -236,6 +241,7 @@ impl Menu {
             rationale_max_chars: self.rationale_max_chars,
             excluded: self.excluded.clone(),
             withheld: self.withheld.clone(),
+            resolutions: self.resolutions.clone(),
         }
     }
 
@@ -248,15 +254,39 @@ impl Menu {
                 .entries
                 .iter()
                 .any(|e| e.id == x.experiment && e.params.iter().any(|p| p.name == x.param));
+            let within = self.same_within(x.experiment, &x.param);
             let already = self
                 .excluded
                 .iter()
-                .any(|y| y.matches(x.experiment, &x.param, &x.value));
+                .any(|y| y.matches(x.experiment, &x.param, &x.value, within));
             if known && !already {
                 self.excluded.push(x);
             }
         }
         self
+    }
+
+    /// The same menu with these resolutions: every excluded value of a
+    /// number parameter given one, before or after, excludes the values
+    /// within its half-width too (a closed band), from the schema and the
+    /// validator alike.
+    pub fn with_resolutions(mut self, more: impl IntoIterator<Item = Resolution>) -> Menu {
+        for r in more {
+            self.resolutions
+                .retain(|x| !(x.experiment == r.experiment && x.param == r.param));
+            self.resolutions.push(r);
+        }
+        self
+    }
+
+    /// The half-width within which a value of `param` of `experiment` is
+    /// the same as an excluded one: 0 (exact) unless a [`Resolution`]
+    /// says otherwise.
+    pub fn same_within(&self, experiment: MenuId, param: &str) -> f64 {
+        self.resolutions
+            .iter()
+            .find(|r| r.experiment == experiment && r.param == param)
+            .map_or(0.0, |r| r.half_width)
     }
 
     /// The same menu with this entry withheld: the schema leaves it out and

@@ -3,15 +3,21 @@
 
 use serde_json::{Value, json};
 
-use super::{Excluded, Menu, MenuEntry, MenuId, ParamValue, exclusions};
+use super::{Excluded, Menu, MenuEntry, MenuId, ParamValue, Resolution, exclusions};
 
 impl Menu {
     /// Whether some value of every parameter of `id` is still allowed.
     pub fn offers(&self, id: MenuId) -> bool {
         self.withheld(id).is_none()
-            && self
-                .entry(id)
-                .is_ok_and(|e| entry_schema(e, self.rationale_max_chars, &self.excluded).is_some())
+            && self.entry(id).is_ok_and(|e| {
+                entry_schema(
+                    e,
+                    self.rationale_max_chars,
+                    &self.excluded,
+                    &self.resolutions,
+                )
+                .is_some()
+            })
     }
 
     /// The JSON schema of a valid answer: one alternative per entry, each an
@@ -26,7 +32,14 @@ impl Menu {
             .entries
             .iter()
             .filter(|e| self.withheld(e.id).is_none())
-            .filter_map(|e| entry_schema(e, self.rationale_max_chars, &self.excluded))
+            .filter_map(|e| {
+                entry_schema(
+                    e,
+                    self.rationale_max_chars,
+                    &self.excluded,
+                    &self.resolutions,
+                )
+            })
             .collect();
         json!({ "anyOf": alternatives })
     }
@@ -38,6 +51,7 @@ fn entry_schema(
     entry: &MenuEntry,
     rationale_max_chars: usize,
     excluded: &[Excluded],
+    resolutions: &[Resolution],
 ) -> Option<Value> {
     let mut props = serde_json::Map::new();
     for p in &entry.params {
@@ -46,7 +60,11 @@ fn entry_schema(
             .filter(|x| x.experiment == entry.id && x.param == p.name)
             .map(|x| &x.value)
             .collect();
-        props.insert(p.name.clone(), exclusions::param_schema(p, &out)?);
+        let within = resolutions
+            .iter()
+            .find(|r| r.experiment == entry.id && r.param == p.name)
+            .map_or(0.0, |r| r.half_width);
+        props.insert(p.name.clone(), exclusions::param_schema(p, &out, within)?);
     }
     let required: Vec<&str> = entry.params.iter().map(|p| p.name.as_str()).collect();
     Some(json!({

@@ -305,7 +305,16 @@ proptest! {
     /// same values.
     #[test]
     fn schema_and_validator_exclude_the_same_values(seed in any::<u64>(), draw in any::<u64>()) {
-        let m = menu().excluding(some_exclusions(&menu(), seed));
+        // Half the seeds give trunk_fraction a resolution (the planner's
+        // rounding), from a sliver to a fifth of its range.
+        let half_width = [0.0, 0.0, 0.0, 1e-4, 0.0033, 0.025, 0.2][(seed % 7) as usize];
+        let m = menu()
+            .with_resolutions([Resolution {
+                experiment: MenuId::RebalanceTrunkCache,
+                param: "trunk_fraction".into(),
+                half_width,
+            }])
+            .excluding(some_exclusions(&menu(), seed));
         let schema = m.json_schema();
         let mut state = draw | 1;
         let mut pick = |n: u64| {
@@ -326,6 +335,20 @@ proptest! {
             let value = shown_value(&x.value);
             let named = format!("{} {value}", x.param);
             prop_assert!(err.to_string().contains(&named), "{}", err);
+            // A value inside the band is refused too (named as proposed).
+            if let (ParamValue::Number(v), true) = (&x.value, half_width > 0.0) {
+                for near in [v - 0.9 * half_width, v + 0.9 * half_width] {
+                    if !(0.0..=1.0).contains(&near) {
+                        continue;
+                    }
+                    let answer = json!({
+                        "experiment": x.experiment,
+                        "params": {x.param.clone(): near},
+                        "rationale": "",
+                    });
+                    prop_assert!(m.validate_value(&answer).is_err(), "{} was accepted", near);
+                }
+            }
         }
     }
 }
@@ -482,4 +505,55 @@ fn a_withheld_entry_leaves_the_schema_and_the_validator_says_why() {
     // Kept through a narrowing of the menu.
     let narrowed = m.without(&[MenuId::RerankPins], "s");
     assert!(!narrowed.offers(MenuId::Remeasure));
+}
+
+/// With the planner's resolution, the live split's whole band is left out
+/// of the schema and refused by the validator as the live value; the next
+/// grid point stays open.
+#[test]
+fn a_resolution_excludes_the_band_around_the_live_split() {
+    let m = menu()
+        .with_resolutions([Resolution {
+            experiment: MenuId::RebalanceTrunkCache,
+            param: "trunk_fraction".into(),
+            half_width: 0.5 / 150.0,
+        }])
+        .excluding([Excluded {
+            experiment: MenuId::RebalanceTrunkCache,
+            param: "trunk_fraction".into(),
+            value: ParamValue::Number(1.0 / 3.0),
+            why: Why::Live,
+        }]);
+    let split = |x: &str| {
+        format!(
+            r#"{{"experiment":"rebalance_trunk_cache","params":{{"trunk_fraction":{x}}},"rationale":""}}"#
+        )
+    };
+    for x in ["0.33333", "0.33334", "0.33339", "0.336", "0.3301"] {
+        let err = m.validate(&split(x)).unwrap_err();
+        assert_eq!(err.kind(), "no_change", "{x}: {err}");
+        assert!(
+            err.to_string().contains(&format!("trunk_fraction {x}")),
+            "{err}"
+        );
+    }
+    for x in ["0.35", "0.3", "0.337"] {
+        assert!(m.validate(&split(x)).is_ok(), "{x}");
+    }
+    let schema = m.json_schema();
+    let alt = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
+        .unwrap();
+    let lo = 1.0 / 3.0 - 0.5 / 150.0;
+    let hi = 1.0 / 3.0 + 0.5 / 150.0;
+    assert_eq!(
+        alt["properties"]["params"]["properties"]["trunk_fraction"],
+        json!({"anyOf": [
+            {"type": "number", "minimum": 0.0, "exclusiveMaximum": lo},
+            {"type": "number", "exclusiveMinimum": hi, "maximum": 1.0},
+        ]})
+    );
 }

@@ -197,14 +197,23 @@ impl Menu {
                 param: param.name.clone(),
             })?;
             let value = check_param(param, v)?;
+            let within = self.same_within(id, &param.name);
             if let Some(x) = self
                 .excluded
                 .iter()
-                .find(|x| x.matches(id, &param.name, &value))
+                .find(|x| x.matches(id, &param.name, &value, within))
             {
+                let mut what = named_value(&param.name, &value);
+                if !x.matches(id, &param.name, &value, 0.0) {
+                    // Inside the band, not the value itself: say which.
+                    what.push_str(&format!(
+                        ", within {within:.2e} of {} (the planner's rounding), so it",
+                        super::shown_value(&x.value)
+                    ));
+                }
                 return Err(Rejection::Excluded {
                     experiment: id,
-                    what: named_value(&param.name, &value),
+                    what,
                     why: x.why.clone(),
                 });
             }

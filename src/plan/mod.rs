@@ -225,6 +225,31 @@ pub trait Planner: Sync {
     fn unchanged(&self, _live: &Profile) -> Option<(&'static str, ParamValue)> {
         None
     }
+
+    /// The number parameter whose nearby values plan the same candidate on
+    /// `live`, and how near (half the band's width): the planner's own
+    /// rounding, so a value that close to the live one, or to one decided
+    /// or refused, is excluded with it. `None` where values are exact.
+    fn same_within(&self, _live: &Profile) -> Option<(&'static str, f64)> {
+        None
+    }
+}
+
+/// Every entry's [`Planner::same_within`] on `live`, for
+/// [`crate::menu::Menu::with_resolutions`].
+pub fn resolutions(live: &Profile) -> Vec<crate::menu::Resolution> {
+    MenuId::ALL
+        .iter()
+        .filter_map(|&id| {
+            planner(id)
+                .same_within(live)
+                .map(|(param, half_width)| crate::menu::Resolution {
+                    experiment: id,
+                    param: param.to_string(),
+                    half_width,
+                })
+        })
+        .collect()
 }
 
 /// Every entry's [`Planner::unchanged`] value on `live`.

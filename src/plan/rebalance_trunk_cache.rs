@@ -84,6 +84,13 @@ impl Planner for RebalanceTrunkCache {
         let rounded = (fraction * 1e9).round() / 1e9;
         Some(("trunk_fraction", ParamValue::Number(rounded)))
     }
+
+    /// Half a MB of the split's total: the trunk is planned in whole MB, so
+    /// fractions that close to one another plan the same sizes.
+    fn same_within(&self, live: &Profile) -> Option<(&'static str, f64)> {
+        let total = gb_to_bytes(live.memory.trunk_gb) + gb_to_bytes(live.memory.cache_gb);
+        (total > 0).then(|| ("trunk_fraction", 0.5 * MB as f64 / total as f64))
+    }
 }
 
 /// The largest `trunk_fraction` that leaves the engine its cache, said as a

@@ -453,3 +453,47 @@ fn the_unchanged_value_of_each_planner_plans_to_the_live_profile() {
     assert_eq!(small[1].2, ParamValue::Integer(3));
     assert_eq!(small[2].2, ParamValue::Number(0.2));
 }
+
+/// The band [`Planner::same_within`] gives is the planner's own rounding:
+/// on the demo's 150 MB split (seen: a served model proposing 0.33333 to
+/// 0.33339 against the live 1/3, one refused cycle each) every fraction
+/// inside it plans the live profile, and one just outside does not.
+#[test]
+fn fractions_within_the_resolution_of_the_live_split_plan_the_live_profile() {
+    let dir = Path::new("/ledger");
+    let live = Profile::parse(
+        "[memory]\nbudget_gb = 0.3\ntrunk_gb = 0.05\ncache_gb = 0.1\n",
+        Path::new("live.toml"),
+    )
+    .unwrap();
+    let c = PlanContext {
+        expert_bytes: None,
+        ..ctx(&live, dir)
+    };
+    let (param, half) = planner(MenuId::RebalanceTrunkCache)
+        .same_within(&live)
+        .unwrap();
+    assert_eq!(param, "trunk_fraction");
+    assert!((half - 0.5 / 150.0).abs() < 1e-12, "{half}");
+    let centre = 1.0 / 3.0;
+    for k in -9..=9 {
+        let x = centre + half * f64::from(k) / 10.0;
+        assert_eq!(
+            plan(&c, &fraction(x)).unwrap_err(),
+            PlanRefusal::NoChange,
+            "{x}"
+        );
+    }
+    for x in [0.33334, 0.33339, 0.3365] {
+        assert_eq!(
+            plan(&c, &fraction(x)).unwrap_err(),
+            PlanRefusal::NoChange,
+            "{x}"
+        );
+    }
+    for x in [centre - 1.2 * half, centre + 1.2 * half, 0.35] {
+        assert!(plan(&c, &fraction(x)).is_ok(), "{x} is a change");
+    }
+    let all = resolutions(&live);
+    assert_eq!(all.len(), 1, "only the split is rounded: {all:?}");
+}
