@@ -18,7 +18,9 @@ Meanwhile the daemon is, in interleaved phases of --phase-s each:
 The arms are ordered by a balanced Latin square (Williams): over four
 rounds each arm comes first once and follows every other arm once, so
 neither a drift of the machine's own load nor what one arm leaves behind
-falls on one arm more than another. A request belongs to the arm in force
+falls on one arm more than another. With --arms off,stand_aside (the
+goal's two) they alternate, off first in even rounds and second in odd
+ones, and each gets half of the wall time, not a quarter. A request belongs to the arm in force
 when it was sent; left out are those sent in the first --settle-s of a
 phase, or before every request sent in an earlier phase was answered (a
 backlog the previous arm left in the server's queue is that arm's). It prints each arm's
@@ -219,7 +221,14 @@ def main():
                          "defer less than once per phase)")
     ap.add_argument("--work", help="working directory (default: a temp dir, removed unless --keep)")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="the arms to run: all four, or off,stand_aside alone (the goal's two, "
+                         "alternated ABBA: twice the requests per arm in the same wall time)")
     a = ap.parse_args()
+    arms = a.arms.split(",")
+    if sorted(arms) not in (sorted(ARMS), ["off", "stand_aside"]):
+        sys.exit("--arms %s: give all of %s, or off,stand_aside" % (a.arms, ",".join(ARMS)))
+    arms = [x for x in ARMS if x in arms]
     for b in (ORCH, TINYK3):
         if not os.access(b, os.X_OK):
             sys.exit("%s is missing: cargo build --release -p orchestrator -p tinyk3" % b)
@@ -259,8 +268,10 @@ def main():
         phase = 0
         starts = []
         for r in range(a.rounds):
-            # Williams' square for four: 0 1 3 2, each next row one up.
-            order = [ARMS[(r + k) % 4] for k in (0, 1, 3, 2)]
+            # Williams' square: for four 0 1 3 2, each next row one up;
+            # for two, 0 1 then 1 0 (ABBA).
+            steps = (0, 1, 3, 2) if len(arms) == 4 else (0, 1)
+            order = [arms[(r + k) % len(arms)] for k in steps]
             for arm in order:
                 daemon = None
                 if arm != "off":
@@ -295,7 +306,7 @@ def main():
     for begun in starts:
         drained = max([r[3] for r in records if r[2] < begun], default=begun)
         counted_from.append(max(begun + a.settle_s, drained))
-    for arm in ARMS:
+    for arm in arms:
         kept = [r for r in records if r[0] == arm and r[2] >= counted_from[r[1]]]
         ok = [r[3] - r[2] for r in kept if r[4] == 200]
         rows[arm] = {
@@ -318,7 +329,7 @@ def main():
           "| p50 s | p99 s | max s | p50 / off | p99 / off |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     off = rows["off"]
-    for arm in ARMS:
+    for arm in arms:
         row = rows[arm]
         cycles, runs = ("-", "-") if arm == "off" else daemon_summary(work, arm)
         print("| %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.2f | %.2f |" % (

@@ -176,7 +176,14 @@ impl StandAside {
                     reason: wait.deferred(&self.inner.settings, waited, longest),
                 });
             }
-            if !logged && !matches!(wait, Wait::FirstReading) {
+            // Only users make this worth a line: the first quiet spell of
+            // a watch that has seen none is the start-up's, every time.
+            let users_waited_for = match wait {
+                Wait::FirstReading => false,
+                Wait::Busy(_) => true,
+                Wait::Quieting { users, .. } => users,
+            };
+            if !logged && users_waited_for {
                 tracing::info!(
                     "standing aside: {}; waiting up to {:.0} s ([daemon] stand_aside_max_wait_s)",
                     wait.reason(&self.inner.settings),
@@ -260,7 +267,16 @@ impl Inner {
                     .last_read_at
                     .is_some_and(|t| now - t <= 3 * self.poll && s.live.is_some());
                 if !unbroken {
-                    s.watching_since = Some(now);
+                    // A server whose request counter reads 0 has never
+                    // served anyone: it has been quiet for as long as it
+                    // exists, so the watch need not wait a quiet spell out
+                    // first (the embedded stack, started by the daemon).
+                    let never_served = r.total == Some(0.0) && r.requests == 0.0;
+                    s.watching_since = Some(if never_served {
+                        now.checked_sub(self.settings.quiet).unwrap_or(now)
+                    } else {
+                        now
+                    });
                 }
                 let mut live = (r.requests - f64::from(s.own)).max(0.0);
                 // A request that came and went between two readings moved
@@ -299,8 +315,15 @@ enum Wait {
     FirstReading,
     /// Beyond the threshold now.
     Busy(f64),
-    /// At or below it since `since`, but not for `quiet` yet.
-    Quieting { since: Instant, clear_at: Instant },
+    /// At or below it since `since`, but not for `quiet` yet. `users` is
+    /// whether a user was seen since the load was first read: without one
+    /// the wait is only the start of the watch (nobody may have come and
+    /// gone unseen before it), not users who kept coming.
+    Quieting {
+        since: Instant,
+        clear_at: Instant,
+        users: bool,
+    },
 }
 
 impl State {
@@ -320,7 +343,15 @@ impl State {
         }
         let since = self.watching_since.max(self.last_busy_at)?;
         let clear_at = since + settings.quiet;
-        (now < clear_at).then_some(Wait::Quieting { since, clear_at })
+        let users = self
+            .last_busy_at
+            .zip(self.watching_since)
+            .is_some_and(|(busy, watched)| busy >= watched);
+        (now < clear_at).then_some(Wait::Quieting {
+            since,
+            clear_at,
+            users,
+        })
     }
 }
 
@@ -332,8 +363,13 @@ impl Wait {
                 "the live server was serving {live:.0} request(s) of its users, more than [daemon] stand_aside_above = {}",
                 settings.above
             ),
-            Wait::Quieting { .. } => format!(
+            Wait::Quieting { users: true, .. } => format!(
                 "the live server's users kept coming: it was never quiet for [daemon] stand_aside_quiet_s = {:.0} s",
+                settings.quiet.as_secs_f64()
+            ),
+            Wait::Quieting { users: false, .. } => format!(
+                "no user seen, but the live server's load has been read for less than the [daemon] \
+                 stand_aside_quiet_s = {:.0} s it must be quiet before a run",
                 settings.quiet.as_secs_f64()
             ),
         }
@@ -509,6 +545,47 @@ mod tests {
         // stand_aside_above = 1, once the server has been watched as long
         // as the quiet spell.
         let sa = spawn(&load, settings(1, 10, 60));
+        assert_eq!(
+            sa.wait_clear(&Cancel::never()).await,
+            Gate::Clear(Duration::from_secs(10))
+        );
+    }
+
+    /// The start of a watch waits out one quiet spell (a user may have
+    /// come and gone before the first reading), and says so as that, not
+    /// as users who kept coming (it did, with nobody there).
+    #[tokio::test(start_paused = true)]
+    async fn the_start_up_wait_with_no_user_seen_says_so() {
+        let load = ScriptedLoad::default();
+        load.set(0.0, Some(3.0));
+        let sa = spawn(&load, settings(0, 30, 5));
+        let Gate::Deferred(d) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("the 5 s bound ends a 30 s spell")
+        };
+        assert!(
+            d.reason.contains("no user seen") && !d.reason.contains("kept coming"),
+            "{}",
+            d.reason
+        );
+        // Once a user is seen in the watch, it is the users.
+        load.set(1.0, Some(4.0));
+        tokio::time::sleep(POLL * 2).await;
+        load.set(0.0, Some(4.0));
+        let Gate::Deferred(d) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("still within the spell")
+        };
+        assert!(d.reason.contains("kept coming"), "{}", d.reason);
+        // A server that never served a request has been quiet all along:
+        // no spell to wait out.
+        let fresh = ScriptedLoad::default();
+        fresh.set(0.0, Some(0.0));
+        let sa = spawn(&fresh, settings(0, 10, 60));
+        let Gate::Clear(waited) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("clear")
+        };
+        assert!(waited <= POLL * 2, "{waited:?}");
+        // With no user at all, a run starts once the spell is over.
+        let sa = spawn(&load, settings(0, 10, 60));
         assert_eq!(
             sa.wait_clear(&Cancel::never()).await,
             Gate::Clear(Duration::from_secs(10))
