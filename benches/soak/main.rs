@@ -182,7 +182,7 @@ fn write_config(dir: &Path, args: &Args) -> PathBuf {
             format!("expert_bytes = {TINY_EXPERT_BYTES}"),
         ),
         ("\"--gen\", \"8\"", "\"--gen\", \"8\"".into()),
-        ("max_tokens = 24", "max_tokens = 8".into()),
+        ("max_tokens = 8", "max_tokens = 8".into()),
         ("interval_s = 30", "interval_s = 0.001".into()),
         ("proposer = \"model\"", "proposer = \"bandit\"".into()),
         ("max_pairs = 16", "max_pairs = 8".into()),
