@@ -371,12 +371,7 @@ fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
     );
     assert!(m.validate(&answer.replace(":0}", ":1}")).is_ok());
     let schema = m.json_schema();
-    let alt = schema["anyOf"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["properties"]["experiment"]["enum"][0] == "stage_speculative")
-        .unwrap();
+    let alt = entry_alt(&schema, "stage_speculative");
     assert_eq!(
         alt["properties"]["params"]["properties"]["draft_len"],
         json!({"type": "integer", "minimum": 1, "maximum": 8})
@@ -398,12 +393,7 @@ fn the_live_value_is_refused_by_name_and_left_out_of_the_schema() {
     assert_eq!(m.validate(&split("0.50")).unwrap_err().kind(), "no_change");
     assert!(m.validate(&split("0.55")).is_ok());
     let schema = m.json_schema();
-    let alt = schema["anyOf"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
-        .unwrap();
+    let alt = entry_alt(&schema, "rebalance_trunk_cache");
     assert_eq!(
         alt["properties"]["params"]["properties"]["trunk_fraction"],
         json!({"anyOf": [
@@ -427,12 +417,7 @@ fn excluded_numbers_a_rounding_apart_leave_no_empty_piece() {
     };
     let m = menu().excluding([ex(1.0 / 3.0), ex(0.333333)]);
     let schema = m.json_schema();
-    let alt = schema["anyOf"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
-        .unwrap();
+    let alt = entry_alt(&schema, "rebalance_trunk_cache");
     let pieces = alt["properties"]["params"]["properties"]["trunk_fraction"]["anyOf"]
         .as_array()
         .unwrap();
@@ -541,12 +526,7 @@ fn a_resolution_excludes_the_band_around_the_live_split() {
         assert!(m.validate(&split(x)).is_ok(), "{x}");
     }
     let schema = m.json_schema();
-    let alt = schema["anyOf"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["properties"]["experiment"]["enum"][0] == "rebalance_trunk_cache")
-        .unwrap();
+    let alt = entry_alt(&schema, "rebalance_trunk_cache");
     let lo = 1.0 / 3.0 - 0.5 / 150.0;
     let hi = 1.0 / 3.0 + 0.5 / 150.0;
     assert_eq!(
@@ -556,4 +536,14 @@ fn a_resolution_excludes_the_band_around_the_live_split() {
             {"type": "number", "exclusiveMinimum": hi, "maximum": 1.0},
         ]})
     );
+}
+
+/// The `anyOf` alternative of `schema` for the entry `id`.
+fn entry_alt<'a>(schema: &'a Value, id: &str) -> &'a Value {
+    schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["properties"]["experiment"]["enum"][0] == id)
+        .unwrap()
 }
