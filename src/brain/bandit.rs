@@ -190,9 +190,10 @@ pub fn arms(menu: &Menu) -> Vec<Proposal> {
             let answer = json!({"experiment": entry.id, "params": params, "rationale": ""});
             match menu.validate_value(&answer) {
                 Ok(p) => out.push(p),
-                // The live value and what was decided or refused on the
-                // live profile are not arms this cycle.
-                Err(Rejection::Excluded { .. }) => {}
+                // The live value, what was decided or refused on the live
+                // profile and the sides of a line the search is done with
+                // are not arms this cycle.
+                Err(Rejection::Excluded { .. } | Rejection::Closed { .. }) => {}
                 Err(r) => {
                     debug_assert!(false, "a grid arm of {} failed validation: {r}", entry.id);
                 }

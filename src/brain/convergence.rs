@@ -166,6 +166,82 @@ mod tests {
         assert!(why.contains("every value of rerank_pins, "), "{why}");
     }
 
+    /// A served model names values off the bandit's grid, of any entry the
+    /// schema admits. On a landscape where nothing shows (every move within
+    /// noise), each of its values closes a side of its line on the closed
+    /// menu, so it measures one A/B per side (six) and the lines are done;
+    /// on the menu with values excluded one by one it went on measuring
+    /// values of done sides, an A/B within noise each (the shoot-out's
+    /// 95-119 warm-set A/Bs per seed, #30). The pins have no line; the
+    /// planner refuses each of their values here (no heat, as on the
+    /// shoot-out's stack), which costs a cycle and no engine time.
+    #[test]
+    fn a_model_naming_values_off_the_grid_measures_one_ab_per_side_on_the_closed_menu() {
+        use rand::{Rng, SeedableRng};
+        let live = slow_start();
+        let base = live_digest();
+        let ids = [
+            MenuId::RerankPins,
+            MenuId::DeepenWarmSet,
+            MenuId::StageSpeculative,
+            MenuId::RebalanceTrunkCache,
+        ];
+        // (A/Bs measured, whether the lines were done) after 200 cycles.
+        let run = |closing: bool, seed: u64| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut on = OnLive::default();
+            let mut abs = 0;
+            for _ in 0..200 {
+                let menu = if closing {
+                    on.closed_menu(&live)
+                } else {
+                    on.menu(&live)
+                }
+                .withholding(fresh());
+                // A constrained decoder samples the schema: a uniform value
+                // of an entry's parameter that the menu admits.
+                let Some(proposal) = (0..100_000).find_map(|_| {
+                    let id = ids[rng.random_range(0..ids.len())];
+                    let p = &menu.entry(id).unwrap().params[0];
+                    let v = match p.kind {
+                        crate::menu::ParamKind::Integer { min, max, .. } => {
+                            serde_json::json!(rng.random_range(min..=max))
+                        }
+                        crate::menu::ParamKind::Number { min, max, .. } => {
+                            serde_json::json!(rng.random_range(min..=max))
+                        }
+                        crate::menu::ParamKind::Enum { .. } => unreachable!(),
+                    };
+                    let answer = serde_json::json!({"experiment": id,
+                        "params": {p.name.clone(): v}, "rationale": ""});
+                    menu.validate_value(&answer).ok()
+                }) else {
+                    break;
+                };
+                on = if proposal.experiment == MenuId::RerankPins {
+                    on.refused(&proposal)
+                } else {
+                    abs += 1;
+                    on.decided(&proposal, VerdictKind::WithinNoise)
+                };
+            }
+            let menu = on.closed_menu(&live).withholding(fresh());
+            let lines_done = worth_measuring(&menu, &on.history, Some(&base), Some(&TRUNK_BOUND))
+                .iter()
+                .all(|p| p.experiment == MenuId::RerankPins);
+            (abs, lines_done)
+        };
+        for seed in 0..5 {
+            let (abs, done) = run(true, seed);
+            assert!(
+                abs <= 6 && done,
+                "seed {seed}: {abs} A/Bs, lines done {done}"
+            );
+            let (abs, _) = run(false, seed);
+            assert!(abs > 50, "seed {seed}: {abs} A/Bs without the closed sides");
+        }
+    }
+
     /// A line whose moves showed nothing is done, though its grid still
     /// has untried values: the loop does not walk them one by one. The
     /// entries without a line are tried value by value.

@@ -405,6 +405,14 @@ impl OnLive {
             .excluding(self.excluded.clone())
     }
 
+    /// [`OnLive::menu`] with the sides of each line the search is done
+    /// with closed, as the cycle hands it to every proposer.
+    pub(crate) fn closed_menu(&self, live: &crate::profile::Profile) -> Menu {
+        let menu = self.menu(live);
+        let done = super::line_search::done_ranges(&menu, &self.history, Some(&live_digest()));
+        menu.closing(done)
+    }
+
     /// Each entry's next arm, the entry with the larger lead first.
     pub(crate) fn next(
         &self,

@@ -37,7 +37,7 @@
 
 use super::levers::{self, TokenShares};
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Why};
+use crate::menu::{Closed, Menu, MenuId, ParamKind, ParamValue, Proposal, Why};
 use crate::vocab::{Digest, VerdictKind};
 
 /// What one decided value says about its side of the line.
@@ -125,13 +125,156 @@ pub fn next_arms(
     shares: Option<&TokenShares>,
 ) -> Vec<(usize, f64)> {
     let mut out = Vec::new();
+    for line in lines(menu, history, live_digest) {
+        let untried: Vec<(usize, f64)> = arms
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.experiment == line.entry)
+            .filter(|(_, a)| {
+                // A failed value is still an arm (no exclusion): not this line's.
+                let x = a.params.get(line.param).and_then(ParamValue::as_f64);
+                !line.marks.iter().any(|(m, _)| Some(*m) == x)
+            })
+            .filter_map(|(i, a)| Some((i, a.params.get(line.param).and_then(ParamValue::as_f64)?)))
+            .collect();
+        let up = favours_up(line.entry, shares);
+        let leap = next_on_side(
+            line.live,
+            if up { 1.0 } else { -1.0 },
+            Stride::Leap,
+            &line.marks,
+            &untried,
+        );
+        let next = leap.map(|i| (i, 1.0)).or_else(|| {
+            next_on_side(
+                line.live,
+                if up { -1.0 } else { 1.0 },
+                Stride::Step,
+                &line.marks,
+                &untried,
+            )
+            .map(|i| (i, STEP_SHARE))
+        });
+        if let Some((i, share)) = next {
+            out.push((
+                i,
+                share * levers::priority(shares, line.entry, line.measured),
+            ));
+        }
+    }
+    out
+}
+
+/// The ranges of each line the search is done with on the live profile,
+/// closed to every proposer ([`Menu::closing`]): on each side of the live
+/// value, the values up to the farthest win beyond which the line goes on
+/// (the live value and the wins themselves are excluded already); beyond a
+/// wall or a planner's refusal, the rest of the side; and the whole side
+/// once a move on it was within noise or inconclusive. What is left open is
+/// exactly where [`next_arms`] still looks, at any value, not only the
+/// grid's: a served model that names values off the grid then closes a
+/// side with one A/B, as the bandit does, instead of walking it value by
+/// value (#30: 95-119 warm-set A/Bs per seed in the shoot-out, all within
+/// noise), and the loop converges whoever proposes.
+pub fn done_ranges(
+    menu: &Menu,
+    history: &[ExperimentOutcome],
+    live_digest: Option<&Digest>,
+) -> Vec<Closed> {
+    let mut out = Vec::new();
+    for line in lines(menu, history, live_digest) {
+        for dir in [1.0, -1.0] {
+            let bound = if dir > 0.0 { line.max } else { line.min };
+            let to = |d: f64| line.live + d * dir;
+            let range = |a: f64, b: f64, why: String| Closed {
+                experiment: line.entry,
+                param: line.param.to_string(),
+                lo: a.min(b).max(line.min),
+                hi: a.max(b).min(line.max),
+                why,
+            };
+            let side = if dir > 0.0 { "above" } else { "below" };
+            let live = crate::menu::shown_value(&number(line.live, line.integer));
+            let shown = |d: f64| crate::menu::shown_value(&number(to(d), line.integer));
+            match side_of(line.live, dir, &line.marks) {
+                Side::Done { at } => out.push(range(
+                    line.live,
+                    bound,
+                    format!(
+                        "is on the side {side} the live {live} where the line search is done on \
+                         this profile ({} {} was within noise or inconclusive: a nearer move \
+                         shows even less, a farther one is the next line on a new live profile)",
+                        line.param,
+                        shown(at)
+                    ),
+                )),
+                Side::Open { from, wall } => {
+                    if from > 0.0 {
+                        out.push(range(
+                            line.live,
+                            to(from),
+                            format!(
+                                "lies between the live {live} and {} {}, which won on this \
+                                 profile: the line goes on beyond the win",
+                                line.param,
+                                shown(from)
+                            ),
+                        ));
+                    }
+                    if let Some((w, m)) = wall {
+                        let what = if m == Mark::Edge {
+                            "was refused by the planner"
+                        } else {
+                            "lost, broke the output, failed or did not repeat its win"
+                        };
+                        out.push(range(
+                            to(w),
+                            bound,
+                            format!(
+                                "lies at or beyond {} {}, which {what} on this profile: the \
+                                 line searches between it and the live value",
+                                line.param,
+                                shown(w)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One knob's line through the live value: what was measured on it.
+struct Line<'m> {
+    entry: MenuId,
+    param: &'m str,
+    live: f64,
+    min: f64,
+    max: f64,
+    integer: bool,
+    /// Values decided on the live profile (how many, for the priority).
+    measured: u32,
+    marks: Vec<(f64, Mark)>,
+}
+
+/// The line of every menu entry that has one on the live profile.
+fn lines<'m>(
+    menu: &'m Menu,
+    history: &[ExperimentOutcome],
+    live_digest: Option<&Digest>,
+) -> Vec<Line<'m>> {
+    let mut out = Vec::new();
     for entry in menu.entries() {
         let [param] = entry.params.as_slice() else {
             continue;
         };
-        if entry.id == MenuId::Remeasure || matches!(param.kind, ParamKind::Enum { .. }) {
-            continue;
-        }
+        let (min, max, integer) = match param.kind {
+            _ if entry.id == MenuId::Remeasure => continue,
+            ParamKind::Enum { .. } => continue,
+            ParamKind::Integer { min, max, .. } => (min as f64, max as f64, true),
+            ParamKind::Number { min, max, .. } => (min, max, false),
+        };
         let on_line = menu
             .excluded()
             .iter()
@@ -157,40 +300,26 @@ pub fn next_arms(
             .filter_map(|x| Some((x.value.as_f64()?, mark(&x.why, history)?)))
             .chain(failed)
             .collect();
-        let untried: Vec<(usize, f64)> = arms
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.experiment == entry.id)
-            .filter(|(_, a)| {
-                // A failed value is still an arm (no exclusion): not this line's.
-                let x = a.params.get(&param.name).and_then(ParamValue::as_f64);
-                !marks.iter().any(|(m, _)| Some(*m) == x)
-            })
-            .filter_map(|(i, a)| Some((i, a.params.get(&param.name).and_then(ParamValue::as_f64)?)))
-            .collect();
-        let up = favours_up(entry.id, shares);
-        let leap = next_on_side(
+        out.push(Line {
+            entry: entry.id,
+            param: &param.name,
             live,
-            if up { 1.0 } else { -1.0 },
-            Stride::Leap,
-            &marks,
-            &untried,
-        );
-        let next = leap.map(|i| (i, 1.0)).or_else(|| {
-            next_on_side(
-                live,
-                if up { -1.0 } else { 1.0 },
-                Stride::Step,
-                &marks,
-                &untried,
-            )
-            .map(|i| (i, STEP_SHARE))
+            min,
+            max,
+            integer,
+            measured,
+            marks,
         });
-        if let Some((i, share)) = next {
-            out.push((i, share * levers::priority(shares, entry.id, measured)));
-        }
     }
     out
+}
+
+fn number(x: f64, integer: bool) -> ParamValue {
+    if integer {
+        ParamValue::Integer(x.round() as i64)
+    } else {
+        ParamValue::Number(x)
+    }
 }
 
 /// Whether `id` is searched along a line on `menu`'s live profile: an entry
@@ -224,6 +353,44 @@ fn favours_up(entry: MenuId, shares: Option<&TokenShares>) -> bool {
     }
 }
 
+/// What the marks say about the side of `live` that `dir` (+1 or -1)
+/// points to, in distances from `live` along it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Side {
+    /// A move on it was within noise or inconclusive, at distance `at`
+    /// (beyond every win): nothing on it is worth a cycle.
+    Done { at: f64 },
+    /// Open beyond `from` (the farthest win, or 0), up to the first wall or
+    /// refusal beyond it, if any.
+    Open {
+        from: f64,
+        wall: Option<(f64, Mark)>,
+    },
+}
+
+fn side_of(live: f64, dir: f64, marks: &[(f64, Mark)]) -> Side {
+    let mut seen: Vec<(f64, Mark)> = marks
+        .iter()
+        .map(|(x, m)| ((x - live) * dir, *m))
+        .filter(|(d, _)| *d > 0.0)
+        .collect();
+    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut from = 0.0;
+    for (d, m) in seen {
+        match m {
+            Mark::Passed => from = d,
+            Mark::Wall | Mark::Edge => {
+                return Side::Open {
+                    from,
+                    wall: Some((d, m)),
+                };
+            }
+            Mark::Flat => return Side::Done { at: d },
+        }
+    }
+    Side::Open { from, wall: None }
+}
+
 /// The next untried value on the side of `live` that `dir` (+1 or -1)
 /// points to, or `None` when that side is done.
 fn next_on_side(
@@ -233,25 +400,9 @@ fn next_on_side(
     marks: &[(f64, Mark)],
     untried: &[(usize, f64)],
 ) -> Option<usize> {
-    // Distances from the live value along this side.
-    let mut seen: Vec<(f64, Mark)> = marks
-        .iter()
-        .map(|(x, m)| ((x - live) * dir, *m))
-        .filter(|(d, _)| *d > 0.0)
-        .collect();
-    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut from = 0.0;
-    let mut wall = None;
-    for (d, m) in seen {
-        match m {
-            Mark::Passed => from = d,
-            Mark::Wall | Mark::Edge => {
-                wall = Some((d, m));
-                break;
-            }
-            Mark::Flat => return None,
-        }
-    }
+    let Side::Open { from, wall } = side_of(live, dir, marks) else {
+        return None;
+    };
     let open: Vec<(usize, f64)> = untried
         .iter()
         .map(|(i, x)| (*i, (x - live) * dir))

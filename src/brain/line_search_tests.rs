@@ -167,3 +167,115 @@ fn a_win_its_confirmation_did_not_repeat_is_bisected_below() {
         assert_eq!(confirmed(verdict), Some(draft(4)), "{verdict:?}");
     }
 }
+
+/// The ranges each line closes: a done side whole, the values up to a win,
+/// and beyond a wall; what is left open is where the line search looks.
+#[test]
+fn done_ranges_close_a_flat_side_the_way_to_a_win_and_beyond_a_wall() {
+    let live = slow_start();
+    let base = live_digest();
+    let ranges = |on: &OnLive| {
+        let menu = on.menu(&live);
+        let mut r: Vec<(MenuId, f64, f64)> = done_ranges(&menu, &on.history, Some(&base))
+            .into_iter()
+            .map(|c| (c.experiment, c.lo, c.hi))
+            .collect();
+        r.sort_by(|a, b| a.1.total_cmp(&b.1));
+        r
+    };
+    assert!(ranges(&OnLive::default()).is_empty());
+    // A warm set off the grid, within noise: the whole side above the live 0.
+    let on = OnLive::default().decided(&warm(731), VerdictKind::WithinNoise);
+    assert_eq!(ranges(&on), vec![(MenuId::DeepenWarmSet, 0.0, 1024.0)]);
+    let why = &done_ranges(&on.menu(&live), &on.history, Some(&base))[0].why;
+    assert_eq!(
+        why,
+        "is on the side above the live 0 where the line search is done on this profile \
+         (warm_set 731 was within noise or inconclusive: a nearer move shows even less, a \
+         farther one is the next line on a new live profile)"
+    );
+    // A draft of 5 lost, then 2 won: closed up to the win and from the wall.
+    let on = OnLive::default()
+        .decided(&draft(5), VerdictKind::Loss)
+        .decided(&draft(2), VerdictKind::Win);
+    assert_eq!(
+        ranges(&on),
+        vec![
+            (MenuId::StageSpeculative, 0.0, 2.0),
+            (MenuId::StageSpeculative, 5.0, 8.0)
+        ]
+    );
+    let menu = on.closed_menu(&live);
+    for (n, open) in [
+        (1, false),
+        (2, false),
+        (3, true),
+        (4, true),
+        (5, false),
+        (8, false),
+    ] {
+        let answer = serde_json::json!({"experiment": "stage_speculative",
+            "params": {"draft_len": n}, "rationale": ""});
+        assert_eq!(menu.validate_value(&answer).is_ok(), open, "draft {n}");
+    }
+    // The line search's next draft lies in what is left open.
+    assert_eq!(
+        on.next_of(&live, None, MenuId::StageSpeculative),
+        Some(draft(3))
+    );
+    // The planner refused the whole RAM for the trunk: from there up; the
+    // split's other side is untouched.
+    let on = OnLive::default().refused(&split(0.9));
+    let r = ranges(&on);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].0, r[0].1, r[0].2),
+        (MenuId::RebalanceTrunkCache, 0.9, 1.0)
+    );
+}
+
+/// Whatever was measured, every arm the line search offers is open on the
+/// closed menu: the closed ranges leave out only what it would not try.
+#[test]
+fn the_line_searchs_next_arms_stay_open_on_the_closed_menu() {
+    use rand::Rng;
+    let live = slow_start();
+    let verdicts = [
+        VerdictKind::Win,
+        VerdictKind::Loss,
+        VerdictKind::WithinNoise,
+        VerdictKind::Inconclusive,
+        VerdictKind::HashMismatch,
+    ];
+    let mut rng = StdRng::seed_from_u64(30);
+    for _ in 0..300 {
+        let mut on = OnLive::default();
+        for _ in 0..rng.random_range(0..6) {
+            let p = match rng.random_range(0..3) {
+                0 => draft(rng.random_range(1..=8)),
+                1 => warm(rng.random_range(1..=1024)),
+                _ => split(f64::from(rng.random_range(0..=100u32)) / 100.0),
+            };
+            if on.menu(&live).validate_value(&answer_of(&p)).is_err() {
+                continue;
+            }
+            on = match rng.random_range(0..7) {
+                5 => on.refused(&p),
+                6 => on.failed(&p),
+                v => on.decided(&p, verdicts[v]),
+            };
+        }
+        let closed = on.closed_menu(&live);
+        for p in on.next(&live, Some(&TRUNK_BOUND)) {
+            assert!(
+                closed.validate_value(&answer_of(&p)).is_ok(),
+                "{p:?} is the line search's next arm but closed: {:?}",
+                closed.closed()
+            );
+        }
+    }
+}
+
+fn answer_of(p: &Proposal) -> serde_json::Value {
+    serde_json::json!({"experiment": p.experiment, "params": p.params, "rationale": ""})
+}

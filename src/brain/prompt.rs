@@ -377,6 +377,21 @@ fn menu_entry(t: &mut String, menu: &Menu, e: &MenuEntry) {
             ParamKind::Enum { values } => format!("one of {}", values.join(", ")),
         };
         let _ = writeln!(t, "- {}: {bounds}; {}", p.name, p.doc);
+        for c in menu
+            .closed()
+            .iter()
+            .filter(|c| c.experiment == e.id && c.param == p.name)
+        {
+            let _ = writeln!(
+                t,
+                "  Closed on the live profile (refused if proposed): {} from {} to {}: every \
+                 value {}",
+                p.name,
+                num(c.lo),
+                num(c.hi),
+                c.why
+            );
+        }
         let excluded: Vec<&Excluded> = menu
             .excluded()
             .iter()

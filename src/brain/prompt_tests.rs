@@ -262,7 +262,15 @@ fn the_prompt_shows_the_live_values_and_what_is_excluded_on_them() {
             Why::RefusedByPlanner { cycle: None },
         ));
     }
-    let menu = repo_menu().excluding(excluded);
+    let menu = repo_menu()
+        .excluding(excluded)
+        .closing([crate::menu::Closed {
+            experiment: MenuId::DeepenWarmSet,
+            param: "warm_set".into(),
+            lo: 0.0,
+            hi: 1024.0,
+            why: "is closed by this test".into(),
+        }]);
     let knobs = [
         (Knob::MemoryTrunkGb, KnobValue::Number(2.0)),
         (Knob::PinsFile, KnobValue::Text(String::new())),
@@ -283,6 +291,8 @@ fn the_prompt_shows_the_live_values_and_what_is_excluded_on_them() {
         "  - draft_len 2 was already refused by the planner on this live profile (cycle 9)\n",
         "  - trunk_fraction 0.5 equals the live profile's value\n",
         "  - draft_len 8 was refused by the planner earlier in this cycle\n",
+        "  Closed on the live profile (refused if proposed): warm_set from 0 to 1024: every \
+         value is closed by this test\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }

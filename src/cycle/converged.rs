@@ -13,9 +13,9 @@
 //! health path): it opens no cycle and measures nothing.
 
 use super::CycleRunner;
-use crate::brain::{LedgerDuplicates, Proposer, convergence, levers};
+use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
-use crate::ledger::LedgerError;
+use crate::ledger::{ExperimentOutcome, LedgerError};
 use crate::menu::Menu;
 use crate::plan;
 use crate::profile::ProfileFile;
@@ -38,12 +38,16 @@ pub struct Converged {
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The menu the proposer is handed on `base`: without the live values
-    /// and what was decided or refused there, and with `remeasure`
-    /// withheld unless it has a reason ([`super::remeasure_offer`]).
+    /// and what was decided or refused there, without the sides of a line
+    /// the search is done with there (from `history`, the recent
+    /// experiments, for their verdicts: [`line_search::done_ranges`]), and
+    /// with `remeasure` withheld unless it has a reason
+    /// ([`super::remeasure_offer`]).
     pub(super) async fn proposal_menu(
         &self,
         base: &ProfileFile,
         built_on_staged: bool,
+        history: &[ExperimentOutcome],
     ) -> Result<Menu, LedgerError> {
         let digest = base.profile.digest();
         let duplicates = LedgerDuplicates {
@@ -58,6 +62,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 &base.profile,
             )))
             .excluding(duplicates.refused(self.menu).await?);
+        let done = line_search::done_ranges(&menu, history, Some(&digest));
+        let menu = menu.closing(done);
         Ok(
             match self.remeasure_withheld(base, built_on_staged).await? {
                 Some(w) => menu.withholding(w),
@@ -91,7 +97,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         {
             return Ok(None);
         }
-        let menu = self.proposal_menu(&base, built_on.is_some()).await?;
+        let history = self
+            .ledger
+            .recent_experiments(self.config.cycle.history.max(64))
+            .await?;
+        let menu = self
+            .proposal_menu(&base, built_on.is_some(), &history)
+            .await?;
         let base_digest = base.profile.digest();
         let drift_floor = self
             .remeasure_floor(&base, built_on.is_some())
@@ -99,10 +111,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .and_then(|(_, f)| f.floor(self.policy.min_floor))
             .unwrap_or(self.policy.min_floor)
             .get();
-        let history = self
-            .ledger
-            .recent_experiments(self.config.cycle.history.max(64))
-            .await?;
         let parts = self
             .ledger
             .recent_token_parts(&base_digest, levers::RUNS)

@@ -51,10 +51,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             ledger: self.ledger,
             base_digest: &base_digest,
         };
-        // The live profile's own values and what was decided or refused on
-        // it leave the schema, the validator and the bandit's grid, and so
-        // does `remeasure` while its floor is fresh.
-        let menu = self.proposal_menu(base, seen.built_on.is_some()).await?;
+        // The live profile's own values, what was decided or refused on it
+        // and the sides of a line the search is done with leave the schema,
+        // the validator and the bandit's grid, and so does `remeasure`
+        // while its floor is fresh.
+        let menu = self
+            .proposal_menu(base, seen.built_on.is_some(), &history)
+            .await?;
         let stack = brain::StackDescription::of(cfg, self.menu);
         let base_knobs = knob_values(self.menu, &base.profile);
         let measured = self

@@ -5,7 +5,9 @@
 //! another CPU pressure or contention), or the live metrics moved for good
 //! since it was measured (a PELT change point beyond the floor in the
 //! observed seconds per token, the cycles' observations and a waiting
-//! daemon's glances, [`crate::judge::changepoint::drift_since`]).
+//! daemon's glances, [`crate::judge::changepoint::drift_since`]), unless
+//! the live server served only the daemon's own requests since
+//! ([`crate::measure::stand_aside::StandAside::only_own_requests_within`]).
 //! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
 //! validator refuses it by name, the prompt says why, and the bandit does
 //! not schedule it.
@@ -48,19 +50,34 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(None);
         };
         let floor = row.value.max(self.policy.min_floor.get());
-        if let Some(moved) = self.live_drift_since(row.measured_at, floor).await? {
-            tracing::info!("remeasure is offered: {moved}");
-            return Ok(None);
-        }
         let age = (self.clock.now() - row.measured_at)
             .to_std()
             .unwrap_or_default();
+        // A live server that served only the daemon's own requests since
+        // moved its metrics by the daemon's doing, not the serving's.
+        let only_ours = self
+            .stand_aside
+            .is_some_and(|sa| sa.only_own_requests_within(age));
+        match self.live_drift_since(row.measured_at, floor).await? {
+            Some(moved) if only_ours => {
+                tracing::debug!("remeasure stays withheld: {moved}, by the daemon's own requests")
+            }
+            Some(moved) => {
+                tracing::info!("remeasure is offered: {moved}");
+                return Ok(None);
+            }
+            None => {}
+        }
+        let since = if only_ours {
+            "the live server has served only the daemon's own requests since"
+        } else {
+            "the live metrics have not moved since"
+        };
         Ok(Some(Withheld {
             experiment: MenuId::Remeasure,
             why: format!(
                 "the {method} noise floor is fresh (measured {} ago on this profile under the \
-                 same load, and the live metrics have not moved since), so an A/A would tell \
-                 nothing new",
+                 same load, and {since}), so an A/A would tell nothing new",
                 crate::display::age(chrono::Duration::from_std(age).unwrap_or_default())
             ),
         }))

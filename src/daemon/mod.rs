@@ -441,7 +441,8 @@ async fn run_loop(
     let mut tick = tokio::time::interval(config.cycle.interval_s.duration());
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let budget = budget::Budget::of(&config.cycle);
-    let mut waits = wait::Waits::new(config, ledger, &http, cancel.clone(), glances);
+    let mut waits = wait::Waits::new(config, ledger, &http, cancel.clone(), glances)
+        .standing_aside_by(stand_aside.as_ref());
     let mut last_cycle = None;
     let mut consecutive_failures = 0u32;
     loop {

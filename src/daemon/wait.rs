@@ -32,6 +32,7 @@ use crate::cycle::Converged;
 use crate::heat::{Expert, Heat};
 use crate::judge::changepoint::drift_since;
 use crate::ledger::{CycleId, Ledger, LedgerError, NewWait, WaitId};
+use crate::measure::stand_aside::StandAside;
 use crate::process::cancel::Cancel;
 use crate::profile::Profile;
 use crate::vocab::{Digest, StageState, WaitKind};
@@ -226,6 +227,9 @@ pub struct Waits<'a> {
     /// began it and kept across the looks that continue it, so a change
     /// made while it looks is still a change.
     baseline: Option<Baseline>,
+    /// The live-load monitor, which tells a move of the live metrics the
+    /// daemon's own requests made from one the serving made.
+    stand_aside: Option<&'a StandAside>,
 }
 
 /// The state a converged wait wakes on changes from.
@@ -236,6 +240,9 @@ struct Baseline {
     series: Vec<f64>,
     /// Where the glances begin in `series`: a drift is a move from there on.
     from: usize,
+    /// When the newest observation in `series` was made (the last cycle's,
+    /// before its runs).
+    observed_at: Option<DateTime<Utc>>,
 }
 
 impl<'a> Waits<'a> {
@@ -256,7 +263,16 @@ impl<'a> Waits<'a> {
             open: None,
             glances,
             baseline: None,
+            stand_aside: None,
         }
+    }
+
+    /// The same, with the live-load monitor: a drift the daemon's own
+    /// requests made (its last cycle's A/A of the live server, its served
+    /// model's answers) wakes no converged wait.
+    pub fn standing_aside_by(mut self, stand_aside: Option<&'a StandAside>) -> Waits<'a> {
+        self.stand_aside = stand_aside;
+        self
     }
 
     /// The glances, for the loop after a reload.
@@ -286,10 +302,9 @@ impl<'a> Waits<'a> {
         let metrics = self.config.stack.metrics.as_ref();
         let heat = crate::observe::glance_heat(metrics, self.http).await;
         let watch = Watch::take(self.config, self.ledger, heat.as_ref()).await?;
-        let series: Vec<f64> = self
-            .ledger
-            .recent_observed_metrics(OBSERVATIONS)
-            .await?
+        let observed = self.ledger.recent_observed_metrics(OBSERVATIONS).await?;
+        let observed_at = observed.last().map(|(at, _)| *at);
+        let series: Vec<f64> = observed
             .into_iter()
             .filter_map(|(_, m)| m.get(crate::observe::SECONDS_PER_TOKEN)?.as_f64())
             .filter(|v| v.is_finite() && *v > 0.0)
@@ -300,6 +315,7 @@ impl<'a> Waits<'a> {
             watch,
             series,
             from,
+            observed_at,
         });
         Ok(())
     }
@@ -429,10 +445,20 @@ impl<'a> Waits<'a> {
                 self.glances.push((Utc::now(), spt));
                 base.series.push(spt);
             }
+            // Since the last observation, before the last cycle's runs,
+            // the live server may have served only the daemon: its own
+            // A/A's requests then moved the metrics, not the serving.
+            let only_ours = base.observed_at.is_some_and(|at| {
+                let since = (Utc::now() - at).to_std().unwrap_or_default();
+                self.stand_aside
+                    .is_some_and(|sa| sa.only_own_requests_within(since))
+            });
             let woke = base.watch.changed(&now).or_else(|| {
-                drift_since(&base.series, base.from, c.drift_floor).map(|d| {
-                    Wake::MetricsDrifted(format!("{:.4} to {:.4} s/token", d.before, d.after))
-                })
+                drift_since(&base.series, base.from, c.drift_floor)
+                    .filter(|_| !only_ours)
+                    .map(|d| {
+                        Wake::MetricsDrifted(format!("{:.4} to {:.4} s/token", d.before, d.after))
+                    })
             });
             if let Some(wake) = woke {
                 // The next wait compares with what is then.

@@ -99,6 +99,9 @@ struct State {
     own: u32,
     /// One was, since the last reading: the counter's move may be ours.
     own_since_read: bool,
+    /// The last reading that saw a user's request (in flight, or come and
+    /// gone with none of ours since the reading before).
+    last_user_at: Option<Instant>,
     /// A run is being watched.
     watching_run: bool,
     /// The highest live load read while it went on.
@@ -228,6 +231,24 @@ impl StandAside {
         OwnRequest { stand_aside: self }
     }
 
+    /// Whether every request the live server served in the last `within`
+    /// was the daemon's own: its load was read without a break all that
+    /// time and showed no user. Then its metrics moved, if they did, by the
+    /// daemon's doing (a served model's answers, its own A/As of the live
+    /// server, which tinyk3's average over the last 16 requests keeps),
+    /// which is no drift of the serving (#30: a shoot-out loop re-measured
+    /// its floor every few cycles on the move its own A/As made).
+    pub fn only_own_requests_within(&self, within: Duration) -> bool {
+        let s = self.inner.lock();
+        let now = Instant::now();
+        let Some(since) = now.checked_sub(within) else {
+            return false;
+        };
+        s.live.is_some()
+            && s.watching_since.is_some_and(|t| t <= since)
+            && s.last_user_at.is_none_or(|t| t < since)
+    }
+
     /// Whether a run that saw `peak` live requests was interrupted.
     pub fn interrupted(&self, peak: Option<f64>) -> bool {
         peak.is_some_and(|p| p > f64::from(self.inner.settings.above))
@@ -291,6 +312,9 @@ impl Inner {
                 s.own_since_read = s.own > 0;
                 if live > above {
                     s.last_busy_at = Some(now);
+                }
+                if live > 0.0 {
+                    s.last_user_at = Some(now);
                 }
                 if s.watching_run {
                     s.run_peak = Some(s.run_peak.map_or(live, |p| p.max(live)));
@@ -590,6 +614,44 @@ mod tests {
             sa.wait_clear(&Cancel::never()).await,
             Gate::Clear(Duration::from_secs(10))
         );
+    }
+
+    /// The daemon's own requests are no users: a live server that served
+    /// only them since a time moved its metrics by the daemon's doing. A
+    /// user seen, a reading lost, or a watch younger than the time says
+    /// otherwise.
+    #[tokio::test(start_paused = true)]
+    async fn only_own_requests_since_a_time_when_no_user_was_seen_then() {
+        let load = ScriptedLoad::default();
+        load.set(0.0, Some(5.0));
+        let sa = spawn(&load, settings(0, 10, 60));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(sa.only_own_requests_within(Duration::from_secs(20)));
+        assert!(
+            !sa.only_own_requests_within(Duration::from_secs(60)),
+            "watched for 30 s only"
+        );
+        // The daemon's own request moves the counter: still nobody else.
+        {
+            let _own = sa.own_request();
+            load.set(1.0, Some(6.0));
+            tokio::time::sleep(POLL * 4).await;
+        }
+        load.set(0.0, Some(6.0));
+        tokio::time::sleep(POLL * 4).await;
+        assert!(sa.only_own_requests_within(Duration::from_secs(20)));
+        // A user's request comes and goes between two readings.
+        load.set(0.0, Some(7.0));
+        tokio::time::sleep(POLL * 4).await;
+        assert!(!sa.only_own_requests_within(Duration::from_secs(20)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(sa.only_own_requests_within(Duration::from_secs(4)));
+        // A lost reading breaks the watch: nothing is known before it.
+        load.fail();
+        tokio::time::sleep(POLL * 2).await;
+        load.set(0.0, Some(7.0));
+        tokio::time::sleep(POLL * 4).await;
+        assert!(!sa.only_own_requests_within(Duration::from_secs(4)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -94,6 +94,32 @@ pub struct Resolution {
     pub half_width: f64,
 }
 
+/// A closed range `[lo, hi]` of one number parameter that no proposal may
+/// take on the base, and why (our own words): a side of a knob's line the
+/// loop's search is done with there (see
+/// [`crate::brain::line_search::done_ranges`]). A value excluded one by one
+/// lets a served model walk a done side value by value, one A/B within
+/// noise each: the shoot-out's model loop spent 66-71 of its engine s on
+/// 95-119 warm-set values (2026-12-05), and never converged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Closed {
+    pub experiment: MenuId,
+    pub param: String,
+    /// Inclusive ends, in the parameter's units, within its bounds.
+    pub lo: f64,
+    pub hi: f64,
+    pub why: String,
+}
+
+impl Closed {
+    /// Whether a validated value of `param` of `experiment` lies in it.
+    pub fn holds(&self, experiment: MenuId, param: &str, value: &ParamValue) -> bool {
+        self.experiment == experiment
+            && self.param == param
+            && value.as_f64().is_some_and(|x| self.lo <= x && x <= self.hi)
+    }
+}
+
 /// A whole entry no proposal may choose now, and why (our own words): an
 /// entry without parameters, which no value exclusion can reach. The
 /// schema leaves it out and the validator refuses it
@@ -197,27 +223,39 @@ fn same(a: &ParamValue, b: &ParamValue, within: f64) -> bool {
 }
 
 /// The schema of `param` with `excluded` (its own excluded values, each
-/// with the numbers within `within` of it) left out, or `None` when no
-/// value is left. Uses only what the simple
+/// with the numbers within `within` of it) and the closed ranges `closed`
+/// left out, or `None` when no value is left. Uses only what the simple
 /// constrained decoders take: integer ranges, numbers with exclusive bounds
 /// around each excluded point, string enums, `anyOf` of those.
-pub fn param_schema(param: &Param, excluded: &[&ParamValue], within: f64) -> Option<Value> {
+pub fn param_schema(
+    param: &Param,
+    excluded: &[&ParamValue],
+    within: f64,
+    closed: &[(f64, f64)],
+) -> Option<Value> {
     match &param.kind {
         ParamKind::Integer { min, max, .. } => {
-            let mut cut: Vec<i64> = excluded
+            // Whole numbers cut out, as inclusive ranges.
+            let mut cut: Vec<(i64, i64)> = excluded
                 .iter()
                 .filter_map(|v| v.as_i64())
-                .filter(|n| n >= min && n <= max)
+                .map(|n| (n, n))
+                .chain(
+                    closed
+                        .iter()
+                        .map(|(lo, hi)| (lo.ceil() as i64, hi.floor() as i64))
+                        .filter(|(lo, hi)| lo <= hi),
+                )
+                .filter(|(lo, hi)| hi >= min && lo <= max)
                 .collect();
             cut.sort_unstable();
-            cut.dedup();
             let mut ranges = Vec::new();
             let mut lo = *min;
-            for n in cut {
-                if n > lo {
-                    ranges.push((lo, n - 1));
+            for (a, b) in cut {
+                if a > lo {
+                    ranges.push((lo, a - 1));
                 }
-                lo = n.saturating_add(1);
+                lo = lo.max(b.saturating_add(1));
             }
             if lo <= *max {
                 ranges.push((lo, *max));
@@ -235,6 +273,7 @@ pub fn param_schema(param: &Param, excluded: &[&ParamValue], within: f64) -> Opt
                 .iter()
                 .filter_map(|v| v.as_f64())
                 .map(|x| (x - within, x + within))
+                .chain(closed.iter().copied())
                 .filter(|(lo, hi)| hi >= min && lo <= max)
                 .collect();
             cut.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -100,6 +100,7 @@ impl Menu {
             excluded: Vec::new(),
             withheld: Vec::new(),
             resolutions: Vec::new(),
+            closed: Vec::new(),
         })
     }
 }

@@ -27,7 +27,7 @@ mod schema;
 mod validate;
 
 pub use exclusions::{
-    Excluded, Resolution, Why, Withheld, named as named_value, shown as shown_value,
+    Closed, Excluded, Resolution, Why, Withheld, named as named_value, shown as shown_value,
 };
 pub use load::MenuError;
 pub use validate::Rejection;
@@ -170,6 +170,9 @@ pub struct Menu {
     /// How near an excluded number a value is the same proposal on this
     /// base (see [`Resolution`]); an exact match where none is given.
     resolutions: Vec<Resolution>,
+    /// Ranges of values no proposal may take on this base (see [`Closed`]),
+    /// from the schema and the validator alike.
+    closed: Vec<Closed>,
 }
 
 /// A parameter's value, after validation.
@@ -242,6 +245,7 @@ impl Menu {
             excluded: self.excluded.clone(),
             withheld: self.withheld.clone(),
             resolutions: self.resolutions.clone(),
+            closed: self.closed.clone(),
         }
     }
 
@@ -264,6 +268,27 @@ impl Menu {
             }
         }
         self
+    }
+
+    /// The same menu with these ranges closed too: the schema leaves them
+    /// out and the validator refuses a value in one as
+    /// [`Rejection::Closed`]. Ranges of unknown parameters change nothing.
+    pub fn closing(mut self, more: impl IntoIterator<Item = Closed>) -> Menu {
+        for c in more {
+            let known = self
+                .entries
+                .iter()
+                .any(|e| e.id == c.experiment && e.params.iter().any(|p| p.name == c.param));
+            if known && c.lo <= c.hi && !self.closed.contains(&c) {
+                self.closed.push(c);
+            }
+        }
+        self
+    }
+
+    /// The closed ranges, in the order they were added.
+    pub fn closed(&self) -> &[Closed] {
+        &self.closed
     }
 
     /// The same menu with these resolutions: every excluded value of a

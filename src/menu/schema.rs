@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Excluded, Menu, MenuEntry, MenuId, ParamValue, Resolution, exclusions};
+use super::{Closed, Excluded, Menu, MenuEntry, MenuId, ParamValue, Resolution, exclusions};
 
 impl Menu {
     /// Whether some value of every parameter of `id` is still allowed.
@@ -15,6 +15,7 @@ impl Menu {
                     self.rationale_max_chars,
                     &self.excluded,
                     &self.resolutions,
+                    &self.closed,
                 )
                 .is_some()
             })
@@ -38,6 +39,7 @@ impl Menu {
                     self.rationale_max_chars,
                     &self.excluded,
                     &self.resolutions,
+                    &self.closed,
                 )
             })
             .collect();
@@ -52,6 +54,7 @@ fn entry_schema(
     rationale_max_chars: usize,
     excluded: &[Excluded],
     resolutions: &[Resolution],
+    closed: &[Closed],
 ) -> Option<Value> {
     let mut props = serde_json::Map::new();
     for p in &entry.params {
@@ -64,7 +67,15 @@ fn entry_schema(
             .iter()
             .find(|r| r.experiment == entry.id && r.param == p.name)
             .map_or(0.0, |r| r.half_width);
-        props.insert(p.name.clone(), exclusions::param_schema(p, &out, within)?);
+        let ranges: Vec<(f64, f64)> = closed
+            .iter()
+            .filter(|c| c.experiment == entry.id && c.param == p.name)
+            .map(|c| (c.lo, c.hi))
+            .collect();
+        props.insert(
+            p.name.clone(),
+            exclusions::param_schema(p, &out, within, &ranges)?,
+        );
     }
     let required: Vec<&str> = entry.params.iter().map(|p| p.name.as_str()).collect();
     Some(json!({

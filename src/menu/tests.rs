@@ -259,16 +259,21 @@ proptest! {
 
 // ---- exclusions ---------------------------------------------------------------
 
-/// Excluded values drawn from each parameter's own bounds (and its grid, so
-/// ends and neighbours of exclusions are hit), by a seed.
-fn some_exclusions(m: &Menu, seed: u64) -> Vec<Excluded> {
-    let mut state = seed | 1;
-    let mut pick = |n: u64| {
+/// A draw below `n` from xorshift64 (`state` odd), so the property tests
+/// need no RNG crate and each seed is one menu.
+fn xorshift(mut state: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         state % n
-    };
+    }
+}
+
+/// Excluded values drawn from each parameter's own bounds (and its grid, so
+/// ends and neighbours of exclusions are hit), by a seed.
+fn some_exclusions(m: &Menu, seed: u64) -> Vec<Excluded> {
+    let mut pick = xorshift(seed | 1);
     let mut out = Vec::new();
     for e in m.entries() {
         for p in &e.params {
@@ -299,10 +304,39 @@ fn some_exclusions(m: &Menu, seed: u64) -> Vec<Excluded> {
     out
 }
 
+/// Closed ranges of the number parameters, by a seed: none, one or two per
+/// parameter, from a point to the whole range, ends on the grid or off it.
+fn some_closed(m: &Menu, seed: u64) -> Vec<Closed> {
+    let mut pick = xorshift(seed.rotate_left(17) | 1);
+    let mut out = Vec::new();
+    for e in m.entries() {
+        for p in &e.params {
+            let (min, max) = match p.kind {
+                ParamKind::Integer { min, max, .. } => (min as f64, max as f64),
+                ParamKind::Number { min, max, .. } => (min, max),
+                ParamKind::Enum { .. } => continue,
+            };
+            for _ in 0..pick(3) {
+                let at = |k: u64| min + (max - min) * k as f64 / 40.0;
+                let (a, b) = (at(pick(41)), at(pick(41)));
+                out.push(Closed {
+                    experiment: e.id,
+                    param: p.name.clone(),
+                    lo: a.min(b),
+                    hi: a.max(b),
+                    why: "is closed by the test".into(),
+                });
+            }
+        }
+    }
+    out
+}
+
 proptest! {
-    /// With values excluded, the schema still admits only what validates,
-    /// and every excluded value is refused by name: the two exclude the
-    /// same values.
+    /// With values excluded and ranges closed, the schema still admits
+    /// only what validates, and every excluded value is refused by name,
+    /// as is every value of a closed range: the two leave out the same
+    /// values.
     #[test]
     fn schema_and_validator_exclude_the_same_values(seed in any::<u64>(), draw in any::<u64>()) {
         // Half the seeds give trunk_fraction a resolution (the planner's
@@ -314,7 +348,8 @@ proptest! {
                 param: "trunk_fraction".into(),
                 half_width,
             }])
-            .excluding(some_exclusions(&menu(), seed));
+            .excluding(some_exclusions(&menu(), seed))
+            .closing(if seed % 3 == 0 { Vec::new() } else { some_closed(&menu(), seed) });
         let schema = m.json_schema();
         let mut state = draw | 1;
         let mut pick = |n: u64| {
@@ -350,7 +385,57 @@ proptest! {
                 }
             }
         }
+        for c in m.closed() {
+            let integer =
+                matches!(m.entry(c.experiment).unwrap().params[0].kind, ParamKind::Integer { .. });
+            let mid = (c.lo + c.hi) / 2.0;
+            for x in [c.lo, mid, c.hi] {
+                let v = if integer { json!(x.ceil() as i64) } else { json!(x) };
+                if integer && x.ceil() > c.hi {
+                    continue;
+                }
+                let answer = json!({"experiment": c.experiment,
+                    "params": {c.param.clone(): v}, "rationale": ""});
+                let err = m.validate_value(&answer).unwrap_err();
+                prop_assert!(["line_done", "duplicate"].contains(&err.kind()), "{}", err);
+            }
+        }
     }
+}
+
+#[test]
+fn a_closed_range_leaves_the_schema_and_is_refused_by_name() {
+    let m = menu().closing([Closed {
+        experiment: MenuId::DeepenWarmSet,
+        param: "warm_set".into(),
+        lo: 256.0,
+        hi: 1024.0,
+        why: "is closed here".into(),
+    }]);
+    let warm = |n: i64| {
+        format!(r#"{{"experiment":"deepen_warm_set","params":{{"warm_set":{n}}},"rationale":""}}"#)
+    };
+    let err = m.validate(&warm(731)).unwrap_err();
+    assert_eq!(err.kind(), "line_done");
+    assert_eq!(
+        err.to_string(),
+        "deepen_warm_set warm_set 731 is closed here; choose another value or another experiment"
+    );
+    assert!(m.validate(&warm(255)).is_ok());
+    let schema = m.json_schema();
+    assert_eq!(
+        entry_alt(&schema, "deepen_warm_set")["properties"]["params"]["properties"]["warm_set"],
+        json!({"type": "integer", "minimum": 0, "maximum": 255})
+    );
+    // Closing the whole range leaves the entry out.
+    let all = m.closing([Closed {
+        experiment: MenuId::DeepenWarmSet,
+        param: "warm_set".into(),
+        lo: 0.0,
+        hi: 1024.0,
+        why: "is closed here".into(),
+    }]);
+    assert!(!all.offers(MenuId::DeepenWarmSet));
 }
 
 #[test]

@@ -59,6 +59,14 @@ pub enum Rejection {
         what: String,
         why: Why,
     },
+    #[error("{experiment} {what} {why}; choose another value or another experiment")]
+    Closed {
+        experiment: MenuId,
+        /// The parameter and its value (`warm_set 731`): our own text.
+        what: String,
+        /// Our own words (see [`Closed`](super::Closed)).
+        why: String,
+    },
     #[error("{experiment} is not offered now: {why}; choose another experiment")]
     Withheld {
         experiment: MenuId,
@@ -108,6 +116,7 @@ impl Rejection {
             | Rejection::RefusedByPlanner { .. }
             | Rejection::Excluded { .. } => "duplicate",
             Rejection::Withheld { .. } => "not_offered",
+            Rejection::Closed { .. } => "line_done",
             Rejection::NotMeasured { .. } => "not_measured",
             Rejection::NotChatCompletion { .. } => "not_chat_completion",
         }
@@ -215,6 +224,17 @@ impl Menu {
                     experiment: id,
                     what,
                     why: x.why.clone(),
+                });
+            }
+            if let Some(c) = self
+                .closed
+                .iter()
+                .find(|c| c.holds(id, &param.name, &value))
+            {
+                return Err(Rejection::Closed {
+                    experiment: id,
+                    what: named_value(&param.name, &value),
+                    why: c.why.clone(),
                 });
             }
             out.insert(param.name.clone(), value);
