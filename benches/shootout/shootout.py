@@ -311,7 +311,7 @@ def row_of(L, r, ev, opt):
         "confirmed_overclaims": ce["median"] is not None and ce["median"] > cci[1] + 1e-12,
         "recs": recs,
         "after_last": standard.after_last_approval(r) if loop else None,
-        "engine_s": r["engine_s"], "wall_s": r["wall_s"],
+        "engine_s": r["engine_s"], "wall_s": r["wall_s"], "converged_at": r.get("converged_at"),
         "compare_engine_s": r.get("compare_engine_s"), "comparisons": r.get("comparisons"),
         "trajectory": [(t, ev[p.key()]["median"]) for t, p, _c, _i in r["trajectory"]],
         "confirmed_trajectory": [(t, ev[p.key()]["median"]) for t, p, _c, _i in r["confirmed"]],

@@ -28,7 +28,7 @@ pub mod model;
 pub mod prompt;
 
 #[cfg(test)]
-mod double;
+pub(crate) mod double;
 #[cfg(test)]
 mod model_tests;
 

@@ -65,7 +65,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let done = line_search::done_ranges(&menu, history, Some(&digest));
         let menu = menu.closing(done);
         Ok(
-            match self.remeasure_withheld(base, built_on_staged).await? {
+            match self
+                .remeasure_withheld(base, built_on_staged, history)
+                .await?
+            {
                 Some(w) => menu.withholding(w),
                 None => menu,
             },

@@ -18,11 +18,11 @@ use super::{CurrentFloor, CycleRunner};
 use crate::brain::Proposer;
 use crate::clock::Clock;
 use crate::judge::changepoint::drift_since;
-use crate::ledger::LedgerError;
+use crate::ledger::{ExperimentOutcome, LedgerError};
 use crate::measure::scorer::Scorer;
 use crate::menu::{MenuId, Withheld};
 use crate::profile::ProfileFile;
-use crate::vocab::Method;
+use crate::vocab::{Digest, Method, VerdictKind};
 
 /// How many observations the drift is looked for in: a day of cycles at
 /// the demo's interval is more than enough to see a level, and the query
@@ -37,6 +37,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         &self,
         base: &ProfileFile,
         built_on_staged: bool,
+        history: &[ExperimentOutcome],
     ) -> Result<Option<Withheld>, LedgerError> {
         // Off the menu, or no way to measure it (a remeasure chosen then
         // fails the cycle loudly, saying what the config lacks).
@@ -44,6 +45,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(None);
         };
         let Some(row) = current.row.as_ref().filter(|_| !current.stale) else {
+            let backoff = self.config.cycle.max_wait_s.duration();
+            let digest = base.profile.digest();
+            if let Some(w) = too_noisy_lately(history, &digest, self.clock.now(), backoff) {
+                return Ok(Some(w));
+            }
             if let Some(why) = &current.why {
                 tracing::debug!("remeasure is offered: {why}");
             }
@@ -132,5 +138,77 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 series[d.index].0.format("%Y-%m-%d %H:%M:%S")
             )
         }))
+    }
+}
+
+/// Why `remeasure` waits though the floor is missing or stale: the newest
+/// A/A on the base `digest` (in `history`, newest first) was too noisy to
+/// give a floor (`inconclusive`) less than `backoff` (`[cycle] max_wait_s`)
+/// before `now`. Another one at once meets the same machine: a shoot-out
+/// loop measured the live floor twice in a row, 5 engine s each, the first
+/// inconclusive (2026-12-05). It is offered again after that wait, which is
+/// also the longest a converged loop waits before it looks again.
+fn too_noisy_lately(
+    history: &[ExperimentOutcome],
+    digest: &Digest,
+    now: DateTime<Utc>,
+    backoff: std::time::Duration,
+) -> Option<Withheld> {
+    let last = history.iter().find(|e| {
+        e.menu_id == MenuId::Remeasure
+            && &e.base_digest == digest
+            && e.verdict.is_some()
+            && e.confirmation_of.is_none()
+    })?;
+    let age = (now - last.created_at).to_std().unwrap_or_default();
+    (last.verdict == Some(VerdictKind::Inconclusive) && age < backoff).then(|| Withheld {
+        experiment: MenuId::Remeasure,
+        why: format!(
+            "the last A/A on this profile (experiment {}, {} ago) was too noisy to give a \
+             floor, and another is offered once that one is {} old ([cycle] max_wait_s)",
+            last.experiment_id,
+            crate::display::age(chrono::Duration::from_std(age).unwrap_or_default()),
+            crate::display::age(chrono::Duration::from_std(backoff).unwrap_or_default())
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::brain::double::{measured_on, warm};
+
+    #[test]
+    fn an_inconclusive_floor_withholds_remeasure_for_the_backoff_only() {
+        let base = Digest::of(b"base");
+        let aa = crate::brain::bandit::remeasure();
+        let at = |verdict| measured_on(7, &aa, verdict, base.clone());
+        let made = at(VerdictKind::Inconclusive).created_at;
+        let hour = std::time::Duration::from_secs(3600);
+        let minutes = |m: i64| made + chrono::Duration::minutes(m);
+        let history = vec![at(VerdictKind::Inconclusive)];
+        let w = too_noisy_lately(&history, &base, minutes(10), hour).expect("withheld");
+        assert_eq!(w.experiment, MenuId::Remeasure);
+        assert!(
+            w.why
+                .starts_with("the last A/A on this profile (experiment 7, 10m")
+                && w.why.contains("too noisy to give a floor"),
+            "{}",
+            w.why
+        );
+        // Once the backoff passed, or after a floor that decided, or on
+        // another profile: offered.
+        assert!(too_noisy_lately(&history, &base, minutes(61), hour).is_none());
+        let decided = vec![at(VerdictKind::WithinNoise), at(VerdictKind::Inconclusive)];
+        assert!(too_noisy_lately(&decided, &base, minutes(10), hour).is_none());
+        assert!(too_noisy_lately(&history, &Digest::of(b"other"), minutes(10), hour).is_none());
+        // An A/B's inconclusive verdict is no floor's.
+        let ab = vec![measured_on(
+            8,
+            &warm(64),
+            VerdictKind::Inconclusive,
+            base.clone(),
+        )];
+        assert!(too_noisy_lately(&ab, &base, minutes(10), hour).is_none());
     }
 }
