@@ -2,7 +2,7 @@
 # The shoot-out: bash benches/shootout/run.sh [--quick] [--landscapes A,B,C] [options]
 # Installs optuna with pip when missing (into a venv under
 # ~/.cache/orchestrator/ when the system pip refuses), builds the release
-# binaries when missing, and, for landscape C, the kimi-k3-in-c engine and
+# binaries (cargo rebuilds what changed), and, for landscape C, the kimi-k3-in-c engine and
 # its tiny checkpoint (scripts/kimi-k3.sh, into ~/.cache; KIMI_K3_SRC names
 # the source, default the vendored copy beside the repository) unless K3_BIN
 # is already set. Then runs the harness; its exit status is the harness's
@@ -19,9 +19,9 @@ if ! $PY -c 'import optuna' 2>/dev/null; then
     PY="$venv/bin/python"
   fi
 fi
-if [ ! -x target/release/orchestrator ] || [ ! -x target/release/tinyk3 ]; then
-  cargo build --release -p orchestrator -p tinyk3
-fi
+# Always: cargo rebuilds only what changed, and a run must measure the
+# binaries of the commit its header names.
+cargo build --release -p orchestrator -p tinyk3
 
 # Landscape C is in the run unless --landscapes leaves it out.
 wants_c=yes

@@ -98,6 +98,9 @@ def main():
     run_dir.mkdir(parents=True)
     t_begin = time.time()
     loads = [(0.0, load())]
+    # The commit the binaries were built from: read now, as a commit made
+    # while the run goes on would be a different one.
+    built_from = commit()
 
     def say(msg):
         print(f"[{time.time() - t_begin:6.0f} s, load {load():4.1f}] {msg}", flush=True)
@@ -129,7 +132,7 @@ def main():
               f"{', '.join(reports)}; {a.seeds} seed(s) each, budget {a.budget:.0f} engine s per contestant "
               f"and seed, loops at most {a.loop_wall:.0f} wall s; load average "
               f"{min(x for _, x in loads):.1f}-{max(x for _, x in loads):.1f} (sampled between phases); "
-              f"{wall / 60:.1f} min in all; commit {commit()}.")
+              f"{wall / 60:.1f} min in all; commit {built_from}.")
     goals = [g for r in reports.values() for g in r["goals"]]
     missed = [g for g in goals if not g["met"]]
     goal_lines = ["Goals:"] + [f"- {g['line']}" for g in goals] + [
