@@ -45,7 +45,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(None);
         };
         let Some(row) = current.row.as_ref().filter(|_| !current.stale) else {
-            let backoff = self.config.cycle.max_wait_s.duration();
+            // No later than a floor goes stale by age: a config that wants
+            // floors every few seconds wants its A/As tried as often.
+            let backoff = self
+                .config
+                .cycle
+                .max_wait_s
+                .duration()
+                .min(self.config.measure.noise_floor_max_age_s.duration());
             let digest = base.profile.digest();
             if let Some(w) = too_noisy_lately(history, &digest, self.clock.now(), backoff) {
                 return Ok(Some(w));
@@ -143,8 +150,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
 /// Why `remeasure` waits though the floor is missing or stale: the newest
 /// A/A on the base `digest` (in `history`, newest first) was too noisy to
-/// give a floor (`inconclusive`) less than `backoff` (`[cycle] max_wait_s`)
-/// before `now`. Another one at once meets the same machine: a shoot-out
+/// give a floor (`inconclusive`) less than `backoff` (`[cycle] max_wait_s`,
+/// or `[measure] noise_floor_max_age_s` when shorter) before `now`. Another one at once meets the same machine: a shoot-out
 /// loop measured the live floor twice in a row, 5 engine s each, the first
 /// inconclusive (2026-12-05). It is offered again after that wait, which is
 /// also the longest a converged loop waits before it looks again.
@@ -165,7 +172,8 @@ fn too_noisy_lately(
         experiment: MenuId::Remeasure,
         why: format!(
             "the last A/A on this profile (experiment {}, {} ago) was too noisy to give a \
-             floor, and another is offered once that one is {} old ([cycle] max_wait_s)",
+             floor, and another is offered once that one is {} old ([cycle] max_wait_s, at most \
+             [measure] noise_floor_max_age_s)",
             last.experiment_id,
             crate::display::age(chrono::Duration::from_std(age).unwrap_or_default()),
             crate::display::age(chrono::Duration::from_std(backoff).unwrap_or_default())

@@ -434,12 +434,23 @@ fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
     let config = example(tmp.path(), &server, |t| t);
     let out = orchestrator(&config, &["run", "--cycles", "3"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{stderr}");
 
     let out = orchestrator(&config, &["ledger", "--json"]);
     let cycles: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cycles = cycles.as_array().unwrap();
-    assert_eq!(cycles.len(), 3, "{cycles:#?}\n{stderr}");
+    // This stack's menu is `stage_speculative` and `remeasure`: a first
+    // draft that loses closes the draft's line (longer drafts lose more),
+    // and once the live floor is measured nothing is left to learn, so a
+    // bounded run may stop converged after two cycles, saying so.
+    let converged = stdout
+        .lines()
+        .any(|l| l.starts_with("stop") && l.contains("converged"));
+    assert!(
+        cycles.len() == 3 || (cycles.len() == 2 && converged),
+        "{cycles:#?}\n{stdout}\n{stderr}"
+    );
     let mut kinds = Vec::new();
     for c in cycles {
         let verdicts = c["verdicts"].as_array().unwrap();
