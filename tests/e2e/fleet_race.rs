@@ -395,8 +395,14 @@ fn assert_cycles_closed_per_stack(hosts: &[Host], db: &mut Db) -> usize {
             h.stack,
             h.log()
         );
+        // Two cycles each, unless a host's loop converged after one (on a
+        // machine too noisy for its first A/B and floor: the draft's line
+        // is done and the floor waits out its back-off), which it says.
+        let waits = std::fs::read_to_string(h.demo.path("daemon.out"))
+            .unwrap()
+            .contains("wait        converged");
         assert!(
-            stored >= 2,
+            stored >= 2 || (stored == 1 && waits),
             "{} ran {stored} cycle(s)\n{}",
             h.stack,
             h.log()

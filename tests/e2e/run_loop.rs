@@ -25,7 +25,9 @@ fn ten_cycles_on_the_default_config_each_with_one_verdict() {
     );
     // stderr is a pipe here, not a terminal: progress comes as log lines
     // (a newcomer's piped demo showed nothing until the first verdict).
-    assert!(stderr.contains("progress: cycle 1 · "), "{stderr}");
+    // (A cycle shorter than the progress tick, 1 s, prints none: the
+    // first one, a floor of the tiny live server, sometimes is.)
+    assert!(stderr.contains("progress: cycle "), "{stderr}");
     assert!(!stderr.contains('\r'), "no redrawn terminal line in a log");
     assert!(
         lines
