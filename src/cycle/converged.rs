@@ -75,6 +75,15 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         )
     }
 
+    /// The recent experiments, newest first, that the proposers, the line
+    /// search's closed ranges and the convergence look all read: one
+    /// window, so the menu and the look agree.
+    pub(super) async fn history(&self) -> Result<Vec<ExperimentOutcome>, LedgerError> {
+        self.ledger
+            .recent_experiments(self.config.cycle.history.max(64))
+            .await
+    }
+
     /// Whether the loop is converged now, and why. Only a ledger failure
     /// is an error; a live profile that cannot be read is no convergence
     /// (the cycle then fails and says why).
@@ -100,10 +109,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         {
             return Ok(None);
         }
-        let history = self
-            .ledger
-            .recent_experiments(self.config.cycle.history.max(64))
-            .await?;
+        let history = self.history().await?;
         let menu = self
             .proposal_menu(&base, built_on.is_some(), &history)
             .await?;

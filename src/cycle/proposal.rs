@@ -37,10 +37,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 why: None,
             },
         };
-        let history = self
-            .ledger
-            .recent_experiments(cfg.cycle.history.max(64))
-            .await?;
+        let history = self.history().await?;
         // With a bound, a missing or stale floor is not due first: the A/B
         // judges against the bound and measures one only when it must.
         let floor_state = match self.policy.max_floor {
