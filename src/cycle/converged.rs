@@ -12,14 +12,19 @@
 //! (and, while an applied stage's realization is open, the live server's
 //! health path): it opens no cycle and measures nothing.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
 use super::CycleRunner;
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
 use crate::menu::Menu;
+use crate::menu::MenuId;
 use crate::plan;
 use crate::profile::ProfileFile;
-use crate::vocab::Digest;
+use crate::vocab::{Digest, VerdictKind};
 
 /// A converged loop: why, and on which profiles.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,11 +82,32 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
     /// The recent experiments, newest first, that the proposers, the line
     /// search's closed ranges and the convergence look all read: one
-    /// window, so the menu and the look agree.
+    /// window, so the menu and the look agree. An A/B that came out
+    /// `inconclusive` longer than [`Self::noisy_backoff`] ago is left out
+    /// ([`without_stale_inconclusives`]).
     pub(super) async fn history(&self) -> Result<Vec<ExperimentOutcome>, LedgerError> {
-        self.ledger
+        let recent = self
+            .ledger
             .recent_experiments(self.config.cycle.history.max(64))
-            .await
+            .await?;
+        Ok(without_stale_inconclusives(
+            recent,
+            self.clock.now(),
+            self.noisy_backoff(),
+        ))
+    }
+
+    /// How long a measurement the machine was too noisy to decide keeps
+    /// its answer: `[cycle] max_wait_s` (the longest a converged loop waits
+    /// before it looks again), or `[measure] noise_floor_max_age_s` when
+    /// shorter (a config that wants floors every few seconds wants its
+    /// A/As and its lines tried as often).
+    pub(super) fn noisy_backoff(&self) -> Duration {
+        self.config
+            .cycle
+            .max_wait_s
+            .duration()
+            .min(self.config.measure.noise_floor_max_age_s.duration())
     }
 
     /// Whether the loop is converged now, and why. Only a ledger failure
@@ -135,5 +161,79 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 },
             ),
         )
+    }
+}
+
+/// `history` without the A/Bs (not floors' A/As, not confirmations) that
+/// came out `inconclusive` at least `backoff` before `now`. An inconclusive
+/// A/B closes its side of the line ([`line_search::done_ranges`]) as a
+/// within-noise one does, but it decided nothing: mostly the machine was
+/// too noisy to measure a floor or to judge (CI, 2026-12-05: under CPU
+/// hogs, two such A/Bs closed both sides of the only knob the proposer
+/// named, and every later cycle was refused). Once the wait after it is
+/// over the side is open again, on the same profile, so a loop that met a
+/// busy hour tries again in a quiet one. The value itself stays decided
+/// (the ledger's duplicates exclude it); an inconclusive confirmation
+/// stays too, since it is what keeps its win unrepeated, and a floor's
+/// A/A has its own back-off ([`super::remeasure_offer`]).
+fn without_stale_inconclusives(
+    history: Vec<ExperimentOutcome>,
+    now: DateTime<Utc>,
+    backoff: Duration,
+) -> Vec<ExperimentOutcome> {
+    history
+        .into_iter()
+        .filter(|e| {
+            let stale = (now - e.created_at)
+                .to_std()
+                .is_ok_and(|age| age >= backoff);
+            !(stale
+                && e.verdict == Some(VerdictKind::Inconclusive)
+                && e.menu_id != MenuId::Remeasure
+                && e.confirmation_of.is_none())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::brain::bandit::remeasure;
+    use crate::brain::double::{OnLive, live_digest, slow_start, split, warm};
+    use crate::brain::line_search::done_ranges;
+    use crate::ledger::ExperimentId;
+
+    #[test]
+    fn an_inconclusive_ab_closes_its_side_only_until_the_backoff_is_over() {
+        let (live, base) = (slow_start(), live_digest());
+        let on = OnLive::default().decided(&split(0.2), VerdictKind::Inconclusive);
+        let made = on.history[0].created_at;
+        let at = |m: i64| made + chrono::Duration::minutes(m);
+        let hour = Duration::from_secs(3600);
+        let closed = |history: &[ExperimentOutcome]| {
+            done_ranges(&on.menu(&live), history, Some(&base))
+                .iter()
+                .filter(|c| c.experiment == MenuId::RebalanceTrunkCache)
+                .count()
+        };
+        assert_eq!(
+            closed(&on.history),
+            1,
+            "the side below the live split is closed"
+        );
+        let kept = without_stale_inconclusives(on.history.clone(), at(59), hour);
+        assert_eq!(closed(&kept), 1, "within the back-off it stays closed");
+        let reopened = without_stale_inconclusives(on.history.clone(), at(60), hour);
+        assert_eq!(closed(&reopened), 0, "after it the side is open again");
+        // What stays whatever its age: a decided A/B, an inconclusive
+        // confirmation (it keeps its win unrepeated), a floor's A/A.
+        let on = OnLive::default()
+            .decided(&warm(512), VerdictKind::WithinNoise)
+            .decided(&split(0.6), VerdictKind::Inconclusive)
+            .decided(&remeasure(), VerdictKind::Inconclusive);
+        let mut history = on.history;
+        history[1].confirmation_of = Some(ExperimentId(9));
+        let kept = without_stale_inconclusives(history, at(600), hour);
+        assert_eq!(kept.len(), 3, "{kept:#?}");
     }
 }

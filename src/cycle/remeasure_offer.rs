@@ -45,14 +45,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             return Ok(None);
         };
         let Some(row) = current.row.as_ref().filter(|_| !current.stale) else {
-            // No later than a floor goes stale by age: a config that wants
-            // floors every few seconds wants its A/As tried as often.
-            let backoff = self
-                .config
-                .cycle
-                .max_wait_s
-                .duration()
-                .min(self.config.measure.noise_floor_max_age_s.duration());
+            let backoff = self.noisy_backoff();
             let digest = base.profile.digest();
             if let Some(w) = too_noisy_lately(history, &digest, self.clock.now(), backoff) {
                 return Ok(Some(w));

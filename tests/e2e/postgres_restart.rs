@@ -8,6 +8,10 @@
 //! SIGINT: exit 0 as for any SIGINT, no cycle left `running`, the aborted
 //! one saying why, cycles closed after the restart, and the daemon's own
 //! count of cycles equal to the ledger's.
+//!
+//! Departures from the shipped config: `noise_floor_max_age_s = 0.001`, so
+//! the loop never converges and waits before the outage, and runs of 128
+//! tokens, so a cycle outlasts the start of the outage (see `demo_on`).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -105,6 +109,27 @@ fn demo_on(cluster: &Cluster) -> Demo {
             cluster.url
         ),
     );
+    // Departs from the shipped config: a floor stale by the next cycle keeps
+    // `remeasure` offered, so the loop never converges and waits (the tiny
+    // checkpoint's lines are done in seconds) before the outage hits a
+    // measuring cycle.
+    // And runs of 128 tokens, not 8: a cycle of 8-token runs closed in under
+    // a second, before the outage the test starts on seeing it measure.
+    let text = [
+        "noise_floor_max_age_s = 86400",
+        "\"--gen\", \"8\"",
+        "max_tokens = 8",
+    ]
+    .into_iter()
+    .zip([
+        "noise_floor_max_age_s = 0.001",
+        "\"--gen\", \"128\"",
+        "max_tokens = 128",
+    ])
+    .fold(text, |t, (from, to)| {
+        assert!(t.contains(from), "config.toml no longer has {from:?}");
+        t.replace(from, to)
+    });
     std::fs::write(&config, text).unwrap();
     demo.env
         .push((PASSWORD_VAR.to_string(), cluster.password.clone()));
