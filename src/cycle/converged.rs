@@ -20,8 +20,7 @@ use super::CycleRunner;
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
-use crate::menu::Menu;
-use crate::menu::MenuId;
+use crate::menu::{Menu, MenuId};
 use crate::plan;
 use crate::profile::ProfileFile;
 use crate::vocab::{Digest, VerdictKind};
@@ -43,8 +42,9 @@ pub struct Converged {
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The menu the proposer is handed on `base`: without the live values
-    /// and what was decided or refused there, without the sides of a line
-    /// the search is done with there (from `history`, the recent
+    /// and what was decided or refused there, without the values the
+    /// planner refuses on `base` whatever the heat ([`plan::infeasible`]),
+    /// without the sides of a line the search is done with there (from `history`, the recent
     /// experiments, for their verdicts: [`line_search::done_ranges`]), and
     /// with `remeasure` withheld unless it has a reason
     /// ([`super::remeasure_offer`]).
@@ -67,8 +67,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 &base.profile,
             )))
             .excluding(duplicates.refused(self.menu).await?);
+        let sizes = plan::StackSizes {
+            expert_bytes: self.config.stack.expert_bytes,
+            cache_spare_slots: self.config.stack.cache_spare_slots,
+            top_k: super::proposal::base_pins(base).map(|p| p.top_k),
+        };
+        let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));
-        let menu = menu.closing(done);
+        let menu = menu.closing(infeasible).closing(done);
         Ok(
             match self
                 .remeasure_withheld(base, built_on_staged, history)

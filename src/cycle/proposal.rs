@@ -230,7 +230,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 }
 
 /// The base's pin list, when the base profile names one that can be read.
-fn base_pins(base: &ProfileFile) -> Option<PinList> {
+pub(super) fn base_pins(base: &ProfileFile) -> Option<PinList> {
     let path = base.profile.pins_path(&base.path)?;
     match PinList::load(&path) {
         Ok(list) => Some(list),

@@ -97,7 +97,9 @@ pub struct Resolution {
 /// A closed range `[lo, hi]` of one number parameter that no proposal may
 /// take on the base, and why (our own words): a side of a knob's line the
 /// loop's search is done with there (see
-/// [`crate::brain::line_search::done_ranges`]). A value excluded one by one
+/// [`crate::brain::line_search::done_ranges`]), or values the planner
+/// refuses there whatever the heat ([`crate::plan::infeasible`]). A value
+/// excluded one by one
 /// lets a served model walk a done side value by value, one A/B within
 /// noise each: the shoot-out's model loop spent 66-71 of its engine s on
 /// 95-119 warm-set values (2026-12-05), and never converged.

@@ -397,7 +397,7 @@ proptest! {
                 let answer = json!({"experiment": c.experiment,
                     "params": {c.param.clone(): v}, "rationale": ""});
                 let err = m.validate_value(&answer).unwrap_err();
-                prop_assert!(["line_done", "duplicate"].contains(&err.kind()), "{}", err);
+                prop_assert!(["closed", "duplicate"].contains(&err.kind()), "{}", err);
             }
         }
     }
@@ -416,7 +416,7 @@ fn a_closed_range_leaves_the_schema_and_is_refused_by_name() {
         format!(r#"{{"experiment":"deepen_warm_set","params":{{"warm_set":{n}}},"rationale":""}}"#)
     };
     let err = m.validate(&warm(731)).unwrap_err();
-    assert_eq!(err.kind(), "line_done");
+    assert_eq!(err.kind(), "closed");
     assert_eq!(
         err.to_string(),
         "deepen_warm_set warm_set 731 is closed here; choose another value or another experiment"

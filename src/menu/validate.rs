@@ -116,7 +116,7 @@ impl Rejection {
             | Rejection::RefusedByPlanner { .. }
             | Rejection::Excluded { .. } => "duplicate",
             Rejection::Withheld { .. } => "not_offered",
-            Rejection::Closed { .. } => "line_done",
+            Rejection::Closed { .. } => "closed",
             Rejection::NotMeasured { .. } => "not_measured",
             Rejection::NotChatCompletion { .. } => "not_chat_completion",
         }

@@ -233,6 +233,73 @@ pub trait Planner: Sync {
     fn same_within(&self, _live: &Profile) -> Option<(&'static str, f64)> {
         None
     }
+
+    /// The values of the entry's number parameter from which on every
+    /// value is refused on `live`, whatever the heat or the trace: read
+    /// off the live profile and the stack's fixed sizes alone, with why
+    /// (after the value, in the validator's words). `None` where no such
+    /// bound is known.
+    fn infeasible_from(&self, _live: &Profile, _sizes: &StackSizes) -> Option<Infeasible> {
+        None
+    }
+}
+
+/// The stack's fixed sizes a planner may bound a menu by without its
+/// measured inputs (`[stack]`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StackSizes {
+    /// Bytes of one routed expert (`expert_bytes`).
+    pub expert_bytes: Option<u64>,
+    /// Cache slots the engine needs beyond top-k (`cache_spare_slots`).
+    pub cache_spare_slots: u32,
+    /// Experts each token uses per layer, when the live pin list's header
+    /// says (else at least 1 is assumed). Not the trace's inference: the
+    /// convergence look reads no trace, and it must close what the cycle
+    /// closes.
+    pub top_k: Option<u32>,
+}
+
+/// Every value of `param` from `from` on is refused by the planner
+/// ([`Planner::infeasible_from`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Infeasible {
+    pub param: &'static str,
+    pub from: f64,
+    pub why: String,
+}
+
+/// Every entry's [`Planner::infeasible_from`] on `live`, as ranges the
+/// menu closes to every proposer ([`Menu::closing`]): up to the
+/// parameter's `max` on `menu`. A value the planner can only refuse costs
+/// the bandit a cycle and a served model an answer of the live server; in
+/// the shoot-out the bandit spent 34-37 refused cycles a seed on pin counts
+/// the cache could not pay for (2026-12-05).
+pub fn infeasible(live: &Profile, sizes: &StackSizes, menu: &Menu) -> Vec<crate::menu::Closed> {
+    MenuId::ALL
+        .iter()
+        .filter_map(|&id| {
+            let bound = planner(id).infeasible_from(live, sizes)?;
+            let max = match menu
+                .entry(id)
+                .ok()?
+                .params
+                .iter()
+                .find(|p| p.name == bound.param)?
+                .kind
+            {
+                ParamKind::Integer { max, .. } => max as f64,
+                ParamKind::Number { max, .. } => max,
+                ParamKind::Enum { .. } => return None,
+            };
+            (bound.from <= max).then(|| crate::menu::Closed {
+                experiment: id,
+                param: bound.param.to_string(),
+                lo: bound.from,
+                hi: max,
+                why: bound.why,
+            })
+        })
+        .collect()
 }
 
 /// Every entry's [`Planner::same_within`] on `live`, for

@@ -9,12 +9,12 @@ use serde_json::json;
 
 use super::replay::{self, Lookups, Outcome};
 use super::{
-    PinList, Plan, PlanContext, PlanRefusal, Planner, cache_gb_holding, cache_slots, gb_to_bytes,
-    integer,
+    Infeasible, PinList, Plan, PlanContext, PlanRefusal, Planner, StackSizes, cache_gb_holding,
+    cache_slots, gb_to_bytes, integer,
 };
 use crate::heat::{Expert, Heat, Trace};
 use crate::menu::{MenuId, Proposal};
-use crate::profile::Pins;
+use crate::profile::{Pins, Profile};
 use crate::vocab::Digest;
 
 /// The `rerank_pins` planner.
@@ -23,6 +23,32 @@ pub struct RerankPins;
 impl Planner for RerankPins {
     fn id(&self) -> MenuId {
         MenuId::RerankPins
+    }
+
+    /// More pins than the live cache and pins can pay for while the cache
+    /// keeps the least slots the engine runs with (top-k, or at least 1
+    /// when unknown, plus the spare ones): [`Planner::plan`] refuses each
+    /// such count whatever the heat (with top-k unknown, a few more).
+    fn infeasible_from(&self, live: &Profile, sizes: &StackSizes) -> Option<Infeasible> {
+        let eb = sizes.expert_bytes.filter(|&b| b > 0)?;
+        let pool = gb_to_bytes(live.memory.cache_gb) + live.pins.count * eb;
+        let k = sizes.top_k.unwrap_or(1).max(1);
+        let least = u64::from(k) + u64::from(sizes.cache_spare_slots);
+        let most = (pool / eb).saturating_sub(least);
+        let top_k = match sizes.top_k {
+            Some(k) => format!("top-k = {k}"),
+            None => "top-k, at least 1".into(),
+        };
+        Some(Infeasible {
+            param: "pin_count",
+            from: (most + 1) as f64,
+            why: format!(
+                "is more than the {most} pins the live cache and pins ({:.6} GB, experts of {eb} \
+                 bytes) can pay for while the cache keeps {least} slots ({top_k}, plus [stack] \
+                 cache_spare_slots): the planner refuses it whatever the heat",
+                pool as f64 / 1e9
+            ),
+        })
     }
 
     fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal> {

@@ -223,6 +223,94 @@ fn refusals_say_what_to_do() {
     );
 }
 
+/// The pin counts the menu closes on a live profile are exactly those the
+/// planner refuses for the cache, at the least top-k (1), whatever the heat.
+#[test]
+fn the_counts_closed_on_the_menu_are_those_the_cache_cannot_pay_for() {
+    let menu = crate::brain::double::repo_menu();
+    for (slots, pins, spare) in [
+        (4, 0, 0),
+        (4, 0, 1),
+        (6, 0, 0),
+        (2, 0, 0),
+        (1, 0, 0),
+        (3, 2, 0),
+    ] {
+        let mut f = Fixture::new(live(slots, pins), skewed());
+        if pins > 0 {
+            f.current = Some(PinList {
+                shape: f.heat.shape(),
+                top_k: 1,
+                rows: f.heat.ranked(),
+            });
+        }
+        let mut ctx = f.ctx();
+        ctx.cache_spare_slots = spare;
+        // top-k 1, the fixture's, whether the pin list says so or not.
+        let sizes = StackSizes {
+            expert_bytes: Some(EB),
+            cache_spare_slots: spare,
+            top_k: f.current.as_ref().map(|p| p.top_k),
+        };
+        let from = RerankPins.infeasible_from(&f.live, &sizes).unwrap().from as i64;
+        assert_eq!(
+            from,
+            (slots + pins) as i64 - spare as i64,
+            "{slots} {pins} {spare}"
+        );
+        let cache = "leaves the cache fewer than";
+        // The heat's 8 experts bound the rest (a refusal of its own).
+        for n in from..=8 {
+            let err = plan(&ctx, &proposal(n)).unwrap_err().to_string();
+            assert!(err.contains(cache), "{slots} {pins} {spare} {n}: {err}");
+        }
+        if let Err(e) = plan(&ctx, &proposal(from - 1)) {
+            assert!(
+                !e.to_string().contains(cache),
+                "{slots} {pins} {spare}: {e}"
+            );
+        }
+        let closed = crate::plan::infeasible(&f.live, &sizes, &menu);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        let c = &closed[0];
+        assert_eq!(
+            (c.experiment, c.lo, c.hi),
+            (MenuId::RerankPins, from as f64, 512.0)
+        );
+        assert!(
+            c.why
+                .starts_with(&format!("is more than the {} pins", from - 1)),
+            "{}",
+            c.why
+        );
+    }
+    // A known top-k of 3 closes two counts more, each refused.
+    let f = Fixture::new(live(6, 0), skewed());
+    let mut ctx = f.ctx();
+    ctx.top_k = Some(3);
+    let sizes = StackSizes {
+        expert_bytes: Some(EB),
+        cache_spare_slots: 0,
+        top_k: Some(3),
+    };
+    let from = RerankPins.infeasible_from(&f.live, &sizes).unwrap().from as i64;
+    assert_eq!(from, 4);
+    assert!(
+        plan(&ctx, &proposal(4))
+            .unwrap_err()
+            .to_string()
+            .contains("top-k = 3")
+    );
+    if let Err(e) = plan(&ctx, &proposal(3)) {
+        assert!(
+            !e.to_string().contains("leaves the cache fewer than"),
+            "{e}"
+        );
+    }
+    // Without the expert size nothing is known.
+    assert!(crate::plan::infeasible(&live(4, 0), &StackSizes::default(), &menu).is_empty());
+}
+
 #[test]
 fn top_k_is_read_off_the_trace_when_not_given() {
     let f = Fixture::new(live(4, 0), skewed());
