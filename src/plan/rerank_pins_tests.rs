@@ -227,7 +227,8 @@ fn refusals_say_what_to_do() {
 /// planner refuses for the cache, at the least top-k (1), whatever the heat.
 #[test]
 fn the_counts_closed_on_the_menu_are_those_the_cache_cannot_pay_for() {
-    let menu = crate::brain::double::repo_menu();
+    let menu = crate::menu::Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+        .expect("the repository's menu loads");
     for (slots, pins, spare) in [
         (4, 0, 0),
         (4, 0, 1),
