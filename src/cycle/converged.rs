@@ -21,7 +21,7 @@ use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search}
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
 use crate::menu::{Menu, MenuId};
-use crate::plan;
+use crate::plan::{self, PinList};
 use crate::profile::ProfileFile;
 use crate::vocab::{Digest, VerdictKind};
 
@@ -47,12 +47,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// without the sides of a line the search is done with there (from `history`, the recent
     /// experiments, for their verdicts: [`line_search::done_ranges`]), and
     /// with `remeasure` withheld unless it has a reason
-    /// ([`super::remeasure_offer`]).
+    /// ([`super::remeasure_offer`]). `pins`: the base's pin list, read once
+    /// by the caller, whose header gives top-k.
     pub(super) async fn proposal_menu(
         &self,
         base: &ProfileFile,
         built_on_staged: bool,
         history: &[ExperimentOutcome],
+        pins: Option<&PinList>,
     ) -> Result<Menu, LedgerError> {
         let digest = base.profile.digest();
         let duplicates = LedgerDuplicates {
@@ -70,7 +72,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let sizes = plan::StackSizes {
             expert_bytes: self.config.stack.expert_bytes,
             cache_spare_slots: self.config.stack.cache_spare_slots,
-            top_k: super::proposal::base_pins(base).map(|p| p.top_k),
+            top_k: pins.map(|p| p.top_k),
         };
         let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));
@@ -143,7 +145,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }
         let history = self.history().await?;
         let menu = self
-            .proposal_menu(&base, built_on.is_some(), &history)
+            .proposal_menu(
+                &base,
+                built_on.is_some(),
+                &history,
+                super::proposal::base_pins(&base).as_ref(),
+            )
             .await?;
         let base_digest = base.profile.digest();
         let drift_floor = self

@@ -52,8 +52,14 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // and the sides of a line the search is done with leave the schema,
         // the validator and the bandit's grid, and so does `remeasure`
         // while its floor is fresh.
+        let current_pins = base_pins(base);
         let menu = self
-            .proposal_menu(base, seen.built_on.is_some(), &history)
+            .proposal_menu(
+                base,
+                seen.built_on.is_some(),
+                &history,
+                current_pins.as_ref(),
+            )
             .await?;
         let stack = brain::StackDescription::of(cfg, self.menu);
         let base_knobs = knob_values(self.menu, &base.profile);
@@ -72,7 +78,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             noise_floor: &floor_state,
             history: &history,
         };
-        let current_pins = base_pins(base);
         let profiles_dir = profiles_dir(&cfg.stack.live_profile);
         let ctx = PlanContext {
             live: &base.profile,

@@ -31,10 +31,9 @@ impl Planner for RerankPins {
     /// such count whatever the heat (with top-k unknown, a few more).
     fn infeasible_from(&self, live: &Profile, sizes: &StackSizes) -> Option<Infeasible> {
         let eb = sizes.expert_bytes.filter(|&b| b > 0)?;
-        let pool = gb_to_bytes(live.memory.cache_gb) + live.pins.count * eb;
         let k = sizes.top_k.unwrap_or(1).max(1);
         let least = u64::from(k) + u64::from(sizes.cache_spare_slots);
-        let most = (pool / eb).saturating_sub(least);
+        let (pool, most) = pin_room(live, eb, least);
         let top_k = match sizes.top_k {
             Some(k) => format!("top-k = {k}"),
             None => "top-k, at least 1".into(),
@@ -78,10 +77,8 @@ impl Planner for RerankPins {
         let new: Vec<Expert> = ranked[..n].iter().map(|r| r.0).collect();
 
         // Pinned bytes come out of the cache so the budget stays fixed.
-        let live_cache_bytes = gb_to_bytes(ctx.live.memory.cache_gb);
-        let pool = live_cache_bytes + current.len() as u64 * eb;
         let (min_slots, min_said) = ctx.min_cache_slots(top_k);
-        let max_pins = (pool / eb).saturating_sub(min_slots);
+        let (pool, max_pins) = pin_room(ctx.live, eb, min_slots);
         let new_cache_bytes = pool
             .checked_sub(n as u64 * eb)
             .filter(|b| b / eb >= min_slots)
@@ -139,6 +136,15 @@ impl Planner for RerankPins {
         }
         ctx.finish(candidate, files, notes)
     }
+}
+
+/// The bytes the live cache and pins share (pinned bytes come out of the
+/// cache), and the most experts of `eb` bytes they can pin while the cache
+/// keeps `least` slots: what [`Planner::plan`] refuses beyond, and what
+/// [`Planner::infeasible_from`] closes.
+fn pin_room(live: &Profile, eb: u64, least: u64) -> (u64, u64) {
+    let pool = gb_to_bytes(live.memory.cache_gb) + live.pins.count * eb;
+    (pool, (pool / eb).saturating_sub(least))
 }
 
 /// The histogram, the trace and the expert size, or what to do to get them.
