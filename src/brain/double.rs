@@ -199,6 +199,7 @@ pub(crate) fn model_config(
         max_tokens: config::DEFAULT_MAX_TOKENS,
         rationale_max_chars: crate::menu::RATIONALE_MAX_CHARS,
         bandit_fallback_after: 3,
+        bandit_after_no_win: 4,
     }
 }
 

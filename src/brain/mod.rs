@@ -15,13 +15,15 @@
 //! Files: `prompt` (the text the model sees), `client` (the chat API),
 //! `error` (why a proposer could not answer), `convergence` (the arms worth
 //! measuring on a base, and when there is none),
-//! `model` (the model proposer: validate, retry, back off), `bandit` (the
-//! non-model proposer).
+//! `model` (the model proposer: validate, retry, back off), `fallback` (when
+//! the bandit chooses a cycle for the model), `bandit` (the non-model
+//! proposer).
 
 pub mod bandit;
 pub mod client;
 pub mod convergence;
 pub mod error;
+mod fallback;
 pub mod levers;
 pub mod line_search;
 pub mod model;
@@ -187,6 +189,12 @@ pub(crate) async fn duplicate_of(
 pub trait Proposer {
     /// Which proposer this is, for the ledger.
     fn kind(&self) -> ProposerKind;
+
+    /// Reads the recent experiments (newest first) before a cycle opens, so
+    /// [`Proposer::kind`] names the proposer that will choose in it (the
+    /// model's [`fallback`] reads the model's recent record). Most
+    /// proposers need nothing.
+    fn prepare(&mut self, _history: &[ExperimentOutcome]) {}
 
     /// Chooses one experiment. Never loses an attempt: even a failure
     /// carries the attempts made before it.

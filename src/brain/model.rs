@@ -14,10 +14,12 @@ use rand::rngs::StdRng;
 use super::bandit::BanditProposer;
 use super::client::ChatClient;
 use super::error::BrainError;
+use super::fallback::{Fallback, no_win_in_a_row};
 use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
     proposal_value,
 };
+use crate::ledger::ExperimentOutcome;
 use crate::menu::{Rejection, Why, exclusions};
 use crate::vocab::ProposerKind;
 
@@ -64,24 +66,6 @@ pub struct ModelProposer<R = StdRng> {
     fallback: Option<Fallback<R>>,
 }
 
-/// The bandit that chooses for one cycle after the model's answers were
-/// all refused in `after` cycles in a row, so a model stuck on one refused
-/// answer cannot stall the loop.
-#[derive(Debug)]
-struct Fallback<R> {
-    bandit: BanditProposer<R>,
-    after: u32,
-    /// The model's cycles in a row that ended with every answer refused,
-    /// since the daemon started (a restart gives the model a fresh run).
-    rejected_in_a_row: u32,
-}
-
-impl<R> Fallback<R> {
-    fn due(&self) -> bool {
-        self.rejected_in_a_row >= self.after
-    }
-}
-
 impl<R: Rng + Send> ModelProposer<R> {
     /// `max_attempts` (at least 1) counts every request of a cycle: refused
     /// answers and transient failures alike.
@@ -95,16 +79,19 @@ impl<R: Rng + Send> ModelProposer<R> {
         }
     }
 
-    /// Hands one cycle to `bandit` after `after` (at least 1) cycles in a
-    /// row in which every answer was refused (`[model]
-    /// bandit_fallback_after`). That cycle is recorded as the bandit's, with
-    /// a note saying it is a fallback; the model chooses again after it.
-    pub fn with_fallback(mut self, bandit: BanditProposer<R>, after: u32) -> Self {
-        self.fallback = Some(Fallback {
-            bandit,
-            after: after.max(1),
-            rejected_in_a_row: 0,
-        });
+    /// Hands one cycle to `bandit` after `after_rejected` (at least 1)
+    /// cycles in a row in which every answer was refused (`[model]
+    /// bandit_fallback_after`), or after `after_no_win` of the model's own
+    /// experiments in a row decided no win (`[model] bandit_after_no_win`;
+    /// 0: never). That cycle is recorded as the bandit's, with a note saying
+    /// why; the model chooses again after it ([`Fallback`]).
+    pub fn with_fallback(
+        mut self,
+        bandit: BanditProposer<R>,
+        after_rejected: u32,
+        after_no_win: u32,
+    ) -> Self {
+        self.fallback = Some(Fallback::new(bandit, after_rejected, after_no_win));
         self
     }
 
@@ -242,8 +229,14 @@ impl<R: Rng + Send> Proposer for ModelProposer<R> {
     /// (and recorded) under the proposer that will choose in it.
     fn kind(&self) -> ProposerKind {
         match &self.fallback {
-            Some(f) if f.due() => ProposerKind::Bandit,
+            Some(f) if f.due().is_some() => ProposerKind::Bandit,
             _ => ProposerKind::Model,
+        }
+    }
+
+    fn prepare(&mut self, history: &[ExperimentOutcome]) {
+        if let Some(f) = &mut self.fallback {
+            f.no_win_in_a_row = no_win_in_a_row(history);
         }
     }
 
@@ -252,13 +245,14 @@ impl<R: Rng + Send> Proposer for ModelProposer<R> {
         situation: &Situation<'_>,
         duplicates: &D,
     ) -> Outcome {
-        if let Some(f) = self.fallback.as_mut().filter(|f| f.due()) {
-            let note = format!(
-                "fallback to the bandit: every answer of the served model was refused in {} cycles in a row ([model] bandit_fallback_after = {}); the model chooses again next cycle",
-                f.rejected_in_a_row, f.after
-            );
+        if let Some((f, why)) = self
+            .fallback
+            .as_mut()
+            .and_then(|f| f.due().map(|why| (f, why)))
+        {
+            let note = format!("fallback to the bandit: {why}; the model chooses again next cycle");
             tracing::warn!("{note}");
-            f.rejected_in_a_row = 0;
+            f.taken();
             let mut outcome = f.bandit.propose(situation, duplicates).await;
             outcome.note = Some(note);
             return outcome;

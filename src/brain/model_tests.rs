@@ -642,7 +642,7 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
         crate::brain::BanditAlgorithm::Ucb1,
         StdRng::seed_from_u64(3),
     );
-    let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 2);
+    let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 2, 0);
     let decided = Decided::default();
     let ledger = Ledger::open_in_memory().await.unwrap();
     // Two cycles, every answer refused: still the model's.
@@ -695,4 +695,68 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
         ProposerKind::Model,
         "one rejected cycle since the choice"
     );
+}
+
+/// After `bandit_after_no_win` of the model's own experiments in a row were
+/// decided without a win, the cycle about to open is the bandit's (it reads
+/// the record in `prepare`), the model is not asked, and the note says why;
+/// once the bandit's experiment is the newest, the model chooses again.
+#[tokio::test]
+async fn the_bandit_stands_in_after_the_models_experiments_found_no_win() {
+    use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome};
+    use crate::vocab::{Digest, VerdictKind};
+    let good = json!({"experiment": "remeasure", "params": {}, "rationale": "x"}).to_string();
+    let server = ScriptedModelServerDouble::start(vec![Reply::Content(good); 2]).await;
+    let bandit = crate::brain::BanditProposer::new(
+        crate::brain::BanditAlgorithm::Ucb1,
+        StdRng::seed_from_u64(3),
+    );
+    let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 3, 2);
+    let decided = Decided::default();
+    let row = |id: i64, proposer: ProposerKind, verdict: VerdictKind| ExperimentOutcome {
+        experiment_id: ExperimentId(id),
+        cycle_id: CycleId(id),
+        created_at: chrono::Utc::now(),
+        menu_id: crate::menu::MenuId::RebalanceTrunkCache,
+        parameters: json!({"trunk_fraction": 0.5}),
+        base_digest: Digest::of(b"base"),
+        proposer: Some(proposer),
+        confirmation_of: None,
+        verdict: Some(verdict),
+        effect: None,
+        interval: None,
+        noise_floor: None,
+        pairs: None,
+    };
+    // One experiment without a win: still the model's.
+    let mut history = vec![row(1, ProposerKind::Model, VerdictKind::WithinNoise)];
+    p.prepare(&history);
+    assert_eq!(p.kind(), ProposerKind::Model);
+    let o = ask(&mut p, &decided).await;
+    assert_eq!(o.proposer, ProposerKind::Model);
+    assert_eq!(server.received().len(), 1);
+    // Two: the bandit's cycle, and no model request.
+    history.insert(0, row(2, ProposerKind::Model, VerdictKind::Loss));
+    p.prepare(&history);
+    assert_eq!(p.kind(), ProposerKind::Bandit);
+    let o = ask(&mut p, &decided).await;
+    assert_eq!(o.proposer, ProposerKind::Bandit);
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
+    assert_eq!(server.received().len(), 1, "the model was not asked");
+    let note = o.note.as_deref().unwrap();
+    assert!(
+        note.starts_with("fallback to the bandit: the served model's last 2 experiments in a row found no win ([model] bandit_after_no_win = 2)"),
+        "{note}"
+    );
+    // The bandit's experiment is the newest: the model again.
+    history.insert(0, row(3, ProposerKind::Bandit, VerdictKind::WithinNoise));
+    p.prepare(&history);
+    assert_eq!(p.kind(), ProposerKind::Model);
+    let o = ask(&mut p, &decided).await;
+    assert_eq!(o.proposer, ProposerKind::Model);
+    assert_eq!(server.received().len(), 2);
 }

@@ -4,8 +4,9 @@
 
 use super::Seconds;
 use super::raw::{
-    RawModel, default_attempts, default_bandit_fallback_after, default_connect_timeout,
-    default_model_max_tokens, default_rationale_max_chars, default_request_timeout,
+    RawModel, default_attempts, default_bandit_after_no_win, default_bandit_fallback_after,
+    default_connect_timeout, default_model_max_tokens, default_rationale_max_chars,
+    default_request_timeout,
 };
 use super::url::http_url;
 use crate::menu::RATIONALE_MAX_CHARS_LIMIT;
@@ -30,6 +31,9 @@ pub struct Model {
     /// After this many cycles in a row in which every answer of the model
     /// was refused, the bandit chooses for one cycle (at least 1).
     pub bandit_fallback_after: u32,
+    /// After this many of the model's own experiments in a row decided no
+    /// win, the bandit chooses for one cycle (0: never).
+    pub bandit_after_no_win: u32,
 }
 
 impl Model {
@@ -47,6 +51,7 @@ impl Model {
             max_tokens: default_model_max_tokens(),
             rationale_max_chars: default_rationale_max_chars(),
             bandit_fallback_after: default_bandit_fallback_after(),
+            bandit_after_no_win: default_bandit_after_no_win(),
         }
     }
 }
@@ -89,6 +94,7 @@ impl TryFrom<RawModel> for Model {
             max_tokens: m.max_tokens,
             rationale_max_chars: m.rationale_max_chars,
             bandit_fallback_after: m.bandit_fallback_after,
+            bandit_after_no_win: m.bandit_after_no_win,
         })
     }
 }

@@ -213,10 +213,19 @@ pub(super) struct RawModel {
     pub rationale_max_chars: usize,
     #[serde(default = "default_bandit_fallback_after")]
     pub bandit_fallback_after: u32,
+    #[serde(default = "default_bandit_after_no_win")]
+    pub bandit_after_no_win: u32,
 }
 
 pub(super) fn default_bandit_fallback_after() -> u32 {
     3
+}
+
+/// Four: a model that has found nothing in four of its own experiments
+/// gives one cycle in five to the bandit, which tries the line the live
+/// token's largest measured part favours.
+pub(super) fn default_bandit_after_no_win() -> u32 {
+    4
 }
 
 pub(super) fn default_rationale_max_chars() -> usize {

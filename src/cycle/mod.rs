@@ -159,6 +159,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// error; every other failure is a recorded `failed` cycle.
     pub async fn run(&mut self) -> Result<CycleSummary, LedgerError> {
         let started = self.clock.now();
+        // Before the cycle opens: it is recorded under the proposer that
+        // will choose in it, which may depend on the recent record.
+        let recent = self.history().await?;
+        self.proposer.prepare(&recent);
         let id = self
             .ledger
             .open_cycle(started, self.proposer.kind())

@@ -32,6 +32,7 @@ impl AnyProposer {
                 .with_fallback(
                     BanditProposer::new(BanditAlgorithm::default(), StdRng::from_os_rng()),
                     config.model.bandit_fallback_after,
+                    config.model.bandit_after_no_win,
                 ),
             )),
             ProposerChoice::Bandit => AnyProposer::Bandit(Box::new(BanditProposer::new(
@@ -47,6 +48,13 @@ impl Proposer for AnyProposer {
         match self {
             AnyProposer::Model(p) => p.kind(),
             AnyProposer::Bandit(p) => p.kind(),
+        }
+    }
+
+    fn prepare(&mut self, history: &[crate::ledger::ExperimentOutcome]) {
+        match self {
+            AnyProposer::Model(p) => p.prepare(history),
+            AnyProposer::Bandit(p) => p.prepare(history),
         }
     }
 

@@ -57,6 +57,7 @@ async fn brain_against_real_tinyk3_serve() {
         max_tokens: orchestrator::config::DEFAULT_MAX_TOKENS,
         rationale_max_chars: orchestrator::menu::RATIONALE_MAX_CHARS,
         bandit_fallback_after: 3,
+        bandit_after_no_win: 4,
     };
     let client = ChatClient::from_config(&cfg).unwrap();
     let mut proposer = ModelProposer::new(client, 3, Backoff::default(), StdRng::seed_from_u64(1));

@@ -1,0 +1,184 @@
+//! When the bandit chooses a cycle for the served model. Two reasons, each
+//! with its bound in `[model]`:
+//!
+//! - `bandit_fallback_after`: every answer of the model was refused in that
+//!   many cycles in a row (a model stuck on one refused choice would stall
+//!   the loop);
+//! - `bandit_after_no_win`: the model's own last experiments, that many in a
+//!   row, were decided without a win. A model that answers validly but never
+//!   picks a line (the demo's random-weights model never chose the draft in
+//!   two 20-minute runs at 1e342c4, so nothing was staged) would otherwise
+//!   leave that line untried for good; the bandit tries the line its lever
+//!   favours ([`super::levers`]).
+//!
+//! The bandit's cycle is recorded as the bandit's, with a note saying why;
+//! the model chooses again after it.
+
+use crate::ledger::ExperimentOutcome;
+use crate::vocab::{ProposerKind, VerdictKind};
+
+use super::BanditProposer;
+
+/// The bandit that stands in for the model, and when.
+#[derive(Debug)]
+pub(super) struct Fallback<R> {
+    pub bandit: BanditProposer<R>,
+    /// `[model] bandit_fallback_after` (at least 1).
+    pub after_rejected: u32,
+    /// The model's cycles in a row that ended with every answer refused,
+    /// since the daemon started (a restart gives the model a fresh run).
+    pub rejected_in_a_row: u32,
+    /// `[model] bandit_after_no_win`; 0: never for this reason.
+    pub after_no_win: u32,
+    /// [`no_win_in_a_row`] of the history the cycle about to open reads
+    /// (from [`super::Proposer::prepare`]).
+    pub no_win_in_a_row: u32,
+}
+
+impl<R> Fallback<R> {
+    pub fn new(bandit: BanditProposer<R>, after_rejected: u32, after_no_win: u32) -> Self {
+        Fallback {
+            bandit,
+            after_rejected: after_rejected.max(1),
+            rejected_in_a_row: 0,
+            after_no_win,
+            no_win_in_a_row: 0,
+        }
+    }
+
+    /// Why the bandit chooses this cycle, if it does.
+    pub fn due(&self) -> Option<String> {
+        if self.rejected_in_a_row >= self.after_rejected {
+            return Some(format!(
+                "every answer of the served model was refused in {} cycles in a row ([model] bandit_fallback_after = {})",
+                self.rejected_in_a_row, self.after_rejected
+            ));
+        }
+        if self.after_no_win > 0 && self.no_win_in_a_row >= self.after_no_win {
+            return Some(format!(
+                "the served model's last {} experiments in a row found no win ([model] bandit_after_no_win = {})",
+                self.no_win_in_a_row, self.after_no_win
+            ));
+        }
+        None
+    }
+
+    /// The bandit took its cycle: both counts start again (the history's
+    /// count is read again before the next cycle, from the ledger).
+    pub fn taken(&mut self) {
+        self.rejected_in_a_row = 0;
+        self.no_win_in_a_row = 0;
+    }
+}
+
+/// How many of the served model's own experiments, newest first, were
+/// decided without a win (`within_noise` or `loss`, its `remeasure` A/As
+/// included), before the first of: a win of the model's, an experiment the
+/// bandit chose (a fallback resets the count). Confirmations and the
+/// orchestrator's scheduled A/As (no proposer) are passed over, and so are
+/// experiments that decided nothing (failed, inconclusive, hash mismatch):
+/// they say nothing of the model's choices.
+pub fn no_win_in_a_row(history: &[ExperimentOutcome]) -> u32 {
+    let mut n = 0;
+    for e in history {
+        if e.confirmation_of.is_some() {
+            continue;
+        }
+        match (e.proposer, e.verdict) {
+            (Some(ProposerKind::Bandit), _) => break,
+            (Some(ProposerKind::Model), Some(VerdictKind::Win)) => break,
+            (Some(ProposerKind::Model), Some(VerdictKind::WithinNoise | VerdictKind::Loss)) => {
+                n += 1
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{CycleId, ExperimentId};
+    use crate::menu::MenuId;
+    use crate::vocab::Digest;
+    use chrono::Utc;
+    use serde_json::json;
+
+    fn e(proposer: Option<ProposerKind>, verdict: Option<VerdictKind>) -> ExperimentOutcome {
+        ExperimentOutcome {
+            experiment_id: ExperimentId(1),
+            cycle_id: CycleId(1),
+            created_at: Utc::now(),
+            menu_id: MenuId::RebalanceTrunkCache,
+            parameters: json!({}),
+            base_digest: Digest::of(b"base"),
+            proposer,
+            confirmation_of: None,
+            verdict,
+            effect: None,
+            interval: None,
+            noise_floor: None,
+            pairs: None,
+        }
+    }
+
+    const M: Option<ProposerKind> = Some(ProposerKind::Model);
+    const B: Option<ProposerKind> = Some(ProposerKind::Bandit);
+    use VerdictKind::*;
+
+    #[test]
+    fn the_models_experiments_without_a_win_count_back_to_its_win_or_the_bandits_turn() {
+        assert_eq!(no_win_in_a_row(&[]), 0);
+        let streak = [
+            e(M, Some(WithinNoise)),
+            e(None, Some(WithinNoise)), // a scheduled floor: passed over
+            e(M, Some(Loss)),
+            e(M, Some(Failed)), // decided nothing: passed over
+            e(M, Some(Inconclusive)),
+            e(M, Some(WithinNoise)),
+            e(M, Some(Win)),
+            e(M, Some(WithinNoise)),
+        ];
+        assert_eq!(no_win_in_a_row(&streak), 3);
+        let mut confirmation = e(None, Some(Win));
+        confirmation.confirmation_of = Some(ExperimentId(9));
+        let after_bandit = [
+            e(M, Some(Loss)),
+            confirmation,
+            e(B, Some(WithinNoise)),
+            e(M, Some(WithinNoise)),
+        ];
+        assert_eq!(no_win_in_a_row(&after_bandit), 1);
+        assert_eq!(no_win_in_a_row(&[e(M, Some(Win)), e(M, Some(Loss))]), 0);
+    }
+
+    #[test]
+    fn the_bandit_is_due_for_either_reason_and_never_for_no_wins_at_0() {
+        let bandit = || {
+            BanditProposer::new(
+                super::super::BanditAlgorithm::Ucb1,
+                <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1),
+            )
+        };
+        let mut f = Fallback::new(bandit(), 3, 4);
+        assert_eq!(f.due(), None);
+        f.no_win_in_a_row = 3;
+        assert_eq!(f.due(), None);
+        f.no_win_in_a_row = 4;
+        let why = f.due().unwrap();
+        assert!(
+            why.contains(
+                "last 4 experiments in a row found no win ([model] bandit_after_no_win = 4)"
+            ),
+            "{why}"
+        );
+        f.taken();
+        assert_eq!(f.due(), None);
+        f.rejected_in_a_row = 3;
+        assert!(f.due().unwrap().contains("bandit_fallback_after = 3"));
+        let mut never = Fallback::new(bandit(), 3, 0);
+        never.no_win_in_a_row = 1000;
+        assert_eq!(never.due(), None);
+    }
+}
