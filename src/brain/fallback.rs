@@ -99,27 +99,18 @@ pub fn no_win_in_a_row(history: &[ExperimentOutcome]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{CycleId, ExperimentId};
+    use crate::ledger::ExperimentId;
     use crate::menu::MenuId;
     use crate::vocab::Digest;
-    use chrono::Utc;
-    use serde_json::json;
 
-    fn e(proposer: Option<ProposerKind>, verdict: Option<VerdictKind>) -> ExperimentOutcome {
+    fn e(proposer: Option<ProposerKind>, verdict: VerdictKind) -> ExperimentOutcome {
+        let split = crate::menu::Proposal {
+            experiment: MenuId::RebalanceTrunkCache,
+            params: Default::default(),
+        };
         ExperimentOutcome {
-            experiment_id: ExperimentId(1),
-            cycle_id: CycleId(1),
-            created_at: Utc::now(),
-            menu_id: MenuId::RebalanceTrunkCache,
-            parameters: json!({}),
-            base_digest: Digest::of(b"base"),
             proposer,
-            confirmation_of: None,
-            verdict,
-            effect: None,
-            interval: None,
-            noise_floor: None,
-            pairs: None,
+            ..crate::brain::double::measured_on(1, &split, verdict, Digest::of(b"base"))
         }
     }
 
@@ -131,26 +122,26 @@ mod tests {
     fn the_models_experiments_without_a_win_count_back_to_its_win_or_the_bandits_turn() {
         assert_eq!(no_win_in_a_row(&[]), 0);
         let streak = [
-            e(M, Some(WithinNoise)),
-            e(None, Some(WithinNoise)), // a scheduled floor: passed over
-            e(M, Some(Loss)),
-            e(M, Some(Failed)), // decided nothing: passed over
-            e(M, Some(Inconclusive)),
-            e(M, Some(WithinNoise)),
-            e(M, Some(Win)),
-            e(M, Some(WithinNoise)),
+            e(M, WithinNoise),
+            e(None, WithinNoise), // a scheduled floor: passed over
+            e(M, Loss),
+            e(M, Failed), // decided nothing: passed over
+            e(M, Inconclusive),
+            e(M, WithinNoise),
+            e(M, Win),
+            e(M, WithinNoise),
         ];
         assert_eq!(no_win_in_a_row(&streak), 3);
-        let mut confirmation = e(None, Some(Win));
+        let mut confirmation = e(None, Win);
         confirmation.confirmation_of = Some(ExperimentId(9));
         let after_bandit = [
-            e(M, Some(Loss)),
+            e(M, Loss),
             confirmation,
-            e(B, Some(WithinNoise)),
-            e(M, Some(WithinNoise)),
+            e(B, WithinNoise),
+            e(M, WithinNoise),
         ];
         assert_eq!(no_win_in_a_row(&after_bandit), 1);
-        assert_eq!(no_win_in_a_row(&[e(M, Some(Win)), e(M, Some(Loss))]), 0);
+        assert_eq!(no_win_in_a_row(&[e(M, Win), e(M, Loss)]), 0);
     }
 
     #[test]

@@ -624,6 +624,27 @@ async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     assert!(matches!(o.decision, Decision::Rejected));
 }
 
+/// A cycle the bandit chooses for the model: the proposer says so before
+/// it opens, the bandit chooses, and the model (`asked` requests so far)
+/// is not asked.
+async fn bandit_turn(
+    p: &mut ModelProposer,
+    decided: &Decided,
+    server: &ScriptedModelServerDouble,
+    asked: usize,
+) -> Outcome {
+    assert_eq!(p.kind(), ProposerKind::Bandit);
+    let o = ask(p, decided).await;
+    assert_eq!(o.proposer, ProposerKind::Bandit);
+    assert!(
+        matches!(o.decision, Decision::Chosen(_)),
+        "{:?}",
+        o.decision
+    );
+    assert_eq!(server.received().len(), asked, "the model was not asked");
+    o
+}
+
 /// After `bandit_fallback_after` cycles whose every answer was refused, the
 /// bandit chooses one cycle: the cycle opens under the bandit's name, the
 /// model is not asked, and every row says it is a fallback; then the model
@@ -654,16 +675,8 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
     }
     assert_eq!(server.received().len(), 4);
     // The third is the bandit's, recorded as such, and asks no model.
-    assert_eq!(p.kind(), ProposerKind::Bandit);
     let cycle = ledger.open_cycle(Utc::now(), p.kind()).await.unwrap();
-    let o = ask(&mut p, &decided).await;
-    assert_eq!(o.proposer, ProposerKind::Bandit);
-    assert!(
-        matches!(o.decision, Decision::Chosen(_)),
-        "{:?}",
-        o.decision
-    );
-    assert_eq!(server.received().len(), 4, "the model was not asked");
+    let o = bandit_turn(&mut p, &decided, &server, 4).await;
     for row in o.new_proposals(cycle, Utc::now()) {
         ledger.insert_proposal(&row).await.unwrap();
     }
@@ -703,7 +716,7 @@ async fn the_bandit_stands_in_for_one_cycle_after_rejected_cycles_in_a_row() {
 /// once the bandit's experiment is the newest, the model chooses again.
 #[tokio::test]
 async fn the_bandit_stands_in_after_the_models_experiments_found_no_win() {
-    use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome};
+    use crate::ledger::ExperimentOutcome;
     use crate::vocab::{Digest, VerdictKind};
     let good = json!({"experiment": "remeasure", "params": {}, "rationale": "x"}).to_string();
     let server = ScriptedModelServerDouble::start(vec![Reply::Content(good); 2]).await;
@@ -713,20 +726,13 @@ async fn the_bandit_stands_in_after_the_models_experiments_found_no_win() {
     );
     let mut p = proposer(server.base_url(), 5.0, 2).with_fallback(bandit, 3, 2);
     let decided = Decided::default();
+    let split = Proposal {
+        experiment: crate::menu::MenuId::RebalanceTrunkCache,
+        params: [("trunk_fraction".to_string(), ParamValue::Number(0.5))].into(),
+    };
     let row = |id: i64, proposer: ProposerKind, verdict: VerdictKind| ExperimentOutcome {
-        experiment_id: ExperimentId(id),
-        cycle_id: CycleId(id),
-        created_at: chrono::Utc::now(),
-        menu_id: crate::menu::MenuId::RebalanceTrunkCache,
-        parameters: json!({"trunk_fraction": 0.5}),
-        base_digest: Digest::of(b"base"),
         proposer: Some(proposer),
-        confirmation_of: None,
-        verdict: Some(verdict),
-        effect: None,
-        interval: None,
-        noise_floor: None,
-        pairs: None,
+        ..super::double::measured_on(id, &split, verdict, Digest::of(b"base"))
     };
     // One experiment without a win: still the model's.
     let mut history = vec![row(1, ProposerKind::Model, VerdictKind::WithinNoise)];
@@ -738,15 +744,7 @@ async fn the_bandit_stands_in_after_the_models_experiments_found_no_win() {
     // Two: the bandit's cycle, and no model request.
     history.insert(0, row(2, ProposerKind::Model, VerdictKind::Loss));
     p.prepare(&history);
-    assert_eq!(p.kind(), ProposerKind::Bandit);
-    let o = ask(&mut p, &decided).await;
-    assert_eq!(o.proposer, ProposerKind::Bandit);
-    assert!(
-        matches!(o.decision, Decision::Chosen(_)),
-        "{:?}",
-        o.decision
-    );
-    assert_eq!(server.received().len(), 1, "the model was not asked");
+    let o = bandit_turn(&mut p, &decided, &server, 1).await;
     let note = o.note.as_deref().unwrap();
     assert!(
         note.starts_with("fallback to the bandit: the served model's last 2 experiments in a row found no win ([model] bandit_after_no_win = 2)"),
