@@ -87,15 +87,17 @@ def landscape_a(argv, stack, anchor, pins_file, quick):
                      "tinyk3/profiles/slow-start.toml scaled to the shoot-out's checkpoint")
 
 
-def landscape_b(a, pins_file, start_key, gap, in_band):
+def landscape_b(a, pins_file, start_key, gap, gap_ci, in_band):
     """B from A: the same space and lattice, started at A's lattice point
-    `start_key` (chosen by `standard.choose_near_start`)."""
+    `start_key` (chosen by `standard.choose_near_start`, with its gap to the
+    optimum and that gap's interval, log ratios)."""
     start = a.lattice[start_key]
     lattice = {k: p for k, p in a.lattice.items() if k != start_key}
     lattice[a.start.key()] = a.start  # going back is a move too; the truth says how slow
     knobs = dict(a.knobs)
     why = (f"A's lattice point {start.short()}, {100 * math.expm1(gap):.0f}% slower than "
-           f"A's grid optimum by A's ground truth"
+           f"A's grid optimum by A's ground truth [{100 * math.expm1(gap_ci[0]):.0f}%, "
+           f"{100 * math.expm1(gap_ci[1]):.0f}%], the in-band point surest to be slower"
            + ("" if in_band else " (no point lay 10-25% below the optimum: the nearest one)"))
     return Landscape("B", "near the optimum (tinyk3)", a.engine_argv, a.stack, start,
                      tiny_space(a.start, pins_file, dict(knobs[start_key])), lattice, knobs, why)

@@ -113,9 +113,8 @@ def main():
         if "A" in a.landscape_list:
             reports["A"] = run_landscape(tiny["A"], tiny["A_truth"], run_dir, a, say, loads)
         if "B" in a.landscape_list:
-            key, gap, in_band = standard.choose_near_start(
-                {k: v["median"] for k, v in tiny["A_truth"][0].items()}, tiny["A_truth"][1])
-            lb = landscapes.landscape_b(tiny["A"], tiny["pins"], key, gap, in_band)
+            key, gap, gap_ci, in_band = standard.choose_near_start(tiny["A_truth"][0], tiny["A_truth"][1])
+            lb = landscapes.landscape_b(tiny["A"], tiny["pins"], key, gap, gap_ci, in_band)
             say(f"landscape B starts at {lb.why}")
             reports["B"] = run_landscape(lb, None, run_dir, a, say, loads)
         if "C" in a.landscape_list:

@@ -243,18 +243,46 @@ class ConfirmedTime(unittest.TestCase):
 class NearStart(unittest.TestCase):
     """Landscape B's start, chosen from A's ground truth."""
 
-    def test_the_point_nearest_the_middle_of_the_band(self):
-        opt = -2.5
-        truth_ = {"opt": opt, "close": opt + math.log(1.05), "low": opt + math.log(1.12),
-                  "mid": opt + math.log(1.17), "high": opt + math.log(1.24), "far": opt + math.log(2.0)}
-        key, gap, in_band = standard.choose_near_start(truth_, "opt")
-        self.assertEqual(key, "mid")
+    @staticmethod
+    def point(rounds):
+        """A truth summary from per-round log ratios, as `truth.measure` makes it."""
+        return truth.summary(rounds, random.Random(1))
+
+    def test_of_the_points_in_the_band_the_one_surest_to_be_slower(self):
+        opt = [-2.5, -2.4, -2.6, -2.5, -2.45, -2.55]
+        # "lucky": its median gap is mid-band, but one round was far faster
+        # than the optimum (the round that made it look near); "steady": a
+        # little further from the middle, slower in every round.
+        lucky = [o + g for o, g in zip(opt, [0.16, 0.17, 0.18, -0.4, 0.15, 0.19])]
+        steady = [o + g for o, g in zip(opt, [0.20, 0.21, 0.19, 0.20, 0.22, 0.21])]
+        close = [o + 0.03 for o in opt]
+        far = [o + 0.7 for o in opt]
+        truth_ = {"opt": self.point(opt), "lucky": self.point(lucky), "steady": self.point(steady),
+                  "close": self.point(close), "far": self.point(far), "failed": None}
+        key, gap, (lo, hi), in_band = standard.choose_near_start(truth_, "opt")
+        self.assertEqual(key, "steady")
         self.assertTrue(in_band)
-        self.assertAlmostEqual(math.expm1(gap), 0.17, places=6)
+        self.assertAlmostEqual(gap, 0.205, places=6)  # the median of the paired gaps
+        self.assertTrue(0.19 <= lo <= gap <= hi <= 0.22, (lo, hi))
+        # the same choice from the same truth, every time
+        self.assertEqual(standard.choose_near_start(truth_, "opt")[0], "steady")
+
+    def test_rounds_that_do_not_pair_are_bounded_unpaired(self):
+        opt = [-2.5, -2.4, -2.6, -2.5]
+        short = [o + 0.18 for o in opt[:3]]  # one of its runs failed
+        truth_ = {"opt": self.point(opt), "short": self.point(short)}
+        key, gap, (lo, hi), in_band = standard.choose_near_start(truth_, "opt")
+        self.assertEqual(key, "short")
+        self.assertTrue(in_band)
+        self.assertAlmostEqual(gap, truth_["short"]["median"] - truth_["opt"]["median"], places=9)
+        self.assertAlmostEqual(lo, truth_["short"]["lo"] - truth_["opt"]["hi"], places=9)
+        self.assertAlmostEqual(hi, truth_["short"]["hi"] - truth_["opt"]["lo"], places=9)
 
     def test_with_no_point_in_the_band_the_nearest_and_it_says_so(self):
-        truth_ = {"opt": -2.0, "a": -2.0 + math.log(1.02), "b": -2.0 + math.log(1.6), "c": None}
-        key, _gap, in_band = standard.choose_near_start(truth_, "opt")
+        opt = [-2.0] * 4
+        truth_ = {"opt": self.point(opt), "a": self.point([o + math.log(1.02) for o in opt]),
+                  "b": self.point([o + math.log(1.6) for o in opt]), "c": None}
+        key, _gap, _ci, in_band = standard.choose_near_start(truth_, "opt")
         self.assertEqual(key, "a")
         self.assertFalse(in_band)
 
@@ -268,11 +296,12 @@ class NearStart(unittest.TestCase):
         a = landscapes.landscape_a(lambda *_: [], None, start, str(pins), quick=False)
         self.assertEqual(len(a.lattice), 39)  # the lattice of every run so far
         key = next(k for k, kn in a.knobs.items() if kn["draft_len"] == 4 and kn["pin_count"] == 16)
-        b = landscapes.landscape_b(a, str(pins), key, math.log(1.2), True)
+        b = landscapes.landscape_b(a, str(pins), key, math.log(1.2), (math.log(1.1), math.log(1.3)), True)
         self.assertEqual(b.start.key(), key)
         self.assertNotIn(key, b.lattice)
         self.assertIn(start.key(), b.lattice)
         self.assertIn("20% slower", b.why)
+        self.assertIn("[10%, 30%]", b.why)
         # its tuners search A's space from B's knobs, with the pin list
         self.assertEqual(b.space.initial["draft_len"], 4)
         p = b.space.build(pin_count=16, warm_set=0, draft_len=2, trunk_fraction=None)
