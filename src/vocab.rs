@@ -67,7 +67,10 @@ spelled_enum!(
         Win => "win",
         /// The candidate is slower by more than the noise floor, with confidence.
         Loss => "loss",
-        /// The whole interval lies inside ±floor: no difference worth having.
+        /// The test's interval, at the judge's `confidence`, lies inside
+        /// ±floor: no difference worth having was seen. The reported 90%
+        /// interval can reach far beyond the floor on few blocks; it is what
+        /// the size is known to (docs/judging.md).
         WithinNoise => "within_noise",
         /// The maximum number of pairs was reached without a decision.
         Inconclusive => "inconclusive",

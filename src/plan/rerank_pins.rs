@@ -1,6 +1,7 @@
 //! `rerank_pins`: pin the `pin_count` hottest experts of the heat histogram,
 //! paying for them out of the expert cache, and measure the candidate only if
-//! a replay of the recorded trace predicts it beats the current pins.
+//! a replay of the recorded trace predicts it beats the current pins, or
+//! when it trades pins for a cache the trace cannot value (no reuse in it).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -121,7 +122,26 @@ impl Planner for RerankPins {
         let mut notes = replayed.notes(heat, &new, &current);
         notes["top_k"] = json!({ "value": top_k, "from": top_k_from });
         notes["expert_bytes"] = json!(eb);
-        if replayed.new.hits <= replayed.current.hits {
+        // Fewer pins give their bytes to the cache. A trace in which no
+        // expert comes back within reach of a cache of these bytes (plain
+        // LRU over all of them serves nothing: a bench of 8 tokens with a
+        // draft of 8 is two forward passes) shows the pins' preloading and
+        // nothing of that cache, so on it fewer pins lose by construction.
+        // Such a refusal would be the replay's model, not evidence: in the
+        // shoot-out's landscape B it refused pin_count 0, which the ground
+        // truth measured faster. The candidate is measured instead.
+        let cache_unseen = n < current.len() && replayed.lru.hits == 0;
+        if cache_unseen {
+            notes["replay_cannot_value_the_cache"] = json!(format!(
+                "no lookup of the {} recorded comes back within {} slots (plain LRU hits 0), so \
+                 the replay cannot value the cache that {} fewer pins would add: measured, not \
+                 refused",
+                replayed.lookups.len(),
+                replayed.slots,
+                current.len() - n
+            ));
+        }
+        if replayed.new.hits <= replayed.current.hits && !cache_unseen {
             return Err(PlanRefusal::NotPredictedToHelp {
                 why: format!(
                     "replaying the {} recorded lookups, {n} new pins would hit {:.2}% against {:.2}% \

@@ -153,6 +153,64 @@ fn a_shifting_working_set_is_not_predicted_to_help() {
     assert_eq!(err.notes(), Some(notes));
 }
 
+/// Every expert of both layers asked once: nothing comes back, so no cache
+/// of any size serves a lookup (a short bench's few forward passes).
+fn no_reuse() -> Trace {
+    let reqs = (0..2)
+        .flat_map(|layer| (0..8).map(move |expert| Expert { layer, expert }))
+        .collect();
+    Trace::from_requests(Shape::new(2, 8, "t").unwrap(), reqs).unwrap()
+}
+
+/// Fixture with the first `pins` experts of the heat's ranking pinned live.
+fn pinned_live(cache_slots: u64, pins: u64, trace: Trace) -> Fixture {
+    let mut f = Fixture::new(live(cache_slots, pins), trace);
+    f.current = Some(PinList {
+        shape: f.heat.shape(),
+        top_k: 1,
+        rows: f.heat.ranked(),
+    });
+    f
+}
+
+#[test]
+fn fewer_pins_on_a_trace_without_reuse_are_measured_not_refused() {
+    let f = pinned_live(2, 4, no_reuse());
+    // The replay gives the 4 live pins their 4 preloaded hits and 0 pins
+    // nothing: on this trace no cache hits, whatever its size.
+    let planned = plan(&f.ctx(), &proposal(0)).unwrap();
+    assert_eq!(planned.candidate.pins.count, 0);
+    assert_eq!(
+        cache_slots(planned.candidate.memory.cache_gb, EB),
+        6,
+        "2 + the 4 pins' bytes"
+    );
+    let replay = &planned.notes["replay"];
+    assert_eq!(replay["lru"]["hits"], 0, "{replay}");
+    assert!(replay["new_pins"]["hits"].as_u64() < replay["current_pins"]["hits"].as_u64());
+    let why = planned.notes["replay_cannot_value_the_cache"]
+        .as_str()
+        .unwrap();
+    assert!(
+        why.contains("plain LRU hits 0") && why.contains("4 fewer pins"),
+        "{why}"
+    );
+
+    // Where lookups come back, the replay values the cache and its
+    // prediction stands: fewer pins that lose there are refused.
+    let f = pinned_live(2, 2, skewed());
+    let err = plan(&f.ctx(), &proposal(0)).unwrap_err();
+    assert_eq!(err.kind(), "not_predicted_to_help", "{err}");
+    // At the same count nothing moves to the cache: both sets are
+    // preloaded alike and the replay judges them, reuse or not.
+    let mut f = pinned_live(4, 2, no_reuse());
+    if let Some(list) = f.current.as_mut() {
+        list.rows.reverse(); // the live pins: the two coldest of the ranking
+    }
+    let err = plan(&f.ctx(), &proposal(2)).unwrap_err();
+    assert_eq!(err.kind(), "not_predicted_to_help", "{err}");
+}
+
 #[test]
 fn the_same_pins_again_is_no_change() {
     let mut f = Fixture::new(live(2, 2), skewed());
