@@ -87,15 +87,14 @@ def choose_near_start(truth, opt_key, band=NEAR_BAND):
     rng = random.Random(0)  # the choice is reproducible from the truth alone
     rows = []
     for k, v in sorted(truth.items()):
-        if k == opt_key or v is None or v.get("median") is None:
+        if k == opt_key or v is None or v["median"] is None:
             continue
-        xs, os_ = v.get("log_ratios") or [], opt.get("log_ratios") or []
-        if xs and len(xs) == len(os_):
+        xs, os_ = v["log_ratios"], opt["log_ratios"]
+        if len(xs) == len(os_):
             gap, g_lo, g_hi = median_ci([x - o for x, o in zip(xs, os_)], rng)
         else:  # a run failed in some round: the rounds do not pair, bound the gap unpaired
             gap = v["median"] - opt["median"]
-            g_lo = v.get("lo", v["median"]) - opt.get("hi", opt["median"])
-            g_hi = v.get("hi", v["median"]) - opt.get("lo", opt["median"])
+            g_lo, g_hi = v["lo"] - opt["hi"], v["hi"] - opt["lo"]
         rows.append((k, gap, (g_lo, g_hi)))
     if not rows:
         raise ValueError("the ground truth has no point but the optimum")

@@ -213,13 +213,7 @@ fn fewer_pins_on_a_trace_without_reuse_are_measured_not_refused() {
 
 #[test]
 fn the_same_pins_again_is_no_change() {
-    let mut f = Fixture::new(live(2, 2), skewed());
-    let ranked = f.heat.ranked();
-    f.current = Some(PinList {
-        shape: f.heat.shape(),
-        top_k: 1,
-        rows: ranked,
-    });
+    let f = pinned_live(2, 2, skewed());
     assert_eq!(
         plan(&f.ctx(), &proposal(2)).unwrap_err(),
         PlanRefusal::NoChange
