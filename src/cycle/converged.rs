@@ -8,7 +8,8 @@
 //! of staged wins) and, on the profile the cycle would build on,
 //! no arm is worth measuring ([`crate::brain::convergence`]: every line of
 //! the search done, every other value tried, `remeasure` withheld because
-//! its floor is fresh). The look reads the ledger and the live profile
+//! its floor is fresh, or offered only because no floor was measured on
+//! this profile, which no decision waits for: `remeasure_idle`). The look reads the ledger and the live profile
 //! (and, while an applied stage's realization is open, the live server's
 //! health path): it opens no cycle and measures nothing.
 
@@ -152,6 +153,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 super::proposal::base_pins(&base).as_ref(),
             )
             .await?;
+        let menu = match self
+            .remeasure_idle(&menu, &base, built_on.is_some(), &history)
+            .await?
+        {
+            Some(w) => menu.withholding(w),
+            None => menu,
+        };
         let base_digest = base.profile.digest();
         let drift_floor = self
             .remeasure_floor(&base, built_on.is_some())

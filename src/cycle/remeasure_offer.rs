@@ -89,6 +89,73 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }))
     }
 
+    /// Why the convergence look leaves an offered `remeasure` out, if it
+    /// does: the A/A is offered only because no floor of its protocol was
+    /// measured on `base` (none yet, or the live profile changed since),
+    /// the loop has already measured something on `base`, and the live
+    /// metrics have not moved since (beyond `min_noise_floor`, the drift
+    /// floor a waiting loop wakes on without a floor of its own). No
+    /// decision waits for that floor: an A/B and a realization measure
+    /// theirs in their own cycle when they need one. Its A/A was then the
+    /// converged loop's largest engine item, which no decision used (the
+    /// shoot-out's B at 3e1662d: 46 runs, 4-6 engine s of a seed's 9-17,
+    /// 2026-12-05). It stays offered to the proposer while other arms are
+    /// left, and a drift offers it with a reason (`remeasure_withheld`).
+    /// A menu of `remeasure` alone keeps it: the A/A is that loop's only job.
+    pub(super) async fn remeasure_idle(
+        &self,
+        menu: &crate::menu::Menu,
+        base: &ProfileFile,
+        built_on_staged: bool,
+        history: &[ExperimentOutcome],
+    ) -> Result<Option<Withheld>, LedgerError> {
+        if !menu.offers(MenuId::Remeasure)
+            || menu.entries().iter().all(|e| e.id == MenuId::Remeasure)
+        {
+            return Ok(None);
+        }
+        let Some((method, current)) = self.remeasure_floor(base, built_on_staged).await? else {
+            return Ok(None);
+        };
+        let digest = base.profile.digest();
+        if current
+            .row
+            .as_ref()
+            .is_some_and(|r| r.profile_digest == digest)
+        {
+            // Measured here and stale for the machine's sake: due.
+            return Ok(None);
+        }
+        let Some(since) = history
+            .iter()
+            .filter(|e| e.base_digest == digest)
+            .map(|e| e.created_at)
+            .max()
+        else {
+            return Ok(None);
+        };
+        let age = (self.clock.now() - since).to_std().unwrap_or_default();
+        let only_ours = self
+            .stand_aside
+            .is_some_and(|sa| sa.only_own_requests_within(age));
+        if !only_ours
+            && let Some(moved) = self
+                .live_drift_since(since, self.policy.min_floor.get())
+                .await?
+        {
+            tracing::info!("remeasure is due: {moved}");
+            return Ok(None);
+        }
+        Ok(Some(Withheld {
+            experiment: MenuId::Remeasure,
+            why: format!(
+                "no {method} noise floor was measured on this profile and no decision waits for \
+                 one, since an A/B or a realization measures its own when it needs it; its A/A \
+                 waits for the live metrics to drift"
+            ),
+        }))
+    }
+
     /// The protocol a `remeasure` on `base` would measure, and its current
     /// floor; `None` when the menu has no `remeasure` or the config no way
     /// to measure it.

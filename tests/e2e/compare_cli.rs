@@ -178,29 +178,42 @@ fn a_slower_candidate_loses_against_a_given_base() {
 #[test]
 fn the_same_speed_is_within_noise_with_the_floor_it_measured() {
     let _heavy = crate::common::heavy();
-    let demo = demo(16);
-    // A wide enough floor that an A/A settles within it on a loaded machine.
-    edit_config(&demo, |t| {
-        t.replace("min_noise_floor = 0.01", "min_noise_floor = 0.10")
-    });
-    // memory.budget_gb reaches no argument of the bench: the same command.
-    let same = profile(&demo, "same.toml", "");
-    let text = std::fs::read_to_string(&same)
-        .unwrap()
-        .replace("budget_gb = 0.01", "budget_gb = 0.011");
-    std::fs::write(&same, text).unwrap();
-    let (out, json) = compare(&demo, &["--candidate", &same, "--json"]);
-    assert!(out.status.success(), "{}", said(&out));
-    let j = json.unwrap();
-    assert_eq!(j["verdict"], "within_noise", "{j:#}");
-    assert!(j["confirmation"].is_null());
-    // Within noise is never decided against the bound: the floor was
-    // measured in the comparison's own cycle, by an A/A of the base.
-    assert_eq!(j["ab"]["floor_is_bound"], false, "{j:#}");
-    let floor = &j["ab"]["floor_measured"];
-    assert!(floor["runs"]["baseline"].as_u64().unwrap() > 0, "{j:#}");
-    assert!(j["ab"]["noise_floor"].as_f64().unwrap() >= 1.10f64.ln() - 1e-9);
-    assert_recorded_manual(&demo, 1);
+    // An A/A on a machine that other tests load may be `inconclusive` (the
+    // judge discarded blocks for interference, or the floor's A/A was too
+    // noisy to give one): a verdict the judge owes there, not this test's
+    // subject (CI at 064e795, 2026-12-05). So an inconclusive comparison is
+    // tried again on a fresh demo, at most three times; a win or a loss,
+    // or three inconclusives, fails.
+    for attempt in 1..=3 {
+        let demo = demo(16);
+        // A wide enough floor that an A/A settles within it on a loaded machine.
+        edit_config(&demo, |t| {
+            t.replace("min_noise_floor = 0.01", "min_noise_floor = 0.10")
+        });
+        // memory.budget_gb reaches no argument of the bench: the same command.
+        let same = profile(&demo, "same.toml", "");
+        let text = std::fs::read_to_string(&same)
+            .unwrap()
+            .replace("budget_gb = 0.01", "budget_gb = 0.011");
+        std::fs::write(&same, text).unwrap();
+        let (out, json) = compare(&demo, &["--candidate", &same, "--json"]);
+        assert!(out.status.success(), "{}", said(&out));
+        let j = json.unwrap();
+        if j["verdict"] == "inconclusive" && attempt < 3 {
+            eprintln!("attempt {attempt} was inconclusive, trying again: {j:#}");
+            continue;
+        }
+        assert_eq!(j["verdict"], "within_noise", "attempt {attempt}: {j:#}");
+        assert!(j["confirmation"].is_null());
+        // Within noise is never decided against the bound: the floor was
+        // measured in the comparison's own cycle, by an A/A of the base.
+        assert_eq!(j["ab"]["floor_is_bound"], false, "{j:#}");
+        let floor = &j["ab"]["floor_measured"];
+        assert!(floor["runs"]["baseline"].as_u64().unwrap() > 0, "{j:#}");
+        assert!(j["ab"]["noise_floor"].as_f64().unwrap() >= 1.10f64.ln() - 1e-9);
+        assert_recorded_manual(&demo, 1);
+        return;
+    }
 }
 
 #[test]

@@ -146,8 +146,9 @@ fn narrowed_demo(metrics: &MetricsEndpointDouble) -> Demo {
 
 /// The ledger of a loop converged on `live`: `draft_len 1` measured there
 /// within noise (the line's one move, flat), the surface floor measured
-/// now; and a confirmed win staged on another profile, to be rejected.
-fn seed_converged(db: &Path, live: &Profile) -> orchestrator::ledger::StageId {
+/// now when `floor`; and a confirmed win staged on another profile, to be
+/// rejected.
+fn seed_converged(db: &Path, live: &Profile, floor: bool) -> orchestrator::ledger::StageId {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ledger = Ledger::open(db).await.unwrap();
@@ -221,21 +222,23 @@ fn seed_converged(db: &Path, live: &Profile) -> orchestrator::ledger::StageId {
             .await
             .unwrap();
         tx.commit().await.unwrap();
-        ledger
-            .insert_noise_floor(&NewNoiseFloor {
-                stack: "tinyk3/surface".into(),
-                profile_digest: live.digest(),
-                value: 0.02,
-                n: 20,
-                method: "qn-sigma-v1".into(),
-                measured_at: now,
-                experiment_id: None,
-                load1: None,
-                cpu_pressure: None,
-                contention: None,
-            })
-            .await
-            .unwrap();
+        if floor {
+            ledger
+                .insert_noise_floor(&NewNoiseFloor {
+                    stack: "tinyk3/surface".into(),
+                    profile_digest: live.digest(),
+                    value: 0.02,
+                    n: 20,
+                    method: "qn-sigma-v1".into(),
+                    measured_at: now,
+                    experiment_id: None,
+                    load1: None,
+                    cpu_pressure: None,
+                    contention: None,
+                })
+                .await
+                .unwrap();
+        }
         let elsewhere = staged::variant(live, 0.003);
         let stage = staged::stage_win_on(&ledger, &elsewhere, &staged::variant(live, 0.002)).await;
         ledger.close().await;
@@ -272,7 +275,7 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     let demo = narrowed_demo(&metrics);
     let live_path = demo.path("ledger/profiles/live.toml");
     let live = Profile::load(&live_path).unwrap();
-    let stage = seed_converged(&demo.path("ledger/orchestrator.db"), &live);
+    let stage = seed_converged(&demo.path("ledger/orchestrator.db"), &live, true);
 
     // A bounded run finds it converged, says why and stops: no cycle.
     let once = demo.cmd().args(["run", "--once"]).output().unwrap();
@@ -429,6 +432,64 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     }
     let (code, report) = staged::check(&demo.path("config.toml"));
     assert_eq!(code, 0, "{report}");
+    demo.assert_children_gone();
+}
+
+/// The same converged loop with no floor of the live server ever measured:
+/// the A/A that would measure it is offered, but no decision waits for it
+/// (the draft's A/B measured its own bench floor), so the loop converges
+/// without it and waits; a drift of the live metrics is then its reason,
+/// and a cycle measures it. Before, the loop took that A/A first, the
+/// largest engine item of a converged shoot-out loop (#30).
+#[test]
+fn a_floor_no_decision_waits_for_is_measured_on_a_drift_not_before() {
+    let _heavy = common::heavy();
+    let metrics = MetricsEndpointDouble::start(0.10);
+    let demo = narrowed_demo(&metrics);
+    let live_path = demo.path("ledger/profiles/live.toml");
+    let live = Profile::load(&live_path).unwrap();
+    seed_converged(&demo.path("ledger/orchestrator.db"), &live, false);
+
+    let once = demo.cmd().args(["run", "--once"]).output().unwrap();
+    let text = String::from_utf8_lossy(&once.stdout);
+    assert!(
+        once.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    assert!(
+        text.contains("stop        converged: no experiment on this profile")
+            && text.contains(
+                "remeasure is not offered (no surface noise floor was measured on this profile \
+                 and no decision waits for one"
+            ),
+        "{text}"
+    );
+    assert!(!text.contains("cycle "), "no cycle ran: {text}");
+
+    let mut daemon = Daemon::start(&demo, &[], &[]);
+    let minute = Duration::from_secs(60);
+    let waits = "wait        converged: ";
+    wait_for(&mut daemon, waits, 1, Duration::from_secs(240));
+    wait_for(&mut daemon, "still converged (look 1)", 1, minute);
+    assert!(!daemon.stdout().contains("cycle "), "{}", daemon.stdout());
+    metrics.set(0.16);
+    wait_for(
+        &mut daemon,
+        "converged: the live metrics drifted",
+        1,
+        minute,
+    );
+    wait_for(&mut daemon, "remeasure", 1, Duration::from_secs(600));
+    wait_for(&mut daemon, waits, 2, Duration::from_secs(600));
+    let out = daemon.stdout();
+    let cycles: Vec<&str> = out.lines().filter(|l| l.starts_with("cycle")).collect();
+    assert!(
+        cycles.len() == 1 && cycles[0].contains("remeasure"),
+        "one cycle, the A/A: {out}"
+    );
+    let status = daemon.stop(Duration::from_secs(120));
+    assert!(status.success(), "{status:?}\n{}", daemon.stderr());
     demo.assert_children_gone();
 }
 

@@ -442,13 +442,15 @@ fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
     let cycles = cycles.as_array().unwrap();
     // This stack's menu is `stage_speculative` and `remeasure`: a first
     // draft that loses closes the draft's line (longer drafts lose more),
-    // and once the live floor is measured nothing is left to learn, so a
-    // bounded run may stop converged after two cycles, saying so.
+    // and then nothing is left to learn (the live server's floor, when the
+    // draft's A/B did not measure it, waits for a drift: no decision needs
+    // it), so a bounded run may stop converged after one or two cycles,
+    // saying so.
     let converged = stdout
         .lines()
         .any(|l| l.starts_with("stop") && l.contains("converged"));
     assert!(
-        cycles.len() == 3 || (cycles.len() == 2 && converged),
+        cycles.len() == 3 || (!cycles.is_empty() && cycles.len() < 3 && converged),
         "{cycles:#?}\n{stdout}\n{stderr}"
     );
     let mut kinds = Vec::new();
@@ -471,7 +473,7 @@ fn orchestrator_run_three_cycles_on_the_example_records_a_verdict_each() {
         );
         kinds.push(v["verdict"]["kind"].as_str().unwrap().to_string());
     }
-    // The first cycle measures the live server's noise floor (an A/A).
+    // The first cycle (listed last) ran its experiment to a verdict.
     assert_ne!(kinds.last().unwrap(), "failed", "{cycles:#?}\n{stderr}");
 
     // Hash-mismatch refusals are shown in the report.
