@@ -268,6 +268,21 @@ fn wait_for(daemon: &mut Daemon, needle: &str, times: usize, limit: Duration) {
     }
 }
 
+/// Lets the waiting daemon see the live level (its first look of a wait
+/// comes after two glances at it), moves it for good, and waits until the
+/// drift woke it, a cycle measured `remeasure` and it waits converged for
+/// the `waits`-th time.
+fn drift_until_remeasured(daemon: &mut Daemon, metrics: &MetricsEndpointDouble, waits: usize) {
+    let minute = Duration::from_secs(60);
+    let looks = daemon.stdout().matches("still converged (look 1)").count();
+    wait_for(daemon, "still converged (look 1)", looks + 1, minute);
+    metrics.set(0.16);
+    wait_for(daemon, "converged: the live metrics drifted", 1, minute);
+    let ten = Duration::from_secs(600);
+    wait_for(daemon, "remeasure", 1, ten);
+    wait_for(daemon, "wait        converged: ", waits, ten);
+}
+
 #[test]
 fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     let _heavy = common::heavy();
@@ -377,17 +392,7 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     // measures it, and the loop converges again. First the daemon sees the
     // level it drifts from (its first look of this wait comes after two
     // glances at it).
-    let looks = daemon.stdout().matches("still converged (look 1)").count();
-    wait_for(&mut daemon, "still converged (look 1)", looks + 1, minute);
-    metrics.set(0.16);
-    wait_for(
-        &mut daemon,
-        "converged: the live metrics drifted",
-        1,
-        minute,
-    );
-    wait_for(&mut daemon, "remeasure", 1, Duration::from_secs(600));
-    wait_for(&mut daemon, waits, 6, Duration::from_secs(600));
+    drift_until_remeasured(&mut daemon, &metrics, 6);
     let out = daemon.stdout();
     let cycle = out
         .lines()
@@ -468,20 +473,13 @@ fn a_floor_no_decision_waits_for_is_measured_on_a_drift_not_before() {
     assert!(!text.contains("cycle "), "no cycle ran: {text}");
 
     let mut daemon = Daemon::start(&demo, &[], &[]);
-    let minute = Duration::from_secs(60);
-    let waits = "wait        converged: ";
-    wait_for(&mut daemon, waits, 1, Duration::from_secs(240));
-    wait_for(&mut daemon, "still converged (look 1)", 1, minute);
-    assert!(!daemon.stdout().contains("cycle "), "{}", daemon.stdout());
-    metrics.set(0.16);
     wait_for(
         &mut daemon,
-        "converged: the live metrics drifted",
+        "wait        converged: ",
         1,
-        minute,
+        Duration::from_secs(240),
     );
-    wait_for(&mut daemon, "remeasure", 1, Duration::from_secs(600));
-    wait_for(&mut daemon, waits, 2, Duration::from_secs(600));
+    drift_until_remeasured(&mut daemon, &metrics, 2);
     let out = daemon.stdout();
     let cycles: Vec<&str> = out.lines().filter(|l| l.starts_with("cycle")).collect();
     assert!(
