@@ -268,6 +268,18 @@ fn wait_for(daemon: &mut Daemon, needle: &str, times: usize, limit: Duration) {
     }
 }
 
+/// `run --once` on `demo`: it must succeed; its stdout.
+fn run_once(demo: &Demo) -> String {
+    let once = demo.cmd().args(["run", "--once"]).output().unwrap();
+    let text = String::from_utf8_lossy(&once.stdout).into_owned();
+    assert!(
+        once.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    text
+}
+
 /// Lets the waiting daemon see the live level (its first look of a wait
 /// comes after two glances at it), moves it for good, and waits until the
 /// drift woke it, a cycle measured `remeasure` and it waits converged for
@@ -293,13 +305,7 @@ fn a_converged_daemon_waits_without_the_engine_and_wakes_on_each_change() {
     let stage = seed_converged(&demo.path("ledger/orchestrator.db"), &live, true);
 
     // A bounded run finds it converged, says why and stops: no cycle.
-    let once = demo.cmd().args(["run", "--once"]).output().unwrap();
-    let text = String::from_utf8_lossy(&once.stdout);
-    assert!(
-        once.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&once.stderr)
-    );
+    let text = run_once(&demo);
     assert!(
         text.contains(
             "stop        converged: no experiment on this profile is expected to tell anything new"
@@ -455,13 +461,7 @@ fn a_floor_no_decision_waits_for_is_measured_on_a_drift_not_before() {
     let live = Profile::load(&live_path).unwrap();
     seed_converged(&demo.path("ledger/orchestrator.db"), &live, false);
 
-    let once = demo.cmd().args(["run", "--once"]).output().unwrap();
-    let text = String::from_utf8_lossy(&once.stdout);
-    assert!(
-        once.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&once.stderr)
-    );
+    let text = run_once(&demo);
     assert!(
         text.contains("stop        converged: no experiment on this profile")
             && text.contains(
