@@ -13,9 +13,10 @@
 //!   refused or failed on the base; or
 //! - `remeasure`, while the menu offers it (its floor is missing or stale,
 //!   or the live metrics moved since it was measured:
-//!   `cycle::remeasure_offer`; the daemon's look withholds it here when no
-//!   floor was measured on the base and nothing drifted, a floor no
-//!   decision waits for: `remeasure_idle`).
+//!   `cycle::remeasure_offer`; the proposal menu withholds it when no
+//!   floor was measured on the base only, the loop measured something
+//!   there and nothing drifted, a floor no decision waits for:
+//!   `remeasure_idle`).
 //!
 //! The loop is **converged** on a base when no arm is worth measuring
 //! there. That is the loop's own judgement, whoever proposes: a served

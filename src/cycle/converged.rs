@@ -8,8 +8,9 @@
 //! of staged wins) and, on the profile the cycle would build on,
 //! no arm is worth measuring ([`crate::brain::convergence`]: every line of
 //! the search done, every other value tried, `remeasure` withheld because
-//! its floor is fresh, or offered only because no floor was measured on
-//! this profile, which no decision waits for: `remeasure_idle`). The look reads the ledger and the live profile
+//! its floor is fresh, or missing only because none was measured on this
+//! profile, which no decision waits for: `remeasure_idle`, which the
+//! proposers' menu applies too). The look reads the ledger and the live profile
 //! (and, while an applied stage's realization is open, the live server's
 //! health path): it opens no cycle and measures nothing.
 
@@ -48,7 +49,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// without the sides of a line the search is done with there (from `history`, the recent
     /// experiments, for their verdicts: [`line_search::done_ranges`]), and
     /// with `remeasure` withheld unless it has a reason
-    /// ([`super::remeasure_offer`]). `pins`: the base's pin list, read once
+    /// ([`super::remeasure_offer`]: its floor is missing or stale, or the
+    /// live metrics moved, and a floor missing on `base` is due only
+    /// before the loop measured anything there or after a drift:
+    /// `remeasure_idle`). `pins`: the base's pin list, read once
     /// by the caller, whose header gives top-k.
     pub(super) async fn proposal_menu(
         &self,
@@ -78,15 +82,20 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));
         let menu = menu.closing(infeasible).closing(done);
-        Ok(
-            match self
-                .remeasure_withheld(base, built_on_staged, history)
-                .await?
-            {
-                Some(w) => menu.withholding(w),
-                None => menu,
-            },
-        )
+        let withheld = match self
+            .remeasure_withheld(base, built_on_staged, history)
+            .await?
+        {
+            Some(w) => Some(w),
+            None => {
+                self.remeasure_idle(&menu, base, built_on_staged, history)
+                    .await?
+            }
+        };
+        Ok(match withheld {
+            Some(w) => menu.withholding(w),
+            None => menu,
+        })
     }
 
     /// The recent experiments, newest first, that the proposers, the line
@@ -153,13 +162,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 super::proposal::base_pins(&base).as_ref(),
             )
             .await?;
-        let menu = match self
-            .remeasure_idle(&menu, &base, built_on.is_some(), &history)
-            .await?
-        {
-            Some(w) => menu.withholding(w),
-            None => menu,
-        };
         let base_digest = base.profile.digest();
         let drift_floor = self
             .remeasure_floor(&base, built_on.is_some())

@@ -8,9 +8,12 @@
 //! daemon's glances, [`crate::judge::changepoint::drift_since`]), unless
 //! the live server served only the daemon's own requests since
 //! ([`crate::measure::stand_aside::StandAside::only_own_requests_within`]).
-//! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
-//! validator refuses it by name, the prompt says why, and the bandit does
-//! not schedule it.
+//! A floor missing only because none was measured on this profile is
+//! withheld too once the loop has measured something there, until the
+//! live metrics drift ([`CycleRunner::remeasure_idle`]): no decision waits
+//! for it. Otherwise it is withheld ([`Withheld`]): the schema leaves it
+//! out, the validator refuses it by name, the prompt says why, and the
+//! bandit does not schedule it.
 
 use chrono::{DateTime, Utc};
 
@@ -89,8 +92,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         }))
     }
 
-    /// Why the convergence look leaves an offered `remeasure` out, if it
-    /// does: the A/A is offered only because no floor of its protocol was
+    /// Why the proposal menu (and so the convergence look) leaves an
+    /// offered `remeasure` out, if it does: the A/A is offered only because
+    /// no floor of its protocol was
     /// measured on `base` (none yet, or the live profile changed since),
     /// the loop has already measured something on `base`, and the live
     /// metrics have not moved since (beyond `min_noise_floor`, the drift
@@ -99,9 +103,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// theirs in their own cycle when they need one. Its A/A was then the
     /// converged loop's largest engine item, which no decision used (the
     /// shoot-out's B at 3e1662d: 46 runs, 4-6 engine s of a seed's 9-17,
-    /// 2026-12-05). It stays offered to the proposer while other arms are
-    /// left, and a drift offers it with a reason (`remeasure_withheld`).
-    /// A menu of `remeasure` alone keeps it: the A/A is that loop's only job.
+    /// 2026-12-05), and the served model, offered it while other arms were
+    /// left, chose it on every seed (the shoot-out's B at b800840: 46 runs,
+    /// 6 engine s of 15-18). A drift offers it with a reason, and the first
+    /// cycle on a profile may still choose it. A menu of `remeasure` alone
+    /// keeps it: the A/A is that loop's only job.
     pub(super) async fn remeasure_idle(
         &self,
         menu: &crate::menu::Menu,

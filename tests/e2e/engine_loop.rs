@@ -6,7 +6,9 @@
 //! heat moving, a menu file and the config edited (both loaded again), the
 //! live metrics drifting (which offers `remeasure`, so a floor is
 //! measured, and it waits again), the live profile replaced. A bounded run
-//! that finds the loop converged stops and says why.
+//! that finds the loop converged stops and says why. A floor no decision
+//! waits for is measured on a drift, not before, and the served model is
+//! not offered it either.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -26,7 +28,8 @@ use orchestrator::vocab::{Arm, Method, ProposerKind, VerdictKind};
 use serde_json::json;
 
 use crate::demo::Demo;
-use crate::faults::Daemon;
+use crate::faults::server::{FaultyHttpServer, Reply};
+use crate::faults::{self, Daemon, use_model_double};
 use crate::{common, staged};
 
 const TINY_INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "64", "--d-expert", "128", "--d-dense", "256", "--heads", "2", "--vocab", "512""#;
@@ -91,7 +94,20 @@ fn heat(first: u32) -> String {
 /// `remeasure`), with the bandit proposing, its metrics from `metrics` and
 /// its heat from a file the test writes.
 fn narrowed_demo(metrics: &MetricsEndpointDouble) -> Demo {
-    let demo = Demo::new("bandit", TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
+    narrowed_demo_with(
+        metrics,
+        "bandit",
+        &["rerank_pins", "deepen_warm_set", "rebalance_trunk_cache"],
+    )
+}
+
+/// [`narrowed_demo`] with this proposer and these entries unsupported.
+fn narrowed_demo_with(
+    metrics: &MetricsEndpointDouble,
+    proposer: &str,
+    unsupported: &[&str],
+) -> Demo {
+    let demo = Demo::new(proposer, TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
     let menu = demo.path("menu");
     std::fs::create_dir(&menu).unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
@@ -116,9 +132,7 @@ fn narrowed_demo(metrics: &MetricsEndpointDouble) -> Demo {
             out.push_str(&format!("dir = {menu:?}\n"));
             swapped += 1;
         } else if line == "[stack]" {
-            out.push_str(
-                "[stack]\nunsupported = [\"rerank_pins\", \"deepen_warm_set\", \"rebalance_trunk_cache\"]\n",
-            );
+            out.push_str(&format!("[stack]\nunsupported = {unsupported:?}\n"));
             swapped += 1;
         } else if line.starts_with("url = \"http://127.0.0.1:") && line.ends_with("/metrics\"") {
             out.push_str(&format!(
@@ -488,6 +502,46 @@ fn a_floor_no_decision_waits_for_is_measured_on_a_drift_not_before() {
     );
     let status = daemon.stop(Duration::from_secs(120));
     assert!(status.success(), "{status:?}\n{}", daemon.stderr());
+    demo.assert_children_gone();
+}
+
+/// The served model is not offered that A/A either while other arms are
+/// left: on the same seeded ledger with `deepen_warm_set` open too, a
+/// model double (the real model cannot be scripted to insist) that answers
+/// `remeasure` every time is refused by name, and nothing is measured.
+/// Before, the model was offered it and took it (the shoot-out's B at
+/// b800840: 46 runs, 6 engine s on every seed).
+#[test]
+fn the_model_is_not_offered_a_floor_no_decision_waits_for() {
+    let _heavy = common::heavy();
+    let metrics = MetricsEndpointDouble::start(0.10);
+    let model = FaultyHttpServer::start(|_| {
+        Reply::Chat(r#"{"experiment":"remeasure","params":{},"rationale":"a floor"}"#.into())
+    });
+    let demo = narrowed_demo_with(&metrics, "model", &["rerank_pins", "rebalance_trunk_cache"]);
+    use_model_double(&demo, model.port);
+    let live = Profile::load(&demo.path("ledger/profiles/live.toml")).unwrap();
+    let db = demo.path("ledger/orchestrator.db");
+    seed_converged(&db, &live, false);
+
+    let text = run_once(&demo);
+    let proposals = faults::ledger::proposals(&db);
+    assert!(
+        !proposals.is_empty()
+            && proposals
+                .iter()
+                .all(|(_, _, kind)| kind.as_deref() == Some("not_offered")),
+        "every answer refused as not offered: {proposals:#?}\n{text}"
+    );
+    assert!(
+        text.contains("rejected") && !text.contains("within_noise"),
+        "the cycle is rejected and measures nothing: {text}"
+    );
+    assert_eq!(
+        faults::ledger::experiments_of(&db, "remeasure"),
+        0,
+        "{text}"
+    );
     demo.assert_children_gone();
 }
 

@@ -117,3 +117,14 @@ pub fn cycle_of_fault(db: &Path, kind: &str) -> Option<i64> {
     })
     .flatten()
 }
+
+/// How many experiments of this menu entry the ledger holds.
+pub fn experiments_of(db: &Path, menu_id: &str) -> i64 {
+    read(db, |pool| async move {
+        sqlx::query_scalar("SELECT count(*) FROM experiments WHERE menu_id = ?")
+            .bind(menu_id)
+            .fetch_one(&pool)
+            .await
+    })
+    .unwrap_or_default()
+}
