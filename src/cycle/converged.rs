@@ -5,14 +5,14 @@
 //! The loop is **converged** when no kind of cycle but a proposal is due
 //! (no floor that must come first, no realization of an applied stage the
 //! live server runs, no win waiting for its confirmation, no composition
-//! of staged wins) and, on the profile the cycle would build on,
-//! no arm is worth measuring ([`crate::brain::convergence`]: every line of
-//! the search done, every other value tried, `remeasure` withheld because
-//! its floor is fresh, or missing only because none was measured on this
-//! profile, which no decision waits for: `remeasure_idle`, which the
-//! proposers' menu applies too). The look reads the ledger and the live profile
-//! (and, while an applied stage's realization is open, the live server's
-//! health path): it opens no cycle and measures nothing.
+//! of staged wins) and, on the profile the cycle would build on, no arm is
+//! worth measuring ([`crate::brain::convergence`]: every line of the search
+//! done, every other value tried, and `remeasure` withheld from the
+//! proposal menu, because its floor is fresh or because it is missing only
+//! for want of a measurement on this profile, which no decision waits for:
+//! `remeasure_idle`). The look reads the ledger and the live profile (and,
+//! while an applied stage's realization is open, the live server's health
+//! path): it opens no cycle and measures nothing.
 
 use std::time::Duration;
 
@@ -82,20 +82,15 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));
         let menu = menu.closing(infeasible).closing(done);
-        let withheld = match self
-            .remeasure_withheld(base, built_on_staged, history)
-            .await?
-        {
-            Some(w) => Some(w),
-            None => {
-                self.remeasure_idle(&menu, base, built_on_staged, history)
-                    .await?
-            }
-        };
-        Ok(match withheld {
-            Some(w) => menu.withholding(w),
-            None => menu,
-        })
+        Ok(
+            match self
+                .remeasure_offer(&menu, base, built_on_staged, history)
+                .await?
+            {
+                Some(w) => menu.withholding(w),
+                None => menu,
+            },
+        )
     }
 
     /// The recent experiments, newest first, that the proposers, the line

@@ -10,7 +10,7 @@
 //! ([`crate::measure::stand_aside::StandAside::only_own_requests_within`]).
 //! A floor missing only because none was measured on this profile is
 //! withheld too once the loop has measured something there, until the
-//! live metrics drift ([`CycleRunner::remeasure_idle`]): no decision waits
+//! live metrics drift (`remeasure_idle`): no decision waits
 //! for it. Otherwise it is withheld ([`Withheld`]): the schema leaves it
 //! out, the validator refuses it by name, the prompt says why, and the
 //! bandit does not schedule it.
@@ -33,11 +33,15 @@ use crate::vocab::{Digest, Method, VerdictKind};
 const OBSERVATIONS: u32 = 48;
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
-    /// `None` while `remeasure` is offered on `base` (with the reason
-    /// logged), else why it is withheld. `built_on_staged`: `base` is a
-    /// waiting win's candidate, whose A/A is a bench run.
-    pub(super) async fn remeasure_withheld(
+    /// `None` while `remeasure` is offered on `base` in `menu` (with the
+    /// reason logged), else why it is withheld: its floor is fresh
+    /// ([`Self::remeasure_withheld`]), or no decision waits for it
+    /// ([`Self::remeasure_idle`]). The floor is read once for both.
+    /// `built_on_staged`: `base` is a waiting win's candidate, whose A/A
+    /// is a bench run.
+    pub(super) async fn remeasure_offer(
         &self,
+        menu: &crate::menu::Menu,
         base: &ProfileFile,
         built_on_staged: bool,
         history: &[ExperimentOutcome],
@@ -47,6 +51,26 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let Some((method, current)) = self.remeasure_floor(base, built_on_staged).await? else {
             return Ok(None);
         };
+        if let Some(w) = self
+            .remeasure_withheld(method, &current, base, history)
+            .await?
+        {
+            return Ok(Some(w));
+        }
+        self.remeasure_idle(menu, method, &current, base, history)
+            .await
+    }
+
+    /// Why `remeasure` is withheld on `base`, whose `method` floor is
+    /// `current`, because that floor is fresh (or the machine was too
+    /// noisy for one lately), if it is.
+    async fn remeasure_withheld(
+        &self,
+        method: Method,
+        current: &CurrentFloor,
+        base: &ProfileFile,
+        history: &[ExperimentOutcome],
+    ) -> Result<Option<Withheld>, LedgerError> {
         let Some(row) = current.row.as_ref().filter(|_| !current.stale) else {
             let backoff = self.noisy_backoff();
             let digest = base.profile.digest();
@@ -108,11 +132,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// 6 engine s of 15-18). A drift offers it with a reason, and the first
     /// cycle on a profile may still choose it. A menu of `remeasure` alone
     /// keeps it: the A/A is that loop's only job.
-    pub(super) async fn remeasure_idle(
+    async fn remeasure_idle(
         &self,
         menu: &crate::menu::Menu,
+        method: Method,
+        current: &CurrentFloor,
         base: &ProfileFile,
-        built_on_staged: bool,
         history: &[ExperimentOutcome],
     ) -> Result<Option<Withheld>, LedgerError> {
         if !menu.offers(MenuId::Remeasure)
@@ -120,9 +145,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         {
             return Ok(None);
         }
-        let Some((method, current)) = self.remeasure_floor(base, built_on_staged).await? else {
-            return Ok(None);
-        };
         let digest = base.profile.digest();
         if current
             .row
