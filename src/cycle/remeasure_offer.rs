@@ -10,10 +10,10 @@
 //! ([`crate::measure::stand_aside::StandAside::only_own_requests_within`]).
 //! A floor missing only because none was measured on this profile is
 //! withheld too once the loop has measured something there, until the
-//! live metrics drift (`remeasure_idle`): no decision waits
-//! for it. Otherwise it is withheld ([`Withheld`]): the schema leaves it
-//! out, the validator refuses it by name, the prompt says why, and the
-//! bandit does not schedule it.
+//! live metrics drift (`remeasure_idle`): no decision waits for it.
+//! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
+//! validator refuses it by name, the prompt says why, and the bandit does
+//! not schedule it.
 
 use chrono::{DateTime, Utc};
 
@@ -118,11 +118,11 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 
     /// Why the proposal menu (and so the convergence look) leaves an
     /// offered `remeasure` out, if it does: the A/A is offered only because
-    /// no floor of its protocol was
-    /// measured on `base` (none yet, or the live profile changed since),
-    /// the loop has already measured something on `base`, and the live
-    /// metrics have not moved since (beyond `min_noise_floor`, the drift
-    /// floor a waiting loop wakes on without a floor of its own). No
+    /// no floor of its protocol was measured on `base` (none yet, or the
+    /// live profile changed since), the loop has already measured
+    /// something on `base`, and the live metrics have not moved since
+    /// (beyond `min_noise_floor`, the drift floor a waiting loop wakes on
+    /// without a floor of its own). No
     /// decision waits for that floor: an A/B and a realization measure
     /// theirs in their own cycle when they need one. Its A/A was then the
     /// converged loop's largest engine item, which no decision used (the
@@ -140,9 +140,8 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         base: &ProfileFile,
         history: &[ExperimentOutcome],
     ) -> Result<Option<Withheld>, LedgerError> {
-        if !menu.offers(MenuId::Remeasure)
-            || menu.entries().iter().all(|e| e.id == MenuId::Remeasure)
-        {
+        // (The caller found `remeasure` on the menu and not yet withheld.)
+        if menu.entries().iter().all(|e| e.id == MenuId::Remeasure) {
             return Ok(None);
         }
         let digest = base.profile.digest();
