@@ -17,7 +17,8 @@
 //! so a too-noisy A/B gives up after two blocks, `floor_pressure_shift =
 //! 1.0` so the floor measured before the burst is the one judged against,
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
-//! shared machine still leads to the A/B.
+//! shared machine still leads to the A/B (0.99, the widest the config
+//! takes, in the steady part, for the same reason; shipped: 0.50).
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -203,12 +204,34 @@ fn verdicts_of(cycles: &[serde_json::Value]) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The split A/Bs judged against a floor: not called too noisy. The hogs
+/// ran through the floor too, so the floor holds their load: candidates
+/// are judged on a busy machine. (The absolute rule this replaced,
+/// `max_pressure` 0.97, discarded every block here: the hogs keep the CPU
+/// stall share at 1.0.)
+fn measured_under_hogs(v: &[(String, String, String)]) -> usize {
+    v.iter()
+        .filter(|(m, k, r)| {
+            m == "rebalance_trunk_cache"
+                && (k != "inconclusive" || !r.contains("machine too noisy"))
+        })
+        .count()
+}
+
 #[test]
 fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
     let _heavy = crate::common::heavy();
-    // The shipped judge.
-    let (_model, demo) = hogged_demo(&[]);
-    let log = run_under_hogs(&demo, 6, Duration::from_secs(2));
+    // The shipped judge, but for the widest floor it may judge against: a
+    // tiny checkpoint's floor under these hogs came out 55-118% wide (CI at
+    // fc219ec, four floors), and at the shipped 0.50 every A/B of that run
+    // was called too noisy, so nothing was judged on the busy machine.
+    let (_model, demo) = hogged_demo(&[("max_noise_floor = 0.50", "max_noise_floor = 0.99")]);
+    let mut log = run_under_hogs(&demo, 6, Duration::from_secs(2));
+    // A floor wider still is measured again by the next cycle: one more
+    // round of cycles, at most, before the test gives up (below).
+    if measured_under_hogs(&verdicts(&demo)) == 0 {
+        log += &run_under_hogs(&demo, 6, Duration::from_secs(2));
+    }
     let v = verdicts(&demo);
     let judged: Vec<&(String, String, String)> = v
         .iter()
@@ -241,19 +264,12 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
             assert!(reason.contains("machine too noisy"), "{reason}");
         }
     }
-    // The hogs ran through the floor too, so the floor holds their load:
-    // candidates are judged on a busy machine. (The absolute rule this
-    // replaced, `max_pressure` 0.97, discarded every block here: the hogs
-    // keep the CPU stall share at 1.0.)
-    let measured = judged
-        .iter()
-        .filter(|(_, k, r)| k != "inconclusive" || !r.contains("machine too noisy"))
-        .count();
+    let measured = measured_under_hogs(&v);
     // No win was confirmed, and none staged.
     assert_eq!(confirmed_wins(&demo), 0, "{v:?}");
     assert_eq!(staged(&demo), 0, "{v:?}");
     demo.assert_children_gone();
-    // Every floor under the hogs came out wider than max_noise_floor: the
+    // Every floor of both rounds came out wider than max_noise_floor: the
     // judge refused the machine, as it must, but then no candidate was
     // judged on the busy machine, which is what this test is for.
     if measured == 0 {
