@@ -37,8 +37,9 @@ def main(argv):
 
     def write(line):
         with lock:
-            log.write(f"{time.monotonic() - t0:8.1f} {line}")
-            sys.stdout.write(f"{time.monotonic() - t0:8.1f} {line}")
+            stamped = f"{time.monotonic() - t0:8.1f} {line}"
+            log.write(stamped)
+            sys.stdout.write(stamped)
             sys.stdout.flush()
 
     write(f"# {' '.join(argv[3:])}; load average {load1():.2f}\n")

@@ -140,7 +140,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         base: &ProfileFile,
         history: &[ExperimentOutcome],
     ) -> Result<Option<Withheld>, LedgerError> {
-        // (The caller found `remeasure` on the menu and not yet withheld.)
+        // `remeasure_floor` found `remeasure` on the configured menu, and the
+        // proposal menu still offers it: its exclusions and closings name a
+        // parameter, which `remeasure` has none of, and nothing withheld it.
         if menu.entries().iter().all(|e| e.id == MenuId::Remeasure) {
             return Ok(None);
         }
