@@ -144,6 +144,42 @@ impl Blocks {
         }
     }
 
+    /// The spread the reported interval is computed from, with its degrees
+    /// of freedom: the blocks' spread and their arm gaps pooled into one
+    /// estimate of the same variance, `(Σ(x − x̄)² + Σg²/2) / (3m − 1)` on
+    /// `3m − 1` degrees of freedom (of a single block, its gaps on 2, as
+    /// [`Self::own_spread`]).
+    ///
+    /// Why not the larger of the two, as the decision takes: the larger of
+    /// two estimates with its own few degrees of freedom is a decision's
+    /// guard against a level shift the ABBA order does not cancel (the
+    /// blocks' spread sees it, the gaps do not), and the decision's narrow
+    /// interval needs the guard. The reported one is read as "the effect
+    /// lies here, at 90%", and at two blocks the blocks' spread has one
+    /// degree of freedom: its Student quantile at the reported level is
+    /// about 24, so a `within_noise` verdict against a floor of ±9.2% once
+    /// showed `+1.1% [-83.3%, +510.4%]`, and a plain win waited blocks for
+    /// its reported interval to agree ([`super::sequential::agrees`]). The
+    /// pooled estimate uses every degree of freedom the blocks carry; a
+    /// level shift still enlarges it through the blocks' term, and the
+    /// floor still bounds the width from below. Its coverage on the real
+    /// traces is `judge_replay`'s first table.
+    pub(crate) fn pooled_spread(&self) -> Option<(f64, f64)> {
+        match self.n {
+            0 => None,
+            n => {
+                let df = 3.0 * n as f64 - 1.0;
+                Some((((self.m2 + self.gaps / 2.0) / df).sqrt(), df))
+            }
+        }
+    }
+
+    /// The interval a verdict reports, at `boundary` (the reported level's
+    /// constant): [`Self::interval`]'s shape, from [`Self::pooled_spread`].
+    pub(crate) fn reported_interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
+        self.interval_from(self.pooled_spread()?, floor, boundary)
+    }
+
     /// The repeated confidence interval after the blocks so far; `None`
     /// before the first block.
     ///
@@ -168,7 +204,16 @@ impl Blocks {
 
     /// The interval of [`Self::estimate`] alone, at `boundary`.
     pub(crate) fn interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
-        let (s, df) = self.own_spread()?;
+        self.interval_from(self.pooled_spread()?, floor, boundary)
+    }
+
+    /// `mean ± max(t · s, z · floor/√2) / √m` for a spread `(s, df)`.
+    fn interval_from(
+        &self,
+        (s, df): (f64, f64),
+        floor: Floor,
+        boundary: f64,
+    ) -> Option<(f64, f64)> {
         let m = self.n as f64;
         let by_floor = boundary * floor.get() / std::f64::consts::SQRT_2;
         let own = student_quantile(boundary, df) * s;
@@ -226,6 +271,29 @@ mod tests {
         let (s, df) = b.own_spread().unwrap();
         assert!((s - 0.08f64.sqrt()).abs() < 1e-12, "{s}");
         assert_eq!(df, 1.0);
+    }
+
+    /// The reported interval's spread pools the blocks' (m − 1 degrees of
+    /// freedom) and their arm gaps' (2m) into one on 3m − 1; of one block
+    /// it is the gaps', as the decision's.
+    #[test]
+    fn the_reported_spread_pools_the_blocks_and_their_gaps() {
+        let mut one = Blocks::default();
+        one.push(-0.3, (0.1, 0.2));
+        assert_eq!(one.pooled_spread(), one.own_spread());
+        // Blocks that agree exactly: (0 + 0.1 / 2) / 5.
+        let mut b = one;
+        b.push(-0.3, (0.2, 0.1));
+        let (s, df) = b.pooled_spread().unwrap();
+        assert!((s - 0.1).abs() < 1e-12, "{s}");
+        assert_eq!(df, 5.0);
+        // Blocks 0.4 apart whose arms' runs agree: (0.08 + 0) / 5.
+        let mut b = Blocks::default();
+        b.push(-0.1, (0.0, 0.0));
+        b.push(-0.5, (0.0, 0.0));
+        let (s, df) = b.pooled_spread().unwrap();
+        assert!((s - 0.016f64.sqrt()).abs() < 1e-12, "{s}");
+        assert_eq!(df, 5.0);
     }
 
     fn floor(v: f64) -> Floor {
@@ -319,7 +387,22 @@ mod tests {
         theta: f64,
         f: Floor,
         conf: f64,
+        run: impl FnMut(&mut StdRng) -> f64,
+    ) -> f64 {
+        coverage_of(reps, blocks, theta, f, conf, run, |w, f, z| {
+            w.estimate(f, z).unwrap().interval
+        })
+    }
+
+    /// [`simultaneous_coverage`] of the interval `interval` computes.
+    fn coverage_of(
+        reps: usize,
+        blocks: usize,
+        theta: f64,
+        f: Floor,
+        conf: f64,
         mut run: impl FnMut(&mut StdRng) -> f64,
+        interval: impl Fn(&Blocks, Floor, f64) -> (f64, f64),
     ) -> f64 {
         let p = Policy::new(
             Confidence::try_from(conf).unwrap(),
@@ -338,8 +421,8 @@ mod tests {
                 let (a, b) = (pair(), pair());
                 w.push(block_statistic(a, b), arm_gaps(a, b));
                 if k >= 1 {
-                    let e = w.estimate(f, p.boundary()).unwrap();
-                    ok &= e.interval.0 <= theta && theta <= e.interval.1;
+                    let (lo, hi) = interval(&w, f, p.boundary());
+                    ok &= lo <= theta && theta <= hi;
                 }
             }
             covered += usize::from(ok);
@@ -367,6 +450,32 @@ mod tests {
         for conf in [0.2, 0.4, 0.8] {
             let c = simultaneous_coverage(4000, 6, 0.0, floor(0.028), conf, |r| n.sample(r));
             assert!(c >= conf - 0.03, "coverage {c} at {conf}");
+        }
+    }
+
+    /// The reported interval (the pooled spread) at its own level: on
+    /// clean runs, and where the floor is a third of the real noise, so
+    /// the spread alone carries the width.
+    #[test]
+    fn the_reported_interval_covers_at_every_look_at_once() {
+        let reported = |w: &Blocks, f: Floor, z: f64| w.reported_interval(f, z).unwrap();
+        for (sd, f) in [(0.02, 0.0283), (0.06, 0.028)] {
+            let n: Normal<f64> = Normal::new(0.0, sd).unwrap();
+            for (conf, blocks) in [(0.9, 6), (0.9, 8), (0.4, 6)] {
+                let c = coverage_of(
+                    4000,
+                    blocks,
+                    -0.05,
+                    floor(f),
+                    conf,
+                    |r| n.sample(r),
+                    reported,
+                );
+                assert!(
+                    c >= conf - 0.024,
+                    "σ {sd}, {blocks} blocks: coverage {c} at {conf}"
+                );
+            }
         }
     }
 

@@ -1033,10 +1033,10 @@ mod tests {
 
     #[test]
     fn a_small_effect_measures_the_floor_then_goes_on_from_the_pairs_run() {
-        // Blocks alternate around a 3% win by ±1%: within the bound at
+        // Blocks alternate around a 3% win by ±2%: within the bound at
         // once (which a smaller floor need not be), undecided against a 1%
         // floor at first, a win after more blocks.
-        let effect = |b: usize| -0.03 + if b % 2 == 0 { 0.01 } else { -0.01 };
+        let effect = |b: usize| -0.03 + if b % 2 == 0 { 0.02 } else { -0.02 };
         let small = Floor::try_from(0.01).unwrap();
         let s = AbSchedule::against_bound(bounded(), 1).unwrap();
         let r = drive_bound(s, effect, small);
