@@ -204,7 +204,7 @@ impl Blocks {
 
     /// The interval of [`Self::estimate`] alone, at `boundary`.
     pub(crate) fn interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
-        self.interval_from(self.pooled_spread()?, floor, boundary)
+        self.interval_from(self.own_spread()?, floor, boundary)
     }
 
     /// `mean ± max(t · s, z · floor/√2) / √m` for a spread `(s, df)`.
