@@ -177,7 +177,7 @@ impl Blocks {
     /// The interval a verdict reports, at `boundary` (the reported level's
     /// constant): [`Self::interval`]'s shape, from [`Self::pooled_spread`].
     pub(crate) fn reported_interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
-        self.interval_from(self.pooled_spread()?, floor, boundary)
+        Some(self.interval_from(self.pooled_spread()?, floor, boundary))
     }
 
     /// The repeated confidence interval after the blocks so far; `None`
@@ -204,21 +204,17 @@ impl Blocks {
 
     /// The interval of [`Self::estimate`] alone, at `boundary`.
     pub(crate) fn interval(&self, floor: Floor, boundary: f64) -> Option<(f64, f64)> {
-        self.interval_from(self.own_spread()?, floor, boundary)
+        Some(self.interval_from(self.own_spread()?, floor, boundary))
     }
 
-    /// `mean ± max(t · s, z · floor/√2) / √m` for a spread `(s, df)`.
-    fn interval_from(
-        &self,
-        (s, df): (f64, f64),
-        floor: Floor,
-        boundary: f64,
-    ) -> Option<(f64, f64)> {
+    /// `mean ± max(t · s, z · floor/√2) / √m` for a spread `(s, df)`; the
+    /// caller has a block, so there is always one.
+    fn interval_from(&self, (s, df): (f64, f64), floor: Floor, boundary: f64) -> (f64, f64) {
         let m = self.n as f64;
         let by_floor = boundary * floor.get() / std::f64::consts::SQRT_2;
         let own = student_quantile(boundary, df) * s;
         let half = own.max(by_floor) / m.sqrt();
-        Some((self.mean - half, self.mean + half))
+        (self.mean - half, self.mean + half)
     }
 }
 
