@@ -8,8 +8,9 @@
 //! against the bound first and the floor measured as the daemon measures it
 //! when the bound cannot decide, warmups, the alternating block order,
 //! blocks discarded and re-run, the sequential test, and a win confirmed by
-//! an A/B that may not use the first one's floor, with a true effect
-//! injected into the candidate's runs.
+//! a second A/B (on the first one's floor while it is valid, or with
+//! `confirmation_new_floor` on one measured after the win, as the shipped
+//! config says), with a true effect injected into the candidate's runs.
 //!
 //! It prints, per trace, the verdict rates with Wilson 95% intervals, single
 //! A/B and confirmed, for A/A candidates (one floor per A/B, and one floor

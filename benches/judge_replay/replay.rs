@@ -121,7 +121,8 @@ pub enum FloorUse {
     /// A fresh floor before every A/B.
     Each,
     /// One floor serves this many A/Bs in a row, as `noise_floor_max_age_s
-    /// = 86400` allows; a confirmation still measures its own first.
+    /// = 86400` allows; a confirmation measures its own first only with
+    /// `confirmation_new_floor`.
     Shared(usize),
 }
 
@@ -220,8 +221,12 @@ fn replay_floor_first(
         coverage.add(reported, theta);
         let mut ab_runs = stream.taken - before;
         let confirmed = if single == VerdictKind::Win {
-            // The confirmation must not inherit the first A/B's floor.
-            floor = measure_floor(stream, policy, warmups);
+            // The confirmation measures a floor of its own only as the
+            // shipped policy says (`confirmation_new_floor`), for every
+            // protocol alike.
+            if policy.confirmation_new_floor {
+                floor = measure_floor(stream, policy, warmups);
+            }
             match floor {
                 Some(f2) => {
                     let before = stream.taken;
@@ -252,8 +257,8 @@ fn replay_floor_first(
 /// [`replay`] as the daemon runs our judge with a bound: the floor is
 /// measured inside an A/B, and only when the bound cannot decide it. A
 /// floor measured serves the next `decisions` A/Bs in all (the shared
-/// floor's age), never a confirmation, which must not share the noise of
-/// the floor before its win.
+/// floor's age) and their confirmations, unless the policy asks for a
+/// confirmation's floor measured after its win (`confirmation_new_floor`).
 fn replay_bound_first(
     stream: &mut Stream,
     policy: Policy,
@@ -273,7 +278,10 @@ fn replay_bound_first(
         coverage.add(first.reported, theta);
         let mut ab_runs = first.ab_runs;
         let confirmed = if first.kind == VerdictKind::Win {
-            let second = bounded_ab(stream, policy, warmups, None, theta);
+            // A floor still valid judges the confirmation too, unless the
+            // policy asks for one measured after the win.
+            let valid = floor.filter(|_| !policy.confirmation_new_floor);
+            let second = bounded_ab(stream, policy, warmups, valid, theta);
             if let Some(measured) = second.measured {
                 floor = measured;
             }

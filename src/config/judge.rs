@@ -44,6 +44,7 @@ impl TryFrom<&RawMeasure> for Policy {
         }
         p.max_contention_rise = Some(m.max_contention_rise);
         p.max_discarded_blocks = m.max_discarded_blocks as usize;
+        p.confirmation_new_floor = m.confirmation_new_floor;
         if (m.floor_pairs as usize) < crate::judge::noise::MIN_PAIRS || m.floor_pairs > 200 {
             return Err(format!(
                 "[measure] floor_pairs must be between {} and 200 (got {}); each pair is two runs of the live profile",

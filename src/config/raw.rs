@@ -281,6 +281,8 @@ pub(super) struct RawMeasure {
     pub max_discarded_blocks: u32,
     #[serde(default = "default_pressure_shift")]
     pub floor_pressure_shift: f64,
+    #[serde(default = "default_confirmation_new_floor")]
+    pub confirmation_new_floor: bool,
 }
 
 impl Default for RawMeasure {
@@ -300,6 +302,9 @@ fn default_max_contention_rise() -> f64 {
 }
 fn default_max_discarded() -> u32 {
     8
+}
+fn default_confirmation_new_floor() -> bool {
+    crate::judge::Policy::DEFAULT_CONFIRMATION_NEW_FLOOR
 }
 fn default_pressure_shift() -> f64 {
     0.25

@@ -4,8 +4,8 @@
 //! wider than `max_noise_floor`, measured under other machine conditions
 //! than now (`floor_pressure_shift`; or a contention that moved by more than
 //! `max_contention_rise`, which the PSI share, saturated on a busy machine,
-//! cannot see), or older than a win waiting for its
-//! confirmation (which must not inherit the noise of the A/B it confirms).
+//! cannot see), or, with `[measure] confirmation_new_floor`, older than a
+//! win waiting for its confirmation.
 
 use chrono::{DateTime, Utc};
 
@@ -30,8 +30,9 @@ pub struct Freshness {
     /// rose for good) or judged against a floor wider than the machine
     /// now is (a load that went away).
     pub contention_rise: Option<f64>,
-    /// A win decided at this time waits for its confirmation: a floor
-    /// measured before it is not used for that confirmation.
+    /// A win decided at this time waits for its confirmation, and a floor
+    /// measured before it is not used for that confirmation (set only with
+    /// `[measure] confirmation_new_floor`).
     pub not_before: Option<DateTime<Utc>>,
 }
 

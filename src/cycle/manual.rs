@@ -4,7 +4,8 @@
 //! floor rules, the bound first, the floor measured when the bound cannot
 //! decide. Each A/B is a cycle of its own (proposer `human`) with one
 //! `manual` experiment, and a win's confirmation is a second such cycle,
-//! never judged by a floor measured before the win, as the loop's is.
+//! judged by the floors the loop's confirmation may use
+//! (`[measure] confirmation_new_floor`).
 //! Nothing is staged: the caller reads the verdicts.
 
 use serde_json::Value;
@@ -73,7 +74,8 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             experiment_id: Some(experiment_id),
             ..Tried::default()
         };
-        // A confirmation must not be judged by a floor measured before its win.
+        // A confirmation's win: with `[measure] confirmation_new_floor`, no
+        // floor measured before it judges the confirmation (`Cycle::floor`).
         let not_before = match confirms {
             Some(win) => self.ledger.verdict(win).await?.map(|v| v.decided_at),
             None => None,

@@ -310,7 +310,10 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             now,
             pressure_shift: self.config.measure.floor_pressure_shift,
             contention_rise: self.policy.max_contention_rise,
-            not_before,
+            // A confirmation may use any floor still valid, its win's
+            // included, unless `[measure] confirmation_new_floor` asks for
+            // one measured after the win.
+            not_before: not_before.filter(|_| self.policy.confirmation_new_floor),
         };
         CurrentFloor::load(
             self.ledger,
@@ -387,8 +390,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// Chooses the kind of cycle and runs it.
     async fn dispatch(&mut self, id: CycleId, seen: &Seen) -> Result<Done, Stop> {
         let base = &seen.base;
-        // A win waiting for its confirmation needs a floor measured after
-        // it: the two decisions must not share the noise of one floor.
+        // A win waiting for its confirmation: with `[measure]
+        // confirmation_new_floor`, a floor measured before it does not
+        // judge the confirmation (`Self::floor`).
         let pending = self.pending_win(base).await?;
         let not_before = match pending {
             Some(p) => self.ledger.verdict(p.win()).await?.map(|v| v.decided_at),

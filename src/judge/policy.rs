@@ -122,6 +122,12 @@ pub struct Policy {
     /// More discarded blocks than this in one A/B end it `inconclusive`,
     /// the machine too noisy (`[measure] max_discarded_blocks`).
     pub max_discarded_blocks: usize,
+    /// A win's confirmation is judged only by a floor measured after the
+    /// win (`[measure] confirmation_new_floor`). Off, it is judged by any
+    /// floor still valid, the first A/B's included: its pairs are its own,
+    /// and the replay of real traces finds no confirmed false win either
+    /// way (see [`Policy::DEFAULT_CONFIRMATION_NEW_FLOOR`]).
+    pub confirmation_new_floor: bool,
     /// Pocock's constant for these looks and this confidence
     /// ([`super::pocock::constant`]), computed once here: for the looks
     /// from two blocks on when the first look is at one block.
@@ -163,6 +169,19 @@ impl Policy {
     /// tell an effect from the floor is one for `inconclusive`.
     pub const MOST_MAX_PAIRS: usize = 60;
 
+    /// The default `confirmation_new_floor`: off. A floor measured after
+    /// the win costs `2 × floor_pairs + 2` runs (42) for every win judged
+    /// against a measured floor, most of what a confirmed small win costs.
+    /// What it was for, a confirmation that does not share the first A/B's
+    /// noise, its own pairs give: a confirmed false win needs both A/Bs'
+    /// pairs to err against the same floor, and a floor the machine has
+    /// moved away from is stale for both anyway (`cycle::floor`). On the
+    /// replay of real traces (`cargo bench --bench judge_replay`, 2,000
+    /// decisions a cell) confirmed false wins are 0.0% [0.0, 0.2] on every
+    /// trace with the floor shared as with a new one, and a confirmed −2F
+    /// win costs about 40 runs less all in (docs/measured/judge_replay.md).
+    pub const DEFAULT_CONFIRMATION_NEW_FLOOR: bool = false;
+
     pub fn new(
         confidence: Confidence,
         min_pairs: usize,
@@ -192,6 +211,7 @@ impl Policy {
             max_contention_rise: None,
             floor_contention: None,
             max_discarded_blocks: 8,
+            confirmation_new_floor: Self::DEFAULT_CONFIRMATION_NEW_FLOOR,
             boundary: super::pocock::constant(
                 (min_pairs / 2).max(2).min(max_pairs / 2),
                 max_pairs / 2,

@@ -36,6 +36,17 @@ fn profile(demo: &Demo, name: &str, extra: &str) -> String {
     demo.path(name).display().to_string()
 }
 
+/// A profile other than the start that runs the same command:
+/// `memory.budget_gb` reaches no argument of the bench.
+fn same_speed(demo: &Demo) -> String {
+    let same = profile(demo, "same.toml", "");
+    let text = std::fs::read_to_string(&same)
+        .unwrap()
+        .replace("budget_gb = 0.01", "budget_gb = 0.011");
+    std::fs::write(&same, text).unwrap();
+    same
+}
+
 fn compare(demo: &Demo, args: &[&str]) -> (Output, Option<Value>) {
     let out = demo.cmd().arg("compare").args(args).output().unwrap();
     let json = serde_json::from_slice(&out.stdout).ok();
@@ -190,12 +201,7 @@ fn the_same_speed_is_within_noise_with_the_floor_it_measured() {
         edit_config(&demo, |t| {
             t.replace("min_noise_floor = 0.01", "min_noise_floor = 0.10")
         });
-        // memory.budget_gb reaches no argument of the bench: the same command.
-        let same = profile(&demo, "same.toml", "");
-        let text = std::fs::read_to_string(&same)
-            .unwrap()
-            .replace("budget_gb = 0.01", "budget_gb = 0.011");
-        std::fs::write(&same, text).unwrap();
+        let same = same_speed(&demo);
         let (out, json) = compare(&demo, &["--candidate", &same, "--json"]);
         assert!(out.status.success(), "{}", said(&out));
         let j = json.unwrap();
@@ -214,6 +220,76 @@ fn the_same_speed_is_within_noise_with_the_floor_it_measured() {
         assert_recorded_manual(&demo, 1);
         return;
     }
+}
+
+/// A win's confirmation is judged by a floor still valid, the one its win
+/// was judged by included (`[measure] confirmation_new_floor = false`, as
+/// shipped): its pairs are its own, and no A/A is run for it. With the key
+/// on, that floor may not judge it: the bound does, or a floor measured
+/// after the win. The floor comes from an A/A comparison first; this test
+/// keeps it valid on a machine other tests load (`floor_pressure_shift`
+/// and `max_contention_rise` at their widest, which the shipped config
+/// does not do), since a floor gone stale would hide the rule under test.
+#[test]
+fn a_confirmation_is_judged_by_its_wins_floor_unless_told_to_measure_after_it() {
+    let _heavy = crate::common::heavy();
+    let widest = |t: String| {
+        t.replace("min_noise_floor = 0.01", "min_noise_floor = 0.10")
+            .replace("floor_pressure_shift = 0.25", "floor_pressure_shift = 1.0")
+            .replace("max_contention_rise = 0.25", "max_contention_rise = 10.0")
+    };
+    // A floor measured by an A/A comparison, tried on a fresh demo up to
+    // three times: on a loaded machine an A/A's floor may come out too
+    // noisy to use, a verdict the judge owes there.
+    let mut measured = None;
+    for attempt in 1..=3 {
+        let demo = demo(16);
+        edit_config(&demo, widest);
+        let same = same_speed(&demo);
+        let (out, json) = compare(&demo, &["--candidate", &same, "--json"]);
+        assert!(out.status.success(), "{}", said(&out));
+        let j = json.unwrap();
+        let floor = j["ab"]["noise_floor"].as_f64();
+        if j["ab"]["floor_is_bound"] == false && !j["ab"]["floor_measured"].is_null() {
+            measured = Some((demo, floor.expect("a measured floor has a value")));
+            break;
+        }
+        eprintln!("attempt {attempt} measured no usable floor: {j:#}");
+    }
+    let (demo, floor) = measured.expect("three A/A comparisons measured no usable floor");
+
+    // The win is judged against that floor, and so is its confirmation.
+    let candidate = profile(&demo, "candidate.toml", DRAFT);
+    let (out, json) = compare(&demo, &["--candidate", &candidate, "--json"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let j = json.unwrap();
+    assert_eq!(j["verdict"], "win", "{j:#}");
+    for ab in [&j["ab"], &j["confirmation"]] {
+        assert_eq!(ab["verdict"], "win", "{j:#}");
+        assert_eq!(ab["floor_is_bound"], false, "{j:#}");
+        assert!(ab["floor_measured"].is_null(), "no A/A was run: {j:#}");
+        assert_eq!(ab["noise_floor"].as_f64(), Some(floor), "{j:#}");
+    }
+    assert_eq!(j["confirmed"], true, "{j:#}");
+
+    // With the key on, the same floor (still valid: the first A/B is judged
+    // by it) may not judge the confirmation.
+    edit_config(&demo, |t| {
+        t.replace(
+            "confirmation_new_floor = false",
+            "confirmation_new_floor = true",
+        )
+    });
+    let (out, json) = compare(&demo, &["--candidate", &candidate, "--json"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let j = json.unwrap();
+    assert_eq!(j["ab"]["noise_floor"].as_f64(), Some(floor), "{j:#}");
+    assert_eq!(j["verdict"], "win", "{j:#}");
+    let again = &j["confirmation"];
+    assert!(
+        again["floor_is_bound"] == true || !again["floor_measured"].is_null(),
+        "the confirmation was judged by the floor measured before its win: {j:#}"
+    );
 }
 
 #[test]

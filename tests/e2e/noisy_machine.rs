@@ -305,11 +305,12 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
             break;
         }
     }
-    // A win found under the steady load is confirmed by the next cycle,
-    // which measures a floor of its own (a confirmation may not inherit
-    // the floor of the A/B it re-tests): under the burst, that floor takes
-    // the burst in and nothing is interference (CI at 01de14f, 2026-12-05).
-    // So such a confirmation runs here, under the steady load, first.
+    // A win found under the steady load is confirmed by the next cycle.
+    // Under the burst, a confirmation that measures a floor (its win's
+    // gone stale as the load moved, or with `confirmation_new_floor`)
+    // takes the burst into that floor and nothing is interference (CI at
+    // 01de14f, 2026-12-05). So such a confirmation runs here, under the
+    // steady load, first.
     for _ in 0..2 {
         let newest = demo.ledger();
         let unconfirmed_win = newest[..1].iter().any(|c| {
