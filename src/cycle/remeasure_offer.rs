@@ -9,7 +9,8 @@
 //! the live server served only the daemon's own requests since
 //! ([`crate::measure::stand_aside::StandAside::only_own_requests_within`]).
 //! A floor missing only because none was measured on this profile is
-//! withheld too once the loop has measured something there, until the
+//! withheld too once the loop has measured something there, or from the
+//! start when no experiment on the menu is judged by that floor, until the
 //! live metrics drift (`remeasure_idle`): no decision waits for it.
 //! Otherwise it is withheld ([`Withheld`]): the schema leaves it out, the
 //! validator refuses it by name, the prompt says why, and the bandit does
@@ -120,9 +121,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// offered `remeasure` out, if it does: the A/A is offered only because
     /// no floor of its protocol was measured on `base` (none yet, or the
     /// live profile changed since), the loop has already measured
-    /// something on `base`, and the live metrics have not moved since
-    /// (beyond `min_noise_floor`, the drift floor a waiting loop wakes on
-    /// without a floor of its own). No
+    /// something on `base` (or nothing yet, and no experiment on the menu
+    /// is judged by that protocol's floor), and the live metrics have not
+    /// moved since (beyond `min_noise_floor`, the drift floor a waiting
+    /// loop wakes on without a floor of its own). No
     /// decision waits for that floor: an A/B and a realization measure
     /// theirs in their own cycle when they need one. Its A/A was then the
     /// converged loop's largest engine item, which no decision used (the
@@ -130,8 +132,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// 2026-12-05), and the served model, offered it while other arms were
     /// left, chose it on every seed (the shoot-out's B at b800840: 46 runs,
     /// 6 engine s of 15-18). A drift offers it with a reason, and the first
-    /// cycle on a profile may still choose it. A menu of `remeasure` alone
-    /// keeps it: the A/A is that loop's only job.
+    /// cycle on a profile may still choose it when the menu's experiments
+    /// are judged by its floor. A menu of `remeasure` alone keeps it: the
+    /// A/A is that loop's only job.
     async fn remeasure_idle(
         &self,
         menu: &crate::menu::Menu,
@@ -155,13 +158,29 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             // Measured here and stale for the machine's sake: due.
             return Ok(None);
         }
-        let Some(since) = history
+        let last = history
             .iter()
             .filter(|e| e.base_digest == digest)
             .map(|e| e.created_at)
-            .max()
-        else {
-            return Ok(None);
+            .max();
+        // Nothing measured on `base` yet: the floor is the next A/B's when
+        // an experiment on the menu is judged by it, so the first cycle may
+        // take it. When none is (the demo's menu measures its experiments
+        // with the bench and `remeasure` with the live server), that A/A
+        // judges nothing here: the live profile it is measured on changes
+        // with the first approval, before any realization could use it.
+        // Offered anyway, the served model took it first on every fresh
+        // start, and beside two CPU hogs it was 259 of the first
+        // experiment's 465 s (docs/measured/first_ten_minutes.md, 03a02fa).
+        let since = match last {
+            Some(at) => at,
+            None if judges_an_experiment(menu, method, |m| {
+                self.scorers.for_candidate(m).map(|s| s.method())
+            }) =>
+            {
+                return Ok(None);
+            }
+            None => DateTime::<Utc>::MIN_UTC,
         };
         let age = (self.clock.now() - since).to_std().unwrap_or_default();
         let only_ours = self
@@ -175,12 +194,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             tracing::info!("remeasure is due: {moved}");
             return Ok(None);
         }
+        let judged_by = if last.is_none() {
+            format!(" (no experiment on the menu is measured through the {method} protocol)")
+        } else {
+            String::new()
+        };
         Ok(Some(Withheld {
             experiment: MenuId::Remeasure,
             why: format!(
                 "no {method} noise floor was measured on this profile and no decision waits for \
-                 one, since an A/B or a realization measures its own when it needs it; its A/A \
-                 waits for the live metrics to drift"
+                 one{judged_by}, since an A/B or a realization measures its own when it needs it; \
+                 its A/A waits for the live metrics to drift"
             ),
         }))
     }
@@ -237,6 +261,20 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     }
 }
 
+/// Whether an experiment of `menu` other than `remeasure` is judged by the
+/// floor of `method`: its A/B runs under that protocol (`measured_by`, the
+/// scorer an A/B of a menu method gets).
+fn judges_an_experiment(
+    menu: &crate::menu::Menu,
+    method: Method,
+    measured_by: impl Fn(Method) -> Option<Method>,
+) -> bool {
+    menu.entries()
+        .iter()
+        .filter(|e| e.id != MenuId::Remeasure)
+        .any(|e| measured_by(e.method) == Some(method))
+}
+
 /// Why `remeasure` waits though the floor is missing or stale: the newest
 /// A/A on the base `digest` (in `history`, newest first) was too noisy to
 /// give a floor (`inconclusive`) less than `backoff` (`[cycle] max_wait_s`,
@@ -274,6 +312,25 @@ fn too_noisy_lately(
 mod tests {
     use super::*;
     use crate::brain::double::{measured_on, warm};
+
+    /// The repository's menu measures its experiments with the bench and
+    /// `remeasure` with the live server: the live server's floor judges
+    /// none of them, so the first cycle is not offered it; a menu whose
+    /// experiments run under the floor's protocol is.
+    #[test]
+    fn a_floor_judges_an_experiment_only_when_one_runs_under_its_protocol() {
+        let menu = crate::brain::double::repo_menu();
+        let scorers = |m: Method| Some(m);
+        assert!(!judges_an_experiment(&menu, Method::Surface, scorers));
+        assert!(judges_an_experiment(&menu, Method::Bench, scorers));
+        // A stack with no bench measures surface experiments in a shadow
+        // and its A/As on the live server: that floor judges them.
+        assert!(judges_an_experiment(&menu, Method::Surface, |_| Some(
+            Method::Surface
+        )));
+        // A stack that cannot measure the experiments at all.
+        assert!(!judges_an_experiment(&menu, Method::Bench, |_| None));
+    }
 
     #[test]
     fn an_inconclusive_floor_withholds_remeasure_for_the_backoff_only() {

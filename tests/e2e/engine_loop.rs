@@ -108,21 +108,14 @@ fn narrowed_demo_with(
     unsupported: &[&str],
 ) -> Demo {
     let demo = Demo::new(proposer, TINY_START, TINY_INIT, 3 * 64 * 128 * 4, 8);
-    let menu = demo.path("menu");
-    std::fs::create_dir(&menu).unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    for entry in std::fs::read_dir(&repo).unwrap() {
-        let p = entry.unwrap().path();
-        let text = std::fs::read_to_string(&p).unwrap();
-        let text = if p.ends_with("stage_speculative.toml") {
-            let t = text.replace("max = 8", "max = 1");
-            assert_ne!(t, text, "stage_speculative.toml no longer has max = 8");
-            t
-        } else {
-            text
-        };
-        std::fs::write(menu.join(p.file_name().unwrap()), text).unwrap();
-    }
+    let menu = faults::own_menu(&demo, |file, text| {
+        if file != "stage_speculative.toml" {
+            return text;
+        }
+        let t = text.replace("max = 8", "max = 1");
+        assert_ne!(t, text, "stage_speculative.toml no longer has max = 8");
+        t
+    });
     let path = demo.path("config.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let mut out = String::new();
@@ -540,6 +533,69 @@ fn the_model_is_not_offered_a_floor_no_decision_waits_for() {
     assert_eq!(
         faults::ledger::experiments_of(&db, "remeasure"),
         0,
+        "{text}"
+    );
+    demo.assert_children_gone();
+}
+
+/// A fresh start is not offered the live server's floor either: the
+/// shipped menu measures its experiments with the bench and `remeasure`
+/// with the live server, so no decision waits for that A/A until an
+/// approval's realization, on another live profile. A model double that
+/// answers `remeasure` first is refused by name, and its next answer, an
+/// experiment, is the first cycle's verdict. Before, a newcomer's served
+/// model took that A/A first on every fresh start: beside two CPU hogs it
+/// was 259 of the first experiment's 465 s
+/// (docs/measured/first_ten_minutes.md, 03a02fa).
+#[test]
+fn a_fresh_start_measures_an_experiment_first_not_a_floor_none_of_them_uses() {
+    let _heavy = common::heavy();
+    let metrics = MetricsEndpointDouble::start(0.10);
+    let model = FaultyHttpServer::start(|_| {
+        Reply::Chat(r#"{"experiment":"remeasure","params":{},"rationale":"a floor"}"#.into())
+    });
+    model.script([
+        Reply::Chat(r#"{"experiment":"remeasure","params":{},"rationale":"a floor"}"#.into()),
+        Reply::Chat(
+            r#"{"experiment":"stage_speculative","params":{"draft_len":1},"rationale":"a draft"}"#
+                .into(),
+        ),
+    ]);
+    let demo = narrowed_demo_with(
+        &metrics,
+        "model",
+        &["rerank_pins", "deepen_warm_set", "rebalance_trunk_cache"],
+    );
+    use_model_double(&demo, model.port);
+    let db = demo.path("ledger/orchestrator.db");
+
+    let text = run_once(&demo);
+    let proposals = faults::ledger::proposals(&db);
+    assert_eq!(proposals.len(), 2, "{proposals:#?}\n{text}");
+    assert_eq!(
+        proposals[0].2.as_deref(),
+        Some("not_offered"),
+        "{proposals:#?}"
+    );
+    assert_eq!(proposals[1].2, None, "{proposals:#?}");
+    let refused = faults::ledger::rejections(&db);
+    assert!(
+        refused.len() == 1
+            && refused[0]
+                .contains("no experiment on the menu is measured through the surface protocol"),
+        "the refusal says why remeasure is withheld: {refused:#?}"
+    );
+    assert!(
+        text.contains("stage_speculative") && !text.contains("remeasure  "),
+        "the first cycle measured the draft: {text}"
+    );
+    // The draft's A/B may measure the bench's floor, its own (an A/A filed
+    // under `remeasure`); the live server is never measured.
+    let floors = faults::ledger::methods_of(&db, "remeasure");
+    assert!(floors.iter().all(|m| m == "bench"), "{floors:?}\n{text}");
+    assert_eq!(
+        faults::ledger::experiments_of(&db, "stage_speculative"),
+        1,
         "{text}"
     );
     demo.assert_children_gone();

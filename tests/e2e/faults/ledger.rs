@@ -90,6 +90,18 @@ pub fn proposals(db: &Path) -> Vec<(i64, Option<String>, Option<String>)> {
     .unwrap_or_default()
 }
 
+/// The refusal message of every refused proposal, in order.
+pub fn rejections(db: &Path) -> Vec<String> {
+    read(db, |pool| async move {
+        sqlx::query_scalar(
+            "SELECT rejection FROM proposals WHERE rejection IS NOT NULL ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+    })
+    .unwrap_or_default()
+}
+
 /// `SELECT cycle_id, metrics FROM observations`, as JSON.
 pub fn observations(db: &Path) -> Vec<(i64, serde_json::Value)> {
     let rows: Vec<(i64, String)> = read(db, |pool| async move {
@@ -119,6 +131,17 @@ pub fn cycle_of_fault(db: &Path, kind: &str) -> Option<i64> {
 }
 
 /// How many experiments of this menu entry the ledger holds.
+/// The method (`bench`, `surface`) of each experiment of `menu_id`, in order.
+pub fn methods_of(db: &Path, menu_id: &str) -> Vec<String> {
+    read(db, |pool| async move {
+        sqlx::query_scalar("SELECT method FROM experiments WHERE menu_id = ? ORDER BY id")
+            .bind(menu_id)
+            .fetch_all(&pool)
+            .await
+    })
+    .unwrap_or_default()
+}
+
 pub fn experiments_of(db: &Path, menu_id: &str) -> i64 {
     read(db, |pool| async move {
         sqlx::query_scalar("SELECT count(*) FROM experiments WHERE menu_id = ?")

@@ -73,6 +73,45 @@ pub fn edit_config(demo: &Demo, edit: impl FnOnce(String) -> String) {
     std::fs::write(&path, new).unwrap();
 }
 
+/// Gives the demo a copy of the repository's menu whose `remeasure` is an
+/// A/A through the bench, the protocol its experiments are measured with,
+/// so its floor judges them and a fresh ledger's first cycle is offered it
+/// (the shipped `remeasure` measures the live server, whose floor judges
+/// none of them: withheld until something drifts, `cycle::remeasure_offer`).
+/// For tests that need a choice every cycle may make, `remeasure` repeated.
+pub fn bench_remeasure_menu(demo: &Demo) {
+    let menu = own_menu(demo, |file, text| {
+        if file != "remeasure.toml" {
+            return text;
+        }
+        let t = text.replace("method = \"surface\"", "method = \"bench\"");
+        assert_ne!(t, text, "remeasure.toml no longer measures the surface");
+        t
+    });
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
+    let experiments = format!("dir = {repo:?}");
+    edit_config(demo, |t| {
+        assert!(t.contains(&experiments), "the demo's menu dir moved:\n{t}");
+        t.replace(&experiments, &format!("dir = {menu:?}"))
+    });
+}
+
+/// Writes a copy of the repository's menu to the demo's `menu/`, each file
+/// `(name, text)` through `edit`; returns that directory (the config still
+/// names the repository's: the caller points it there).
+pub fn own_menu(demo: &Demo, edit: impl Fn(&str, String) -> String) -> std::path::PathBuf {
+    let menu = demo.path("menu");
+    std::fs::create_dir_all(&menu).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
+    for entry in std::fs::read_dir(&repo).unwrap() {
+        let p = entry.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(menu.join(&name), edit(&name, text)).unwrap();
+    }
+    menu
+}
+
 /// Points the demo's `[model]` at a scripted model double on `port`. The
 /// demo asks tinyk3's random weights for an empty rationale; a scripted
 /// model writes real ones, so the default bound of 400 characters is back.
