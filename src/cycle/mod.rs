@@ -275,17 +275,13 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
 
     /// The protocols the menu's (non-remeasure) experiments are measured with.
     fn candidate_methods(&self) -> Vec<Method> {
-        let mut methods: Vec<Method> = self
-            .menu
-            .entries()
-            .iter()
-            .filter(|e| e.id != MenuId::Remeasure)
-            .filter_map(|e| self.scorers.for_candidate(e.method))
-            .map(|s| s.method())
-            .collect();
-        methods.sort_by_key(|m| m.as_str());
-        methods.dedup();
-        methods
+        candidate_methods_of(self.menu, |m| self.candidate_method(m))
+    }
+
+    /// The protocol an A/B of an entry whose menu method is `method` runs
+    /// under: its scorer's (`None` when the config has none for it).
+    fn candidate_method(&self, method: Method) -> Option<Method> {
+        self.scorers.for_candidate(method).map(|s| s.method())
     }
 
     async fn floor(
@@ -496,4 +492,22 @@ fn ab_stop(e: AbError) -> Stop {
         }
         other => Stop::failed(other.to_string()),
     }
+}
+
+/// The protocols `menu`'s experiments other than `remeasure` are measured
+/// with, each entry's menu method mapped by `measured_by` (the scorer an
+/// A/B of it gets), sorted and without repeats.
+fn candidate_methods_of(
+    menu: &crate::menu::Menu,
+    measured_by: impl Fn(Method) -> Option<Method>,
+) -> Vec<Method> {
+    let mut methods: Vec<Method> = menu
+        .entries()
+        .iter()
+        .filter(|e| e.id != MenuId::Remeasure)
+        .filter_map(|e| measured_by(e.method))
+        .collect();
+    methods.sort_by_key(|m| m.as_str());
+    methods.dedup();
+    methods
 }

@@ -174,10 +174,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         // experiment's 465 s (docs/measured/first_ten_minutes.md, 03a02fa).
         let since = match last {
             Some(at) => at,
-            None if judges_an_experiment(menu, method, |m| {
-                self.scorers.for_candidate(m).map(|s| s.method())
-            }) =>
-            {
+            None if judges_an_experiment(menu, method, |m| self.candidate_method(m)) => {
                 return Ok(None);
             }
             None => DateTime::<Utc>::MIN_UTC,
@@ -269,10 +266,7 @@ fn judges_an_experiment(
     method: Method,
     measured_by: impl Fn(Method) -> Option<Method>,
 ) -> bool {
-    menu.entries()
-        .iter()
-        .filter(|e| e.id != MenuId::Remeasure)
-        .any(|e| measured_by(e.method) == Some(method))
+    super::candidate_methods_of(menu, measured_by).contains(&method)
 }
 
 /// Why `remeasure` waits though the floor is missing or stale: the newest

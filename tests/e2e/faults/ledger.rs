@@ -130,7 +130,6 @@ pub fn cycle_of_fault(db: &Path, kind: &str) -> Option<i64> {
     .flatten()
 }
 
-/// How many experiments of this menu entry the ledger holds.
 /// The method (`bench`, `surface`) of each experiment of `menu_id`, in order.
 pub fn methods_of(db: &Path, menu_id: &str) -> Vec<String> {
     read(db, |pool| async move {
@@ -142,6 +141,7 @@ pub fn methods_of(db: &Path, menu_id: &str) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// How many experiments of this menu entry the ledger holds.
 pub fn experiments_of(db: &Path, menu_id: &str) -> i64 {
     read(db, |pool| async move {
         sqlx::query_scalar("SELECT count(*) FROM experiments WHERE menu_id = ?")

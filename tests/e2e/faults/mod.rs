@@ -88,8 +88,7 @@ pub fn bench_remeasure_menu(demo: &Demo) {
         assert_ne!(t, text, "remeasure.toml no longer measures the surface");
         t
     });
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    let experiments = format!("dir = {repo:?}");
+    let experiments = format!("dir = {:?}", repo_menu());
     edit_config(demo, |t| {
         assert!(t.contains(&experiments), "the demo's menu dir moved:\n{t}");
         t.replace(&experiments, &format!("dir = {menu:?}"))
@@ -102,14 +101,18 @@ pub fn bench_remeasure_menu(demo: &Demo) {
 pub fn own_menu(demo: &Demo, edit: impl Fn(&str, String) -> String) -> std::path::PathBuf {
     let menu = demo.path("menu");
     std::fs::create_dir_all(&menu).unwrap();
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    for entry in std::fs::read_dir(&repo).unwrap() {
+    for entry in std::fs::read_dir(repo_menu()).unwrap() {
         let p = entry.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&p).unwrap();
         std::fs::write(menu.join(&name), edit(&name, text)).unwrap();
     }
     menu
+}
+
+/// The repository's menu, `experiments/`, which a demo's config names.
+fn repo_menu() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
 }
 
 /// Points the demo's `[model]` at a scripted model double on `port`. The
