@@ -71,6 +71,35 @@ impl CurrentFloor {
         })
     }
 
+    /// `latest`, the floor measured on the profile an approval replaced,
+    /// carried over to `live` as `value` (see `floor_carry`): judged by the
+    /// rules every floor is, but for the profile it was measured on.
+    pub fn carried(
+        latest: &NoiseFloor,
+        live: &Digest,
+        value: f64,
+        method: String,
+        rules: &Freshness,
+        now: DateTime<Utc>,
+    ) -> CurrentFloor {
+        let mut row = latest.clone();
+        row.recorded.profile_digest = live.clone();
+        row.recorded.value = value;
+        row.recorded.method = method;
+        let why = stale_because(&row, live, rules, now);
+        CurrentFloor {
+            row: Some(row),
+            stale: why.is_some(),
+            why,
+        }
+    }
+
+    /// Whether the floor was measured on another live profile than `live`
+    /// (one an approval may have replaced).
+    pub fn measured_on_another_profile(&self, live: &Digest) -> bool {
+        self.row.as_ref().is_some_and(|r| &r.profile_digest != live)
+    }
+
     /// The floor to judge with: the measurement clamped below by `min`.
     pub fn floor(&self, min: Floor) -> Option<Floor> {
         let row = self.row.as_ref()?;

@@ -47,6 +47,7 @@ mod deferral;
 mod duplicate_check;
 mod experiment;
 mod floor;
+mod floor_carry;
 mod floor_refresh;
 mod manual;
 mod outcome;
@@ -311,15 +312,35 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             // one measured after the win.
             not_before: not_before.filter(|_| self.policy.confirmation_new_floor),
         };
-        CurrentFloor::load(
+        let live = base.profile.digest();
+        let now = self.clock.now();
+        let current = CurrentFloor::load(
             self.ledger,
             &self.config.stack.name,
             method,
-            &base.profile.digest(),
+            &live,
             &rules,
-            self.clock.now(),
+            now,
         )
-        .await
+        .await?;
+        // A floor an approval made stale may carry over to the approved
+        // profile (`floor_carry`).
+        if let Some(latest) = current.row.as_ref().filter(|_| current.stale)
+            && current.measured_on_another_profile(&live)
+            && let Some(carried) = self.carry_floor(method, latest, &live).await?
+        {
+            let method = carried.method(latest);
+            tracing::debug!("the noise floor carries over: {method}");
+            return Ok(CurrentFloor::carried(
+                latest,
+                &live,
+                carried.value,
+                method,
+                &rules,
+                now,
+            ));
+        }
+        Ok(current)
     }
 }
 

@@ -73,7 +73,7 @@ pub(crate) fn discordant(first: (f64, f64), second: (f64, f64), floor: Floor) ->
 
 /// The log gaps between each arm's own two runs of a block, `(baseline,
 /// candidate)`: what the block says about the noise, whatever the effect.
-pub(crate) fn arm_gaps(first: (f64, f64), second: (f64, f64)) -> (f64, f64) {
+pub fn arm_gaps(first: (f64, f64), second: (f64, f64)) -> (f64, f64) {
     (first.0.ln() - second.0.ln(), first.1.ln() - second.1.ln())
 }
 

@@ -96,6 +96,21 @@ pub fn estimate(aa_log_ratios: &[f64], min_floor: Floor) -> Result<NoiseFloor, N
     })
 }
 
+/// Fewest blocks whose arm gaps may speak for a profile's noise
+/// ([`of_arm_gaps`]). Four gaps give `Qn` a relative standard error near
+/// a half: enough to see a profile twice as noisy as a floor says, which
+/// is all [`of_arm_gaps`] is asked (it can only raise a floor).
+pub const MIN_ARM_GAPS: usize = 4;
+
+/// The noise floor one arm's own gaps in A/B blocks imply: each ABBA block
+/// runs each arm twice, and the log gap between the two runs is an A/A
+/// pair of that arm's profile ([`super::interval::arm_gaps`]), so their
+/// `Qn` is on the floor's scale, whatever the effect. `None` below
+/// [`MIN_ARM_GAPS`] gaps, or when one is not finite.
+pub fn of_arm_gaps(gaps: &[f64]) -> Option<f64> {
+    (gaps.len() >= MIN_ARM_GAPS && gaps.iter().all(|g| g.is_finite())).then(|| qn(gaps))
+}
+
 /// `Qn`, scaled to estimate σ at the normal; 0 for fewer than two values.
 /// O(n²), which is nothing for the few dozen pairs of a floor.
 pub(crate) fn qn(x: &[f64]) -> f64 {
@@ -152,6 +167,15 @@ mod tests {
 
     fn floor(v: f64) -> Floor {
         Floor::try_from(v).unwrap()
+    }
+
+    #[test]
+    fn arm_gaps_speak_for_a_profile_from_four_on() {
+        assert_eq!(of_arm_gaps(&[0.1, -0.1, 0.2]), None);
+        assert_eq!(of_arm_gaps(&[0.1, -0.1, 0.2, f64::NAN]), None);
+        let gaps = [0.1, -0.1, 0.2, 0.0];
+        assert_eq!(of_arm_gaps(&gaps), Some(qn(&gaps)));
+        assert!(qn(&gaps) > 0.0);
     }
 
     #[test]

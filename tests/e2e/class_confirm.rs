@@ -158,6 +158,7 @@ async fn unconfirmed_win(url: &str, stack: &str, base: &Profile, candidate: &Pro
         menu_id: MenuId::StageSpeculative,
         parameters: json!({"draft_len": 4}),
         effect: (-0.5, -0.6, -0.4),
+        ..Default::default()
     };
     staged::unconfirmed_win_on(&ledger, base, candidate, &win).await;
     ledger.close().await;

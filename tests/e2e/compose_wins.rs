@@ -45,6 +45,7 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
             menu_id: MenuId::StageSpeculative,
             parameters: json!({"draft_len": 4}),
             effect: (-0.03, -0.05, -0.01),
+            ..Default::default()
         },
     );
     let mut warm = live.clone();
@@ -57,6 +58,7 @@ fn two_staged_wins_on_different_knobs_are_composed_staged_as_one_and_approving_i
             menu_id: MenuId::DeepenWarmSet,
             parameters: json!({"warm_set": 64}),
             effect: (-0.02, -0.04, -0.005),
+            ..Default::default()
         },
     );
 
@@ -197,6 +199,7 @@ fn rejecting_a_part_expires_its_composite() {
             menu_id: MenuId::DeepenWarmSet,
             parameters: json!({"warm_set": 64}),
             effect: (-0.1, -0.15, -0.05),
+            ..Default::default()
         },
     );
     let b = staged::stage_win_as(
@@ -207,6 +210,7 @@ fn rejecting_a_part_expires_its_composite() {
             menu_id: MenuId::StageSpeculative,
             parameters: json!({"draft_len": 4}),
             effect: (-0.05, -0.08, -0.02),
+            ..Default::default()
         },
     );
     let composite = staged::stage_win_as(
@@ -217,6 +221,7 @@ fn rejecting_a_part_expires_its_composite() {
             menu_id: MenuId::DeepenWarmSet,
             parameters: json!({"parts": [a.0, b.0]}),
             effect: (-0.3, -0.35, -0.25),
+            ..Default::default()
         },
     );
     staged::link_composite(&db, composite, &[a, b]);

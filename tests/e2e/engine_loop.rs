@@ -601,6 +601,85 @@ fn a_fresh_start_measures_an_experiment_first_not_a_floor_none_of_them_uses() {
     demo.assert_children_gone();
 }
 
+/// An approval carries the floor its stage was judged by over to the
+/// profile it made live: the next A/B there is judged by that floor, not by
+/// the bound and not by a floor measured again, at the larger of it and
+/// what the new profile's own A/A pairs in the stage's A/Bs say.
+#[test]
+fn an_approval_carries_the_floor_its_stage_was_judged_by_to_the_new_profile() {
+    let _heavy = common::heavy();
+    let metrics = MetricsEndpointDouble::start(0.10);
+    let demo = narrowed_demo(&metrics);
+    let db = demo.path("ledger/orchestrator.db");
+    let before = Profile::load(&demo.path("ledger/profiles/live.toml")).unwrap();
+    let after = staged::variant(&before, 0.003);
+    // Its A/B and confirmation, three blocks each, both judged by a bench
+    // floor of 0.20 measured on `before`; the six runs-apart gaps of the new
+    // profile there say more.
+    let gaps = [0.3, -0.3, 0.1];
+    let own = orchestrator::judge::noise::of_arm_gaps(&[gaps, gaps].concat()).unwrap();
+    assert!(own > 0.25 && own < 0.45, "{own}");
+    let win = staged::Win {
+        floor: 0.20,
+        candidate_gaps: gaps.to_vec(),
+        ..Default::default()
+    };
+    let stage = staged::stage_win_as(&db, &before, &after, &win);
+    demo.read_ledger(async |ledger| {
+        let floor = |stack: &str, on: &Profile, value: f64| NewNoiseFloor {
+            stack: stack.into(),
+            profile_digest: on.digest(),
+            value,
+            n: 20,
+            method: "qn-sigma-v1".into(),
+            measured_at: Utc::now(),
+            experiment_id: None,
+            load1: None,
+            cpu_pressure: None,
+            contention: None,
+        };
+        ledger
+            .insert_noise_floor(&floor("tinyk3/bench", &before, 0.20))
+            .await
+            .unwrap();
+        // The live server's own, fresh: what realizes the stage is not
+        // this test's subject.
+        ledger
+            .insert_noise_floor(&floor("tinyk3/surface", &after, 0.30))
+            .await
+            .unwrap();
+    });
+    let id = stage.0.to_string();
+    demo.cmd()
+        .args(["stage", "approve", &id, "--by", "ada"])
+        .assert()
+        .success();
+
+    // The realization (if due) first, then the draft's A/B.
+    let mut text = String::new();
+    for _ in 0..3 {
+        text.push_str(&run_once(&demo));
+        if !faults::ledger::verdict_floors_of(&db, "stage_speculative").is_empty() {
+            break;
+        }
+    }
+    let judged = faults::ledger::verdict_floors_of(&db, "stage_speculative");
+    assert_eq!(judged.len(), 1, "{text}");
+    let (floor, bound) = judged[0];
+    assert!(!bound, "judged by the carried floor, not the bound: {text}");
+    let floor = floor.expect("a floor");
+    assert!(
+        (floor - own).abs() < 1e-9,
+        "the larger of 0.20 and the new profile's {own}: {floor}\n{text}"
+    );
+    assert_eq!(
+        faults::ledger::floors_of(&db, "tinyk3/bench"),
+        1,
+        "no bench floor measured again: {text}"
+    );
+    demo.assert_children_gone();
+}
+
 /// The engine-time budget on the real daemon: a window of 20 s of which
 /// the engine may take a fifth. The daemon waits (recorded, said) rather
 /// than start a cycle the window has no room for, and at every cycle's

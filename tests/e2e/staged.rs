@@ -29,6 +29,12 @@ pub struct Win {
     pub parameters: Value,
     /// The effect both A/Bs report, and its interval (log ratios).
     pub effect: (f64, f64, f64),
+    /// The measured noise floor both verdicts record.
+    pub floor: f64,
+    /// Each A/B's ABBA blocks, by the candidate's log gap in each: its two
+    /// runs are `0.040 · e^(g/2)` and `0.040 · e^(-g/2)` s/token (the
+    /// baseline's both 0.050).
+    pub candidate_gaps: Vec<f64>,
 }
 
 impl Default for Win {
@@ -37,6 +43,8 @@ impl Default for Win {
             menu_id: MenuId::RebalanceTrunkCache,
             parameters: json!({"trunk_fraction": 0.5}),
             effect: (-0.2, -0.25, -0.15),
+            floor: 0.02,
+            candidate_gaps: vec![0.0],
         }
     }
 }
@@ -113,8 +121,12 @@ async fn record_win_on(
             .await
             .unwrap();
         let arms = [Arm::Baseline, Arm::Candidate, Arm::Candidate, Arm::Baseline];
-        for (order, arm) in arms.into_iter().enumerate() {
-            let spt = if arm == Arm::Baseline { 0.050 } else { 0.040 };
+        let runs = win.candidate_gaps.iter().flat_map(|g| {
+            let candidate = [0.040 * (g / 2.0).exp(), 0.040 * (-g / 2.0).exp()];
+            arms.into_iter()
+                .zip([0.050, candidate[0], candidate[1], 0.050])
+        });
+        for (order, (arm, spt)) in runs.enumerate() {
             tx.insert_run(&NewRun {
                 experiment_id: e,
                 arm,
@@ -144,9 +156,9 @@ async fn record_win_on(
                 low: win.effect.1,
                 high: win.effect.2,
             }),
-            noise_floor: Some(0.02),
+            noise_floor: Some(win.floor),
             floor_is_bound: false,
-            pairs: 2,
+            pairs: 2 * win.candidate_gaps.len() as u32,
             method: Some("staged by the test".into()),
             reason: None,
         };

@@ -151,3 +151,29 @@ pub fn experiments_of(db: &Path, menu_id: &str) -> i64 {
     })
     .unwrap_or_default()
 }
+
+/// The floor each verdict of `menu_id`'s experiments was judged by, and
+/// whether that was the bound, in order.
+pub fn verdict_floors_of(db: &Path, menu_id: &str) -> Vec<(Option<f64>, bool)> {
+    read(db, |pool| async move {
+        sqlx::query_as(
+            "SELECT v.noise_floor, v.floor_is_bound FROM verdicts v \
+             JOIN experiments e ON e.id = v.experiment_id WHERE e.menu_id = ? ORDER BY e.id",
+        )
+        .bind(menu_id)
+        .fetch_all(&pool)
+        .await
+    })
+    .unwrap_or_default()
+}
+
+/// How many noise floors are stored under `key` (`STACK/PROTOCOL`).
+pub fn floors_of(db: &Path, key: &str) -> i64 {
+    read(db, |pool| async move {
+        sqlx::query_scalar("SELECT count(*) FROM noise_floors WHERE stack = ?")
+            .bind(key)
+            .fetch_one(&pool)
+            .await
+    })
+    .unwrap_or_default()
+}
