@@ -128,27 +128,42 @@ def waiting_converged(db: Path) -> bool:
 
 
 def diagnose(db: Path) -> dict:
-    """Where the loop's engine time went, by kind of experiment, from its ledger."""
+    """Where the loop's engine time went, by kind of experiment, from its
+    ledger: over the whole run (`by_kind`) and over the runs that started
+    after its last approval (`after_last_by_kind`, `{}` when it approved
+    nothing), the part the engine-share goal counts."""
     q = """
       SELECT CASE WHEN e.confirmation_of IS NOT NULL THEN 'confirmation A/B'
                   WHEN e.menu_id = 'remeasure' AND e.proposal_id IS NULL THEN 'noise floor (A/A)'
                   WHEN e.menu_id = 'remeasure' THEN 'remeasure (proposed A/A)'
+                  WHEN EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id)
+                       THEN 'realization A/B'
                   ELSE e.menu_id || ' A/B' END AS kind,
              e.id, COALESCE(v.kind, '-'),
-             (SELECT COUNT(*) FROM runs r WHERE r.experiment_id = e.id),
-             (SELECT COALESCE(SUM(r.duration_s), 0) FROM runs r WHERE r.experiment_id = e.id)
+             (SELECT COUNT(*) FROM runs r WHERE r.experiment_id = e.id AND r.started_at >= ?),
+             (SELECT COALESCE(SUM(r.duration_s), 0) FROM runs r
+               WHERE r.experiment_id = e.id AND r.started_at >= ?)
       FROM experiments e LEFT JOIN verdicts v ON v.experiment_id = e.id"""
-    out = {}
-    with ro(db) as c:
-        for kind, _id, verdict, n, secs in c.execute(q):
+
+    def by_kind(c, since):
+        out = {}
+        for kind, _id, verdict, n, secs in c.execute(q, (since, since)):
+            if n == 0:
+                continue
             k = out.setdefault(kind, {"experiments": 0, "runs": 0, "engine_s": 0.0, "verdicts": {}})
             k["experiments"] += 1
             k["runs"] += n
             k["engine_s"] += secs
             k["verdicts"][verdict] = k["verdicts"].get(verdict, 0) + 1
+        return out
+
+    with ro(db) as c:
+        out = by_kind(c, "")
+        last = c.execute("SELECT MAX(decided_at) FROM stages WHERE state = 'approved'").fetchone()[0]
+        after = by_kind(c, last) if last else {}
         cycles = c.execute("SELECT COUNT(*) FROM cycles").fetchone()[0]
         rejected = c.execute("SELECT COUNT(*) FROM verdicts WHERE kind = 'rejected'").fetchone()[0]
-    return {"by_kind": out, "cycles": cycles, "rejected_cycles": rejected}
+    return {"by_kind": out, "after_last_by_kind": after, "cycles": cycles, "rejected_cycles": rejected}
 
 
 def orch(cfg: Path, *args, check=True):

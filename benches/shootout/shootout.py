@@ -321,6 +321,13 @@ def row_of(L, r, ev, opt):
     }
 
 
+
+def kind_rows(by_kind):
+    """A diagnosis table's rows, the costliest kind first."""
+    return [f"| {k} | {v['experiments']} | {v['runs']} | {v['engine_s']:.1f} | "
+            f"{', '.join(f'{a} {b}' for a, b in sorted(v['verdicts'].items()))} |"
+            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]["engine_s"])]
+
 def summarize(L, results, ev, gt, opt_key, start_spt, a, wall):
     opt = gt[opt_key]["median"]
     rows = [row_of(L, r, ev, opt) for r in results]
@@ -393,9 +400,13 @@ def summarize(L, results, ev, gt, opt_key, start_spt, a, wall):
             lines += ["", f"Where {w['contestant']} seed {w['seed']} spent its engine time on {L.name} "
                       f"({w['diagnosis']['cycles']} cycles, {w['diagnosis']['rejected_cycles']} rejected proposals):",
                       "", "| kind | experiments | runs | engine s | verdicts |", "|---|---:|---:|---:|---|"]
-            for k, v in sorted(w["diagnosis"]["by_kind"].items(), key=lambda kv: -kv[1]["engine_s"]):
-                lines.append(f"| {k} | {v['experiments']} | {v['runs']} | {v['engine_s']:.0f} | "
-                             f"{', '.join(f'{a} {b}' for a, b in sorted(v['verdicts'].items()))} |")
+            lines += kind_rows(w["diagnosis"]["by_kind"])
+            after = w["diagnosis"].get("after_last_by_kind")
+            if after:
+                lines += ["", "Of which after its last approval (runs started after it; a run's wall time, "
+                              "where the share above counts the engine clock's):",
+                          "", "| kind | experiments | runs | engine s | verdicts |", "|---|---:|---:|---:|---|"]
+                lines += kind_rows(after)
         if w["comparisons"]:
             verdicts = {}
             for cmp in w["comparisons"]:

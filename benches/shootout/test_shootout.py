@@ -19,7 +19,7 @@ import stack  # noqa: E402
 import standard  # noqa: E402
 import truth  # noqa: E402
 import tuners  # noqa: E402
-from loop import substitute, write_config  # noqa: E402
+from loop import diagnose, substitute, write_config  # noqa: E402
 from plot import step_value  # noqa: E402
 
 
@@ -362,6 +362,45 @@ class Goals(unittest.TestCase):
         goal = [x for x in standard.evaluate_goals("C", rows)[0] if x.goal.startswith("engine time")][0]
         self.assertFalse(goal.met)
         self.assertIn("11%", goal.line())
+
+
+class Diagnosis(unittest.TestCase):
+    def test_runs_after_the_last_approval_are_counted_apart_by_kind(self):
+        import sqlite3
+        with tempfile.TemporaryDirectory() as d:
+            db = Path(d) / "orchestrator.db"
+            c = sqlite3.connect(db)
+            c.executescript("""
+              CREATE TABLE cycles (id INTEGER PRIMARY KEY);
+              CREATE TABLE experiments (id INTEGER PRIMARY KEY, menu_id TEXT, proposal_id INTEGER,
+                                        confirmation_of INTEGER);
+              CREATE TABLE verdicts (experiment_id INTEGER, kind TEXT);
+              CREATE TABLE runs (experiment_id INTEGER, duration_s REAL, started_at TEXT);
+              CREATE TABLE realizations (experiment_id INTEGER, stage_id INTEGER);
+              CREATE TABLE stages (id INTEGER PRIMARY KEY, state TEXT, decided_at TEXT);
+              INSERT INTO cycles VALUES (1), (2), (3);
+              INSERT INTO experiments VALUES (1, 'stage_speculative', 1, NULL),
+                (2, 'remeasure', NULL, NULL), (3, 'stage_speculative', NULL, NULL),
+                (4, 'rebalance_trunk_cache', 2, NULL);
+              INSERT INTO verdicts VALUES (1, 'win'), (2, 'within_noise'), (3, 'win'), (4, 'loss');
+              INSERT INTO realizations VALUES (3, 1);
+              INSERT INTO stages VALUES (1, 'approved', '2026-12-06T10:00:05.000000Z'),
+                                        (2, 'rejected', '2026-12-06T11:00:00.000000Z');
+              INSERT INTO runs VALUES (1, 1.0, '2026-12-06T10:00:00.000000Z'),
+                (2, 1.0, '2026-12-06T10:00:04.000000Z'), (2, 1.5, '2026-12-06T10:00:06.000000Z'),
+                (3, 2.0, '2026-12-06T10:00:07.000000Z'), (4, 0.5, '2026-12-06T10:00:08.000000Z');
+            """)
+            c.commit()
+            c.close()
+            out = diagnose(db)
+        self.assertEqual(out["by_kind"]["noise floor (A/A)"]["runs"], 2)
+        self.assertEqual(out["by_kind"]["realization A/B"]["engine_s"], 2.0)
+        after = out["after_last_by_kind"]
+        # The approved stage's time, not the rejected one's; the floor
+        # that straddles it counts its later run only.
+        self.assertEqual(set(after), {"noise floor (A/A)", "realization A/B", "rebalance_trunk_cache A/B"})
+        self.assertEqual((after["noise floor (A/A)"]["runs"], after["noise floor (A/A)"]["engine_s"]), (1, 1.5))
+        self.assertEqual(after["rebalance_trunk_cache A/B"]["verdicts"], {"loss": 1})
 
 
 class RealEngine(unittest.TestCase):

@@ -1,26 +1,28 @@
-//! A noise floor carried over an approval.
+//! A noise floor carried over a stage.
 //!
-//! A floor describes the runs of the live profile it was measured on, so an
-//! approval, which makes another profile live, leaves it stale, and the next
-//! A/B the bound cannot decide measured `2 × floor_pairs + 2` runs of the new
-//! profile (42 by default). But the approved stage's own A/B and
-//! its confirmation already ran the new profile, twice in every block, and
-//! were judged by that floor: each block's two runs of the new profile are
-//! an A/A pair of it ([`crate::judge::noise::of_arm_gaps`]). So where both
-//! were judged by the latest floor, measured on the profile the stage
-//! replaced, that floor carries over to the new live profile as the larger
-//! of itself and what those A/A pairs say: never lower than either, so a
-//! new profile noisier than the old one gets the wider floor, and one no
-//! noisier keeps the floor it was judged by. Every other rule (age, the
-//! machine's pressure and contention, `max_noise_floor`) applies to it as
-//! to the floor it carries. Nothing is written: the floor is carried each
-//! time it is read, from the rows that justify it, and a verdict judged by
-//! it records the value it used.
+//! A floor describes the runs of the profile it was measured on, the
+//! cycle's base, so a stage, whose profile becomes the base once it is
+//! approved (or while it waits for approval, when a cycle builds on it,
+//! `cycle/base.rs`), leaves it stale, and the next A/B there the bound
+//! cannot decide measured `2 × floor_pairs + 2` runs of the new profile
+//! (42 by default). But the stage's own A/B and its confirmation already
+//! ran the new profile, twice in every block, and were judged by that
+//! floor: each block's two runs of the new profile are an A/A pair of it
+//! ([`crate::judge::noise::of_arm_gaps`]). So where both were judged by the
+//! latest floor, measured on the profile the stage replaces, that floor
+//! carries over to the new profile as the larger of itself and what those
+//! A/A pairs say: never lower than either, so a new profile noisier than
+//! the old one gets the wider floor, and one no noisier keeps the floor it
+//! was judged by. Every other rule (age, the machine's pressure and
+//! contention, `max_noise_floor`) applies to it as to the floor it
+//! carries. Nothing is written: the floor is carried each time it is read,
+//! from the rows that justify it, and a verdict judged by it records the
+//! value it used.
 
 use crate::clock::Clock;
 use crate::judge::{interval::arm_gaps, noise};
 use crate::ledger::{ExperimentId, LedgerError, NoiseFloor, Run, Stage};
-use crate::vocab::{Arm, Digest, Method};
+use crate::vocab::{Arm, Digest, Method, StageState};
 
 use super::CycleRunner;
 
@@ -51,22 +53,20 @@ impl Carried {
 }
 
 impl<P, C: Clock> CycleRunner<'_, P, C> {
-    /// The floor `latest` (of protocol `method`) carried over to `live`, when
-    /// `live` is an applied stage's profile, the stage replaced the profile
-    /// `latest` was measured on, and its A/B and confirmation, both of
-    /// `method`, were both judged by `latest` (not by the bound).
+    /// The floor `latest` (of protocol `method`) carried over to `live` (the
+    /// cycle's base), when `live` is the profile of a stage from the profile
+    /// `latest` was measured on, applied or waiting for approval, whose A/B
+    /// and confirmation, both of `method`, were both judged by `latest` (not
+    /// by the bound).
     pub(super) async fn carry_floor(
         &self,
         method: Method,
         latest: &NoiseFloor,
         live: &Digest,
     ) -> Result<Option<Carried>, LedgerError> {
-        let Some(stage) = self.ledger.live_stage(live).await? else {
+        let Some(stage) = self.stage_onto(live, &latest.profile_digest).await? else {
             return Ok(None);
         };
-        if stage.base_digest != latest.profile_digest {
-            return Ok(None);
-        }
         // The value a verdict judged by `latest` records: after the clamp.
         let used = latest.value.max(self.policy.min_floor.get());
         let mut gaps = Vec::new();
@@ -85,6 +85,30 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             gaps: gaps.len(),
             stage: stage.id,
         }))
+    }
+
+    /// The stage from `from` to `profile`: applied and live, or staged and
+    /// waiting for approval (a cycle builds on it then, `cycle/base.rs`).
+    async fn stage_onto(
+        &self,
+        profile: &Digest,
+        from: &Digest,
+    ) -> Result<Option<Stage>, LedgerError> {
+        if let Some(stage) = self.ledger.live_stage(profile).await?
+            && &stage.base_digest == from
+        {
+            return Ok(Some(stage));
+        }
+        for waiting in self.ledger.stages(Some(StageState::Staged)).await? {
+            if &waiting.base_digest != from {
+                continue;
+            }
+            let stage = self.ledger.stage(waiting.id).await?;
+            if &stage.candidate_digest == profile {
+                return Ok(Some(stage));
+            }
+        }
+        Ok(None)
     }
 
     /// The candidate arm's gaps in experiment `id`'s accepted blocks, when

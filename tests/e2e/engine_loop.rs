@@ -607,6 +607,17 @@ fn a_fresh_start_measures_an_experiment_first_not_a_floor_none_of_them_uses() {
 /// what the new profile's own A/A pairs in the stage's A/Bs say.
 #[test]
 fn an_approval_carries_the_floor_its_stage_was_judged_by_to_the_new_profile() {
+    carries_the_floor_to_the_stages_profile(true);
+}
+
+/// So does a stage waiting for approval, to the next A/B a cycle builds on
+/// it (`[cycle] build_on_staged`).
+#[test]
+fn a_waiting_stage_carries_the_floor_its_stage_was_judged_by_to_the_cycle_built_on_it() {
+    carries_the_floor_to_the_stages_profile(false);
+}
+
+fn carries_the_floor_to_the_stages_profile(approve: bool) {
     let _heavy = common::heavy();
     let metrics = MetricsEndpointDouble::start(0.10);
     let demo = narrowed_demo(&metrics);
@@ -649,13 +660,16 @@ fn an_approval_carries_the_floor_its_stage_was_judged_by_to_the_new_profile() {
             .await
             .unwrap();
     });
-    let id = stage.0.to_string();
-    demo.cmd()
-        .args(["stage", "approve", &id, "--by", "ada"])
-        .assert()
-        .success();
+    if approve {
+        let id = stage.0.to_string();
+        demo.cmd()
+            .args(["stage", "approve", &id, "--by", "ada"])
+            .assert()
+            .success();
+    }
 
-    // The realization (if due) first, then the draft's A/B.
+    // The realization (if due) first, then the draft's A/B: on the new
+    // profile, live or built on.
     let mut text = String::new();
     for _ in 0..3 {
         text.push_str(&run_once(&demo));
