@@ -13,9 +13,35 @@ const ONLY_SPECULATION: &str =
 
 const PROFILE: &str = "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.001\ncache_gb = 0.004\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
 
+/// How many fresh demos the scenario may take to see the bound path.
+const ATTEMPTS: usize = 3;
+
 #[test]
 fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() {
     let _heavy = crate::common::heavy();
+    // A noisy moment can break the bound's premise in both the win's cycle
+    // and its confirmation's: each is then judged by a floor measured for
+    // it, correctly, and checked as such below, but the bound path this
+    // test is for was not taken. Seen once in a full e2e run (the win's
+    // cycle measured a floor, its confirmation used it). So the scenario
+    // runs again on a fresh demo, loudly, at most ATTEMPTS times.
+    for attempt in 1..=ATTEMPTS {
+        if a_win_is_staged_and_checked() {
+            return;
+        }
+        eprintln!(
+            "attempt {attempt} of {ATTEMPTS}: neither the win nor its confirmation was judged \
+             against the bound (each held against a measured floor); again on a fresh demo"
+        );
+    }
+    panic!(
+        "in {ATTEMPTS} attempts, neither the win nor its confirmation was judged against the bound"
+    );
+}
+
+/// One demo to a staged win, every check made on it; `false` when neither
+/// the win nor its confirmation took the bound path.
+fn a_win_is_staged_and_checked() -> bool {
     let demo = Demo::new("bandit", PROFILE, INIT, 3 * 64 * 128 * 4, 8);
     // Only stage_speculative may be proposed.
     let config = demo.path("config.toml");
@@ -94,9 +120,13 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
             assert!((floor - 1.5f64.ln()).abs() < 1e-9, "{v:#}");
             judged_against_bound[i] = true;
         } else {
-            // The premise failed: a floor measured in this very cycle.
-            assert_eq!(vs.len(), 2, "{c:#}");
-            assert_eq!(vs[0]["menu_id"], "remeasure", "{c:#}");
+            // The premise failed: a floor measured in this very cycle
+            // (its A/A first), or, for the confirmation (cycles[0]), the
+            // one the win's cycle measured, which is still valid.
+            let measured_here = vs.len() == 2 && vs[0]["menu_id"] == "remeasure";
+            let the_wins =
+                i == 0 && vs.len() == 1 && cycles[1]["verdicts"][0]["menu_id"] == "remeasure";
+            assert!(measured_here || the_wins, "{c:#}");
             assert!(
                 floor < 1.5f64.ln(),
                 "a measured floor below the bound: {v:#}"
@@ -108,10 +138,11 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
         }
         ab_verdicts.push(ab.clone());
     }
-    assert!(
-        judged_against_bound.contains(&true),
-        "neither the win nor its confirmation was judged against the bound: {cycles:#?}"
-    );
+    if !judged_against_bound.contains(&true) {
+        eprintln!("neither cycle was judged against the bound: {cycles:#?}");
+        demo.assert_children_gone();
+        return false;
+    }
     assert_eq!(
         ab_verdicts[0]["confirmation_of"], ab_verdicts[1]["verdict"]["experiment_id"],
         "the second confirms the first"
@@ -163,4 +194,5 @@ fn a_big_win_is_judged_against_the_bound_and_staged_without_measuring_a_floor() 
         String::from_utf8_lossy(&out.stdout)
     );
     demo.assert_children_gone();
+    true
 }
