@@ -38,7 +38,7 @@ use super::{
     Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
 };
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection};
+use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection, Why, exclusions};
 use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// At most this many grid points per parameter: a wide integer range with
@@ -398,6 +398,12 @@ impl<R: Rng + Send> BanditProposer<R> {
     }
 }
 
+/// The most choices the planner may refuse in one cycle before the bandit
+/// settles on its next choice unscreened (refused then as before, a cycle
+/// `rejected`): a whole line's grid, so one edge walked inwards never
+/// reaches it, and a bound on the planning a cycle does.
+pub const MAX_SCREENED: usize = MAX_GRID_POINTS;
+
 /// The UCB1 index; an arm never measured comes first.
 fn ucb1(s: ArmStats, total: u32) -> f64 {
     if s.pulls == 0 {
@@ -412,23 +418,61 @@ impl<R: Rng + Send> Proposer for BanditProposer<R> {
         ProposerKind::Bandit
     }
 
+    /// Each choice is screened by the planner as the served model's answers
+    /// are: a value it would not measure (the stack cannot run it, or it is
+    /// predicted to change nothing) is recorded as refused (`not_measured`,
+    /// excluded on this base in later cycles too) and the next arm is
+    /// chosen in the same cycle. A refusal costs no engine time but, chosen
+    /// alone, a whole cycle of wall time: a line search walking inwards
+    /// from an edge the stack refuses spent 28 cycles in a row on warm sets
+    /// that all held every expert (the shoot-out's landscape B, where
+    /// `interval_s = 30` would have made that 14 minutes). At most
+    /// [`MAX_SCREENED`] refusals a cycle; every arm refused ends the cycle
+    /// `rejected` with each refusal recorded, so the next one finds the
+    /// loop converged.
     async fn propose<D: DuplicateCheck + Sync>(
         &mut self,
         situation: &Situation<'_>,
         duplicates: &D,
     ) -> Outcome {
-        let (attempts, decision) = match self.choose(situation, duplicates).await {
-            Ok(p) => (
-                vec![Attempt {
-                    number: 1,
-                    prompt: None,
-                    raw_answer: None,
-                    parsed: Some(proposal_value(&p)),
-                    rejection: None,
-                }],
-                Decision::Chosen(p),
-            ),
-            Err(e) => (Vec::new(), Decision::Failed(e)),
+        let mut attempts: Vec<Attempt> = Vec::new();
+        let mut narrowed: Option<Menu> = None;
+        let decision = loop {
+            let s = Situation {
+                menu: narrowed.as_ref().unwrap_or(situation.menu),
+                ..*situation
+            };
+            let number = attempts.len() as u32 + 1;
+            let p = match self.choose(&s, duplicates).await {
+                Ok(p) => p,
+                Err(BrainError::NothingWorthMeasuring) if !attempts.is_empty() => {
+                    break Decision::Rejected;
+                }
+                Err(e) => break Decision::Failed(e),
+            };
+            let refusal = (p.experiment != MenuId::Remeasure && attempts.len() < MAX_SCREENED)
+                .then(|| duplicates.planner_refusal(&p))
+                .flatten();
+            attempts.push(Attempt {
+                number,
+                prompt: None,
+                raw_answer: None,
+                parsed: Some(proposal_value(&p)),
+                rejection: refusal
+                    .clone()
+                    .map(|reason| Rejection::NotMeasured { reason }),
+            });
+            if refusal.is_none() {
+                break Decision::Chosen(p);
+            }
+            tracing::info!(
+                algorithm = self.algorithm.as_str(),
+                experiment = %p.experiment,
+                params = %p.params_json(),
+                "the planner refused the bandit's choice; choosing again in this cycle"
+            );
+            let why = Why::RefusedByPlanner { cycle: None };
+            narrowed = Some(s.menu.clone().excluding(exclusions::of_proposal(&p, &why)));
         };
         Outcome {
             proposer: ProposerKind::Bandit,

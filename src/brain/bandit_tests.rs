@@ -571,3 +571,137 @@ fn the_line_search_plays_only_arms_worth_measuring() {
     let o = rt().block_on(ucb.propose(&s, &Decided::default()));
     assert!(arms(&menu).contains(&chosen(&o)));
 }
+
+/// A planning check double: the arms `refuse` names are refused as the
+/// cycle's planner would refuse them (costing no engine time), the rest
+/// plan; duplicates as `decided` says.
+struct RefusingPlanner<'a> {
+    decided: &'a Decided,
+    refuse: fn(&Proposal) -> bool,
+}
+
+impl DuplicateCheck for RefusingPlanner<'_> {
+    async fn previous(
+        &self,
+        p: &Proposal,
+    ) -> Result<Option<crate::ledger::ExperimentId>, crate::ledger::LedgerError> {
+        self.decided.previous(p).await
+    }
+
+    fn planner_refusal(&self, p: &Proposal) -> Option<String> {
+        (self.refuse)(p).then(|| format!("{}: both hold every expert", p.describe()))
+    }
+}
+
+fn warm_set_above_128(p: &Proposal) -> bool {
+    p.experiment == MenuId::DeepenWarmSet
+        && p.params
+            .values()
+            .any(|v| matches!(v, ParamValue::Integer(n) if *n > 128))
+}
+
+fn propose_through(bandit: &mut BanditProposer, menu: &Menu, check: &RefusingPlanner) -> Outcome {
+    let metrics = LiveMetrics::default();
+    let s = Situation {
+        live_digest: None,
+        token_shares: None,
+        menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &fresh_floor(),
+        history: &[],
+    };
+    rt().block_on(bandit.propose(&s, check))
+}
+
+/// A choice the planner refuses is recorded as refused (`not_measured`,
+/// what later cycles exclude) and the bandit chooses again in the same
+/// cycle, rather than spending a whole cycle (`interval_s`) on each: on
+/// landscape B of the shoot-out the line search walked inwards from the
+/// largest warm set through 28 cycles of warm sets that all held every
+/// expert. Here it walks them in one cycle and settles on the first the
+/// planner would measure.
+#[test]
+fn a_choice_the_planner_refuses_is_recorded_and_another_chosen_in_the_cycle() {
+    use crate::brain::double::{OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split};
+    let live = slow_start();
+    // The draft's and the split's lines are done and every pin count is
+    // decided: the warm set's line is the only one left.
+    let mut on = OnLive::default()
+        .decided(&draft(8), VerdictKind::WithinNoise)
+        .decided(&split(1.0), VerdictKind::WithinNoise)
+        .decided(&split(0.3), VerdictKind::WithinNoise);
+    for p in arms(&on.menu(&live))
+        .into_iter()
+        .filter(|a| a.experiment == MenuId::RerankPins)
+    {
+        on = on.decided(&p, VerdictKind::WithinNoise);
+    }
+    let menu = on.menu(&live).withholding(withheld());
+    let metrics = LiveMetrics::default();
+    let digest = live_digest();
+    let s = Situation {
+        live_digest: Some(&digest),
+        token_shares: Some(TRUNK_BOUND),
+        menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &fresh_floor(),
+        history: &on.history,
+    };
+    let decided = Decided::default();
+    let check = RefusingPlanner {
+        decided: &decided,
+        refuse: warm_set_above_128,
+    };
+    let mut b = BanditProposer::new(BanditAlgorithm::LineSearch, StdRng::seed_from_u64(1));
+    let o = rt().block_on(b.propose(&s, &check));
+    let p = chosen(&o);
+    assert_eq!(p.experiment, MenuId::DeepenWarmSet, "{p:?}");
+    assert_eq!(p.params["warm_set"], ParamValue::Integer(128), "{p:?}");
+    let (last, refused) = o.attempts.split_last().expect("an attempt");
+    assert_eq!(last.rejection, None, "{o:?}");
+    assert_eq!(last.parsed, Some(proposal_value(&p)));
+    // 1024 down to 160 by 32, each refused once, in that order.
+    let walked: Vec<serde_json::Value> = refused
+        .iter()
+        .map(|a| {
+            let r = a.rejection.as_ref().expect("refused");
+            assert_eq!(r.kind(), "not_measured", "{r}");
+            assert!(r.to_string().contains("both hold every expert"), "{r}");
+            a.parsed.as_ref().unwrap()["params"]["warm_set"].clone()
+        })
+        .collect();
+    let expected: Vec<serde_json::Value> = (5..=32).rev().map(|k| json!(k * 32)).collect();
+    assert_eq!(walked, expected);
+    for (i, a) in o.attempts.iter().enumerate() {
+        assert_eq!(a.number as usize, i + 1, "numbered in order");
+    }
+}
+
+/// When the planner refuses every arm left, the cycle is `rejected` with
+/// each refusal recorded (no arm is chosen, nothing fails), so the next
+/// cycle excludes them and finds the loop converged.
+#[test]
+fn when_the_planner_refuses_every_arm_left_the_cycle_is_rejected() {
+    let menu = repo_menu().withholding(withheld());
+    let decided = arms(&menu)
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !warm_set_above_128(a))
+        .fold(Decided::default(), |d, (i, a)| d.with(a, i as i64));
+    let check = RefusingPlanner {
+        decided: &decided,
+        refuse: warm_set_above_128,
+    };
+    let left = arms(&menu).iter().filter(|a| warm_set_above_128(a)).count();
+    assert!((1..=MAX_SCREENED).contains(&left), "{left}");
+    let o = propose_through(&mut bandit(2), &menu, &check);
+    assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);
+    assert_eq!(o.attempts.len(), left);
+    assert!(o.attempts.iter().all(|a| a.rejection.is_some()));
+}

@@ -107,7 +107,8 @@ pub trait DuplicateCheck {
     /// (the candidate equals the live profile, it is predicted not to help,
     /// an input is missing), in the planner's own words, or `None` when it
     /// plans. The model proposer asks before it settles on an answer, so a
-    /// refusal is told to the model and asked again within the cycle. The
+    /// refusal is told to the model and asked again within the cycle; the
+    /// bandit asks too, and chooses again. The
     /// cycle implements it by planning; checks without a planner (the test
     /// doubles) refuse nothing.
     fn planner_refusal(&self, _proposal: &Proposal) -> Option<String> {

@@ -177,8 +177,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         base: &ProfileFile,
         tried: Tried,
     ) -> Result<Done, Stop> {
-        // The model's answers were screened by the planner already; a
-        // bandit's choice is refused here.
+        // The proposers' choices were screened by the planner already;
+        // what is refused here is a bandit's choice past its screening
+        // bound (`brain::bandit::MAX_SCREENED`).
         let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {

@@ -19,6 +19,7 @@ mod skip;
 mod staged;
 
 mod approve_anywhere;
+mod bandit_screening;
 mod bound_win;
 mod brain_tinyk3;
 mod check_cli;
