@@ -41,7 +41,7 @@ fn propose_with(
     menu: &Menu,
     floor: &NoiseFloorState,
     history: &[ExperimentOutcome],
-    decided: &Decided,
+    check: &(impl DuplicateCheck + Sync),
 ) -> Outcome {
     let metrics = LiveMetrics::default();
     let s = Situation {
@@ -55,7 +55,7 @@ fn propose_with(
         noise_floor: floor,
         history,
     };
-    rt().block_on(bandit.propose(&s, decided))
+    rt().block_on(bandit.propose(&s, check))
 }
 
 fn chosen(o: &Outcome) -> Proposal {
@@ -526,12 +526,33 @@ fn a_withheld_remeasure_is_never_scheduled() {
     }
 }
 
+/// The situation on the double's live profile, its token trunk-bound.
+fn on_the_live_profile<'a>(
+    menu: &'a Menu,
+    history: &'a [ExperimentOutcome],
+    digest: &'a Digest,
+    metrics: &'a LiveMetrics,
+    floor: &'a NoiseFloorState,
+) -> Situation<'a> {
+    Situation {
+        live_digest: Some(digest),
+        token_shares: Some(crate::brain::double::TRUNK_BOUND),
+        menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics,
+        noise_floor: floor,
+        history,
+    }
+}
+
 /// The line search plays only what it expects to tell something new: once
 /// every line is done and the pins tried, it proposes no other value of a
 /// done line (UCB1 would walk them all).
 #[test]
 fn the_line_search_plays_only_arms_worth_measuring() {
-    use crate::brain::double::{OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split, warm};
+    use crate::brain::double::{OnLive, draft, live_digest, slow_start, split, warm};
     let live = slow_start();
     let mut on = OnLive::default()
         .decided(&draft(8), VerdictKind::WithinNoise)
@@ -548,19 +569,8 @@ fn the_line_search_plays_only_arms_worth_measuring() {
         on = on.decided(p, VerdictKind::WithinNoise);
     }
     let menu = on.menu(&live).withholding(withheld());
-    let metrics = LiveMetrics::default();
-    let digest = live_digest();
-    let s = Situation {
-        live_digest: Some(&digest),
-        token_shares: Some(TRUNK_BOUND),
-        menu: &menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: &fresh_floor(),
-        history: &on.history,
-    };
+    let (metrics, digest, floor) = (LiveMetrics::default(), live_digest(), fresh_floor());
+    let s = on_the_live_profile(&menu, &on.history, &digest, &metrics, &floor);
     for seed in 0..8 {
         let mut b = BanditProposer::new(BanditAlgorithm::LineSearch, StdRng::seed_from_u64(seed));
         let o = rt().block_on(b.propose(&s, &Decided::default()));
@@ -600,22 +610,6 @@ fn warm_set_above_128(p: &Proposal) -> bool {
             .any(|v| matches!(v, ParamValue::Integer(n) if *n > 128))
 }
 
-fn propose_through(bandit: &mut BanditProposer, menu: &Menu, check: &RefusingPlanner) -> Outcome {
-    let metrics = LiveMetrics::default();
-    let s = Situation {
-        live_digest: None,
-        token_shares: None,
-        menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: &fresh_floor(),
-        history: &[],
-    };
-    rt().block_on(bandit.propose(&s, check))
-}
-
 /// A choice the planner refuses is recorded as refused (`not_measured`,
 /// what later cycles exclude) and the bandit chooses again in the same
 /// cycle, rather than spending a whole cycle (`interval_s`) on each: on
@@ -625,7 +619,7 @@ fn propose_through(bandit: &mut BanditProposer, menu: &Menu, check: &RefusingPla
 /// planner would measure.
 #[test]
 fn a_choice_the_planner_refuses_is_recorded_and_another_chosen_in_the_cycle() {
-    use crate::brain::double::{OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split};
+    use crate::brain::double::{OnLive, draft, live_digest, slow_start, split};
     let live = slow_start();
     // The draft's and the split's lines are done and every pin count is
     // decided: the warm set's line is the only one left.
@@ -640,19 +634,8 @@ fn a_choice_the_planner_refuses_is_recorded_and_another_chosen_in_the_cycle() {
         on = on.decided(&p, VerdictKind::WithinNoise);
     }
     let menu = on.menu(&live).withholding(withheld());
-    let metrics = LiveMetrics::default();
-    let digest = live_digest();
-    let s = Situation {
-        live_digest: Some(&digest),
-        token_shares: Some(TRUNK_BOUND),
-        menu: &menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: &fresh_floor(),
-        history: &on.history,
-    };
+    let (metrics, digest, floor) = (LiveMetrics::default(), live_digest(), fresh_floor());
+    let s = on_the_live_profile(&menu, &on.history, &digest, &metrics, &floor);
     let decided = Decided::default();
     let check = RefusingPlanner {
         decided: &decided,
@@ -700,7 +683,7 @@ fn when_the_planner_refuses_every_arm_left_the_cycle_is_rejected() {
     };
     let left = arms(&menu).iter().filter(|a| warm_set_above_128(a)).count();
     assert!((1..=MAX_SCREENED).contains(&left), "{left}");
-    let o = propose_through(&mut bandit(2), &menu, &check);
+    let o = propose_with(&mut bandit(2), &menu, &fresh_floor(), &[], &check);
     assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);
     assert_eq!(o.attempts.len(), left);
     assert!(o.attempts.iter().all(|a| a.rejection.is_some()));
