@@ -398,7 +398,7 @@ def summarize(L, results, ev, gt, opt_key, start_spt, a, wall):
     for w in rows:
         if w["diagnosis"]:
             lines += ["", f"Where {w['contestant']} seed {w['seed']} spent its engine time on {L.name} "
-                      f"({w['diagnosis']['cycles']} cycles, {w['diagnosis']['rejected_cycles']} rejected proposals):",
+                      f"({w['diagnosis']['cycles']} cycles, {w['diagnosis']['rejected_cycles']} of them rejected):",
                       "", "| kind | experiments | runs | engine s | verdicts |", "|---|---:|---:|---:|---|"]
             lines += kind_rows(w["diagnosis"]["by_kind"])
             after = w["diagnosis"].get("after_last_by_kind")
