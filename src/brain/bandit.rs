@@ -35,10 +35,11 @@ use super::error::BrainError;
 use super::levers::{self, TokenShares};
 use super::line_search;
 use super::{
-    Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, proposal_value,
+    Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, planner_screen,
+    proposal_value,
 };
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection, Why, exclusions};
+use crate::menu::{Menu, MenuId, ParamKind, ParamValue, Proposal, Rejection};
 use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 /// At most this many grid points per parameter: a wide integer range with
@@ -450,29 +451,27 @@ impl<R: Rng + Send> Proposer for BanditProposer<R> {
                 }
                 Err(e) => break Decision::Failed(e),
             };
-            let refusal = (p.experiment != MenuId::Remeasure && attempts.len() < MAX_SCREENED)
-                .then(|| duplicates.planner_refusal(&p))
+            let screened = (p.experiment != MenuId::Remeasure && attempts.len() < MAX_SCREENED)
+                .then(|| planner_screen(duplicates, &p))
                 .flatten();
+            let (rejection, out) = screened.unzip();
             attempts.push(Attempt {
                 number,
                 prompt: None,
                 raw_answer: None,
                 parsed: Some(proposal_value(&p)),
-                rejection: refusal
-                    .clone()
-                    .map(|reason| Rejection::NotMeasured { reason }),
+                rejection,
             });
-            if refusal.is_none() {
+            let Some(out) = out else {
                 break Decision::Chosen(p);
-            }
+            };
             tracing::info!(
                 algorithm = self.algorithm.as_str(),
                 experiment = %p.experiment,
                 params = %p.params_json(),
                 "the planner refused the bandit's choice; choosing again in this cycle"
             );
-            let why = Why::RefusedByPlanner { cycle: None };
-            narrowed = Some(s.menu.clone().excluding(exclusions::of_proposal(&p, &why)));
+            narrowed = Some(s.menu.clone().excluding(out));
         };
         Outcome {
             proposer: ProposerKind::Bandit,

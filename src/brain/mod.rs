@@ -161,6 +161,22 @@ impl LedgerDuplicates<'_> {
     }
 }
 
+/// The planner's screening both proposers apply to a valid, new choice:
+/// when the planner would not measure it, the rejection its attempt
+/// records (`not_measured`) and the values the menu then leaves out for
+/// the rest of the cycle; `None` when it plans.
+pub(crate) fn planner_screen(
+    check: &impl DuplicateCheck,
+    proposal: &Proposal,
+) -> Option<(Rejection, Vec<Excluded>)> {
+    let reason = check.planner_refusal(proposal)?;
+    let why = crate::menu::Why::RefusedByPlanner { cycle: None };
+    Some((
+        Rejection::NotMeasured { reason },
+        exclusions::of_proposal(proposal, &why),
+    ))
+}
+
 /// The duplicate rule both proposers apply: `remeasure` repeats on purpose
 /// (it is how the noise floor is refreshed), everything else may be decided
 /// only once per base profile.

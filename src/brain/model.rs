@@ -16,11 +16,11 @@ use super::client::ChatClient;
 use super::error::BrainError;
 use super::fallback::{Fallback, no_win_in_a_row};
 use super::{
-    Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, prompt,
-    proposal_value,
+    Attempt, Decision, DuplicateCheck, Outcome, Proposer, Situation, duplicate_of, planner_screen,
+    prompt, proposal_value,
 };
 use crate::ledger::ExperimentOutcome;
-use crate::menu::{Rejection, Why, exclusions};
+use crate::menu::Rejection;
 use crate::vocab::ProposerKind;
 
 /// Exponential backoff with "full jitter": before retry `k` (0-based) sleep
@@ -170,8 +170,9 @@ impl<R: Rng + Send> ModelProposer<R> {
                             Decision::Failed(BrainError::DuplicateCheck { source }),
                         );
                     }
-                    Ok(None) if let Some(reason) = duplicates.planner_refusal(&proposal) => {
-                        let refusal = Rejection::NotMeasured { reason };
+                    Ok(None)
+                        if let Some((refusal, out)) = planner_screen(duplicates, &proposal) =>
+                    {
                         attempts.push(Attempt {
                             number,
                             prompt,
@@ -179,8 +180,7 @@ impl<R: Rng + Send> ModelProposer<R> {
                             parsed: Some(proposal_value(&proposal)),
                             rejection: Some(refusal.clone()),
                         });
-                        let why = Why::RefusedByPlanner { cycle: None };
-                        menu = menu.excluding(exclusions::of_proposal(&proposal, &why));
+                        menu = menu.excluding(out);
                         refusal
                     }
                     Ok(None) => {

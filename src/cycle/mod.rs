@@ -323,8 +323,9 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             now,
         )
         .await?;
-        // A floor an approval made stale may carry over to the approved
-        // profile (`floor_carry`).
+        // A floor a stage made stale (approved, or waiting for approval
+        // and built on) may carry over to the stage's profile
+        // (`floor_carry`).
         if let Some(latest) = current.row.as_ref().filter(|_| current.stale)
             && current.measured_on_another_profile(&live)
             && let Some(carried) = self.carry_floor(method, latest, &live).await?
