@@ -136,6 +136,14 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
             NoiseOutcome::Failed { reason } => {
                 let v = NewVerdict::refusal(VerdictKind::Failed, &reason, now);
                 self.ledger.insert_verdict(experiment_id, &v).await?;
+                // A run of the live profile broke: as loud as a failed A/B
+                // run, though the cycle goes on (an A/B waiting for this
+                // floor ends undecided, naming this experiment).
+                tracing::error!(
+                    experiment = %experiment_id,
+                    verdict = VerdictKind::Failed.as_str(),
+                    "the noise floor could not be measured: {reason}"
+                );
                 return Ok(Refreshed {
                     experiment_id,
                     verdict: v,

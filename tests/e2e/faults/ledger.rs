@@ -115,15 +115,40 @@ pub fn observations(db: &Path) -> Vec<(i64, serde_json::Value)> {
         .collect()
 }
 
-/// The cycle whose bench run's stderr carries `fault-wrapper: fault=KIND`.
-pub fn cycle_of_fault(db: &Path, kind: &str) -> Option<i64> {
+/// (cycle, experiment) of the first bench run after cycle `after` whose
+/// stderr carries `fault-wrapper: fault=KIND`: the experiment the fault
+/// hit, which may be a noise floor's A/A measured within another
+/// experiment's cycle.
+pub fn experiment_of_fault(db: &Path, kind: &str, after: i64) -> Option<(i64, i64)> {
     let needle = format!("fault-wrapper: fault={kind}\n");
     read(db, |pool| async move {
-        sqlx::query_scalar(
-            "SELECT e.cycle_id FROM runs r JOIN experiments e ON r.experiment_id = e.id
-             WHERE instr(r.stderr_tail, ?) > 0 ORDER BY r.id LIMIT 1",
+        sqlx::query_as(
+            "SELECT e.cycle_id, e.id FROM runs r JOIN experiments e ON r.experiment_id = e.id
+             WHERE e.cycle_id > ? AND instr(r.stderr_tail, ?) > 0 ORDER BY r.id LIMIT 1",
         )
+        .bind(after)
         .bind(needle)
+        .fetch_optional(&pool)
+        .await
+    })
+    .flatten()
+}
+
+/// A noise floor's A/A under way within another experiment's cycle (an
+/// A/B the bound did not decide, waiting for it): (its id, the runs it has
+/// recorded so far).
+pub fn open_floor(db: &Path) -> Option<(i64, i64)> {
+    read(db, |pool| async move {
+        sqlx::query_as(
+            "SELECT e.id, (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id)
+             FROM experiments e
+             WHERE e.menu_id = 'remeasure'
+               AND NOT EXISTS (SELECT 1 FROM verdicts v WHERE v.experiment_id = e.id)
+               AND EXISTS (SELECT 1 FROM experiments ab
+                           WHERE ab.cycle_id = e.cycle_id AND ab.id < e.id
+                             AND ab.menu_id <> 'remeasure')
+             ORDER BY e.id DESC LIMIT 1",
+        )
         .fetch_optional(&pool)
         .await
     })

@@ -369,6 +369,21 @@ pub fn only_verdict(cycle: &Value) -> (String, String) {
     )
 }
 
+/// The verdict of experiment `experiment` in `cycle`: (kind, reason).
+pub fn verdict_of(cycle: &Value, experiment: i64) -> (String, String) {
+    let v = cycle["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["verdict"])
+        .find(|v| v["experiment_id"] == experiment)
+        .unwrap_or_else(|| panic!("no verdict of experiment #{experiment}: {cycle:#}"));
+    (
+        v["kind"].as_str().unwrap().to_string(),
+        v["reason"].as_str().unwrap_or("").to_string(),
+    )
+}
+
 /// Live (non-zombie) processes whose process group is `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
     procs()
