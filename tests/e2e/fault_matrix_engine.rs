@@ -135,8 +135,8 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
 
 /// Queues a fault (`queue`), waits for the run it hits, and checks the
 /// matrix there: the experiment it hit ended `failed` (or `hash_mismatch`)
-/// naming the cause, any other verdict of that cycle says which experiment
-/// left it undecided, an ERROR line names the cause (else `wrong` says so),
+/// naming the cause, an experiment of that cycle begun before it says that
+/// experiment left it undecided, an ERROR line names the cause (else `wrong` says so),
 /// nothing of the run's process group is left, and the next cycle completes
 /// with no failure. Returns (the next cycle's id, the experiment hit).
 fn hit_then_recover(
@@ -189,9 +189,14 @@ fn hit_then_recover(
             "{fault}: the reason names the cause ({w}): {reason}"
         );
     }
-    // An A/B whose floor the fault broke is left undecided, and says why.
+    // An A/B whose floor the fault broke (begun before it) is left
+    // undecided, and says why. A floor measured whole before the A/B's
+    // run was hit is later than the A/B and says nothing of it.
     for v in hit["verdicts"].as_array().unwrap() {
-        if v["verdict"]["experiment_id"] != experiment {
+        if v["verdict"]["experiment_id"]
+            .as_i64()
+            .is_some_and(|id| id < experiment)
+        {
             let other = v["verdict"]["reason"].as_str().unwrap_or("");
             assert!(
                 other.contains(&format!("experiment #{experiment}")),
