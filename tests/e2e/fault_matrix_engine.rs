@@ -59,16 +59,7 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
     let mut wrong = Vec::new();
 
     for &(fault, words) in ENGINE_FAULTS {
-        last_id = hit_then_recover(
-            &demo,
-            &mut daemon,
-            fault,
-            words,
-            last_id,
-            &mut wrong,
-            || queue_fault(&demo, fault),
-        )
-        .0;
+        last_id = hit_then_recover(&demo, &mut daemon, fault, words, last_id, &mut wrong).0;
         eprintln!("{fault}: {:.1}s", t0.elapsed().as_secs_f64());
     }
     // A fault in a noise floor's A/A measured for an A/B the bound did
@@ -95,7 +86,6 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
             &["exit", "4"],
             last_id,
             &mut wrong,
-            || queue_fault(&demo, "exit4"),
         );
         last_id = next;
         eprintln!(
@@ -133,7 +123,7 @@ fn every_engine_fault_fails_one_cycle_loudly_and_the_next_runs_normally() {
     eprintln!("engine fault matrix: {:.1}s", t0.elapsed().as_secs_f64());
 }
 
-/// Queues a fault (`queue`), waits for the run it hits, and checks the
+/// Queues `fault`, waits for the run it hits, and checks the
 /// matrix there: the experiment it hit ended `failed` (or `hash_mismatch`)
 /// naming the cause, an experiment of that cycle begun before it says that
 /// experiment left it undecided, an ERROR line names the cause (else `wrong` says so),
@@ -146,12 +136,11 @@ fn hit_then_recover(
     words: &[&str],
     last_id: i64,
     wrong: &mut Vec<String>,
-    queue: impl FnOnce(),
 ) -> (i64, i64) {
     let minute = Duration::from_secs(60);
     let invocations_before = wrapper_log(demo).len();
     let log_before = daemon.stderr().len();
-    queue();
+    queue_fault(demo, fault);
     let db = demo.path("ledger/orchestrator.db");
     let (hit, experiment) = wait_for(
         minute,

@@ -362,11 +362,7 @@ pub fn only_verdict(cycle: &Value) -> (String, String) {
         _ => all.iter().collect(),
     };
     assert_eq!(v.len(), 1, "exactly one verdict per cycle: {cycle:#}");
-    let v = &v[0]["verdict"];
-    (
-        v["kind"].as_str().unwrap().to_string(),
-        v["reason"].as_str().unwrap_or("").to_string(),
-    )
+    kind_and_reason(&v[0]["verdict"])
 }
 
 /// The verdict of experiment `experiment` in `cycle`: (kind, reason).
@@ -378,9 +374,14 @@ pub fn verdict_of(cycle: &Value, experiment: i64) -> (String, String) {
         .map(|v| &v["verdict"])
         .find(|v| v["experiment_id"] == experiment)
         .unwrap_or_else(|| panic!("no verdict of experiment #{experiment}: {cycle:#}"));
+    kind_and_reason(v)
+}
+
+/// A verdict's kind and reason ("" when it has none).
+fn kind_and_reason(verdict: &Value) -> (String, String) {
     (
-        v["kind"].as_str().unwrap().to_string(),
-        v["reason"].as_str().unwrap_or("").to_string(),
+        verdict["kind"].as_str().unwrap().to_string(),
+        verdict["reason"].as_str().unwrap_or("").to_string(),
     )
 }
 
