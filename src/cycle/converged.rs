@@ -40,6 +40,10 @@ pub struct Converged {
     /// log ratio): the floor `remeasure` would measure, clamped below by
     /// `min_noise_floor`.
     pub drift_floor: f64,
+    /// When something held back falls due whatever changes (a realization
+    /// waiting out the back-off after an attempt that decided nothing):
+    /// the wait looks again then at the latest.
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
@@ -136,6 +140,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         if self.realization_measurable(&live).await? {
             return Ok(None);
         }
+        let realization_due_at = self.realization_retry_due(&live).await?;
         let (base, built_on) = self.working_base(live).await?;
         if self.policy.max_floor.is_none() {
             for method in self.candidate_methods() {
@@ -172,10 +177,17 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         Ok(
             convergence::converged(&menu, &history, Some(&base_digest), shares.as_ref()).map(
                 |reason| Converged {
-                    reason,
+                    reason: match realization_due_at {
+                        Some(at) => format!(
+                            "{reason}; the live stage's realization is measured again at {} UTC",
+                            at.format("%H:%M:%S")
+                        ),
+                        None => reason,
+                    },
                     live: live_digest,
                     base: base_digest,
                     drift_floor,
+                    due_at: realization_due_at,
                 },
             ),
         )

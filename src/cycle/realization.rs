@@ -14,16 +14,27 @@
 //! stage's realized effect. A realized loss is an error line naming `stage
 //! revert`. A stack that cannot run both arms, or a live server that does
 //! not run the stage's profile, gets a note on the stage saying why, and
-//! no verdict.
+//! no verdict. An attempt that decided nothing (too noisy, failed, the
+//! output changed) is tried again only after the back-off every
+//! undecided measurement keeps (`[cycle] max_wait_s`, or
+//! `noise_floor_max_age_s` when shorter): an attempt at once meets the
+//! same noise at the full price of a floor and an A/B (the shoot-out,
+//! 2026-12-06: three attempts in 20 s, 14.6 engine s, all `inconclusive`),
+//! and three of them in a minute would give the stage up.
 
 use std::path::Path;
+
+use chrono::{DateTime, Utc};
 
 use super::outcome::{Done, Judged, Tried};
 use super::{CycleRunner, Stop, profiles_dir};
 use crate::apply::running::{self, Running};
 use crate::brain::Proposer;
 use crate::clock::Clock;
-use crate::ledger::{CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, Stage};
+use crate::ledger::{
+    CycleId, Experiment, ExperimentId, LedgerError, NewExperiment, RealizationAttempt, Stage,
+    StageRealization,
+};
 use crate::measure::by_protocol::StackScorer;
 use crate::profile::ProfileFile;
 use crate::vocab::{Arm, Method, Scheduled, VerdictKind};
@@ -129,10 +140,27 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let Some(stage) = self.ledger.live_stage(&digest).await? else {
             return Ok(None);
         };
-        if !self.ledger.stage_realization(stage.id).await?.open() {
+        let realization = self.ledger.stage_realization(stage.id).await?;
+        if !realization.open() {
             return Ok(None);
         }
         let not_now = |stage: Stage, why: String| Ok(Some(Err(NotNow::new(stage, why))));
+        if let Some((at, last)) = self.realization_retry(&realization)
+            && at > self.clock.now()
+        {
+            let why = format!(
+                "its last attempt (experiment #{}) decided nothing ({}: {}); the next is due at \
+                 {} UTC ([cycle] max_wait_s after it, or noise_floor_max_age_s if shorter), \
+                 when what spoiled it may have passed",
+                last.experiment_id,
+                last.verdict
+                    .map(VerdictKind::as_str)
+                    .unwrap_or("no verdict"),
+                last.reason.as_deref().unwrap_or("no reason recorded"),
+                at.format("%Y-%m-%d %H:%M:%S")
+            );
+            return not_now(stage, why);
+        }
         let scorer = match self.scorers.for_realization(digest) {
             Ok(s) => s,
             Err(why) => return not_now(stage, why.to_string()),
@@ -181,6 +209,35 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             replaced,
             scorer,
         })))
+    }
+
+    /// When `realization`'s next attempt is due, if its latest one decided
+    /// nothing: [`Self::noisy_backoff`] after it, the wait every
+    /// measurement the machine was too noisy to decide keeps.
+    fn realization_retry<'r>(
+        &self,
+        realization: &'r StageRealization,
+    ) -> Option<(DateTime<Utc>, &'r RealizationAttempt)> {
+        let backoff =
+            chrono::Duration::from_std(self.noisy_backoff()).unwrap_or(chrono::Duration::MAX);
+        realization.retry_at(backoff)
+    }
+
+    /// When the realization of the applied stage live on `live` is tried
+    /// again, when an attempt of it decided nothing and the back-off after
+    /// it has not passed: the converged loop's wait looks again then.
+    pub(super) async fn realization_retry_due(
+        &self,
+        live: &ProfileFile,
+    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let Some(stage) = self.ledger.live_stage(&live.profile.digest()).await? else {
+            return Ok(None);
+        };
+        let realization = self.ledger.stage_realization(stage.id).await?;
+        Ok(self
+            .realization_retry(&realization)
+            .map(|(at, _)| at)
+            .filter(|at| *at > self.clock.now()))
     }
 
     /// Notes on `stage` why it is not realized now; says so once per change.
@@ -284,7 +341,8 @@ fn say(stage: &Stage, experiment_id: ExperimentId, judged: &Judged) {
             stage = %stage.id,
             experiment = %experiment_id,
             verdict = judged.verdict.as_str(),
-            "the realization of stage #{} decided nothing: {}; it is measured again",
+            "the realization of stage #{} decided nothing: {}; it is measured again after a \
+             back-off ([cycle] max_wait_s), unless that was its last attempt",
             stage.id,
             judged.reason.as_deref().unwrap_or("")
         ),

@@ -420,6 +420,7 @@ impl<'a> Waits<'a> {
         let interval = self.config.cycle.interval_s.duration().max(MIN_POLL);
         let backoff = Self::backoff(interval, self.config.cycle.max_wait_s.duration(), looks);
         let until = Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
+        let until = c.due_at.map_or(until, |due| until.min(due));
         self.record(WaitKind::Converged, &c.reason, WAKES_ON, until, after)
             .await?;
         self.before_look().await?;

@@ -7,7 +7,10 @@
 //! decided: `win`, `within_noise` or `loss`. An attempt that failed, was
 //! too noisy to decide, or saw the output change is tried again, up to
 //! [`MAX_ATTEMPTS`] attempts that ran to their end (one cut short by a
-//! shutdown does not count).
+//! shutdown does not count), each after a back-off
+//! ([`StageRealization::retry_at`]): what spoiled one attempt (a noisy
+//! hour, a burst of users) spoils the next one started at once, at full
+//! cost, and would give the stage up within minutes.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -148,6 +151,23 @@ impl StageRealization {
     /// Whether another attempt is due (none decided, not given up).
     pub fn open(&self) -> bool {
         self.realized().is_none() && !self.given_up()
+    }
+
+    /// When an open realization whose latest attempt ran to its end
+    /// without deciding may be tried again: `backoff` after that attempt
+    /// ended, with the attempt. `None` when it is not open, or its latest
+    /// attempt did not spend itself (none yet, one measuring, one cut
+    /// short by a shutdown): then nothing holds the next one back.
+    pub fn retry_at(
+        &self,
+        backoff: chrono::Duration,
+    ) -> Option<(DateTime<Utc>, &RealizationAttempt)> {
+        if !self.open() {
+            return None;
+        }
+        let last = self.attempts.last().filter(|a| a.spent())?;
+        let ended = last.decided_at.unwrap_or(last.created_at);
+        Some((ended + backoff, last))
     }
 }
 

@@ -12,8 +12,8 @@ use orchestrator::ledger::StageId;
 use orchestrator::profile::Profile;
 use serde_json::Value;
 
-use crate::common;
 use crate::live_stack::{LiveStack, text};
+use crate::{common, staged};
 
 /// Big enough that tiers matter (experts of 384 KiB, cold reads from
 /// disk), small enough to serve in tens of milliseconds a token.
@@ -155,6 +155,56 @@ fn an_approved_win_restarted_on_is_measured_realized_by_the_next_cycles() {
         html.contains(&format!("stage #{id} realized win")),
         "no realized point"
     );
+}
+
+/// An attempt that decided nothing (seeded: `inconclusive`, the live
+/// server too noisy) holds the next one back for the back-off every
+/// undecided measurement keeps: the next cycle measures something else,
+/// and the stage says why and when; once the back-off has passed, a cycle
+/// realizes it. The back-off here is `max_wait_s` 20 s, where 3600 s is
+/// shipped.
+#[test]
+fn a_realization_that_decided_nothing_is_tried_again_only_after_its_back_off() {
+    let _heavy = common::heavy();
+    let s = LiveStack::with_live_server(SLOW, Some(&INIT), "");
+    configure(&s);
+    s.edit_config(&[("max_wait_s = 3600", "max_wait_s = 20")]);
+    let (id, _) = s.stage_to(&s.base(), &profile(FAST));
+    approve_with_restart(&s, id);
+    let seeded = staged::undecided_realization(&s.path("ledger/orchestrator.db"), id);
+    let due = std::time::Instant::now() + std::time::Duration::from_secs(20);
+
+    let out = s.cmd().args(["run", "--once"]).output().unwrap();
+    let shown = s.show(id);
+    let attempts = shown["realization_attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.len(),
+        1,
+        "measured again at once:\n{shown:#}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(shown["realized"]["status"], "unrealized", "{shown:#}");
+    let line = shown["realized"]["note"].as_str().unwrap_or_default();
+    assert!(
+        line.contains(&format!(
+            "its last attempt (experiment #{seeded}) decided nothing"
+        )) && line.contains("the next is due at"),
+        "{line}"
+    );
+    // The cycle measured something else: the seeded cycle is the only
+    // realization in the ledger.
+    let ledger = s.ok(&["ledger"]);
+    assert_eq!(
+        ledger.matches("scheduled (realization)").count(),
+        1,
+        "{ledger}"
+    );
+
+    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+    let (lines, _, realized) = cycles_until_realized(&s, id, 3);
+    assert_eq!(realized["status"], "win", "{realized:#}\n{lines}");
+    let attempts = s.show(id)["realization_attempts"].as_array().unwrap().len();
+    assert_eq!(attempts, 2);
 }
 
 #[test]

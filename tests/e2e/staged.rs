@@ -178,6 +178,62 @@ async fn record_win_on(
     stage
 }
 
+/// Records an attempt at realizing stage `id` that decided nothing, as
+/// the daemon records one whose live server was too noisy: a cycle, the
+/// realization A/B (the stage's profiles, on the surface) and an
+/// `inconclusive` verdict now. Its experiment's id.
+pub fn undecided_realization(db: &Path, id: StageId) -> ExperimentId {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = Ledger::open(db).await.unwrap();
+        let stage = ledger.stage(id).await.unwrap();
+        let original = ledger.experiment(stage.experiment_id).await.unwrap();
+        let now = Utc::now();
+        let cycle = ledger.open_cycle(now, ProposerKind::Bandit).await.unwrap();
+        let e = ledger
+            .insert_realization(
+                &stage,
+                &NewExperiment {
+                    cycle_id: cycle,
+                    proposal_id: None,
+                    confirmation_of: None,
+                    created_at: now,
+                    menu_id: original.menu_id,
+                    parameters: original.parameters.clone(),
+                    method: Method::Surface,
+                    base_profile: original.base_profile.clone(),
+                    base_digest: stage.base_digest.clone(),
+                    candidate_profile: original.candidate_profile.clone(),
+                    candidate_digest: stage.candidate_digest.clone(),
+                    planner_notes: None,
+                },
+            )
+            .await
+            .unwrap();
+        let verdict = NewVerdict {
+            kind: VerdictKind::Inconclusive,
+            decided_at: now,
+            effect: Some(-0.05),
+            interval: Some(Interval {
+                low: -0.6,
+                high: 0.5,
+            }),
+            noise_floor: Some(0.5),
+            floor_is_bound: true,
+            pairs: 2,
+            method: Some("seeded by the test".into()),
+            reason: Some("the live server was too noisy to decide (seeded by the test)".into()),
+        };
+        ledger.insert_verdict(e, &verdict).await.unwrap();
+        ledger
+            .close_cycle(cycle, &CycleOutcome::Completed, now)
+            .await
+            .unwrap();
+        ledger.close().await;
+        e
+    })
+}
+
 /// The live profile with its expert cache changed to `cache_gb`.
 pub fn variant(live: &Profile, cache_gb: f64) -> Profile {
     let mut p = live.clone();

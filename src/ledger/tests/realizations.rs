@@ -171,9 +171,20 @@ async fn attempts_that_ran_to_their_end_are_given_up_after_three_and_notes_chang
         let r = a.stage_realization(stage.id).await.unwrap();
         assert!(r.attempts.iter().all(|x| !x.spent()), "{r:?}");
         assert_eq!(r.attempts[1].experiment_id, cycle);
+        // Neither holds the next attempt back.
+        let hour = chrono::Duration::hours(1);
+        assert_eq!(r.retry_at(hour), None);
         a.abort_running_cycles("test", t(450)).await.unwrap();
-        for _ in 0..MAX_REALIZATION_ATTEMPTS {
-            assert!(a.stage_realization(stage.id).await.unwrap().open());
+        let r = a.stage_realization(stage.id).await.unwrap();
+        assert_eq!(r.retry_at(hour), None, "a shutdown spoiled nothing: {r:?}");
+        for n in 0..MAX_REALIZATION_ATTEMPTS {
+            let r = a.stage_realization(stage.id).await.unwrap();
+            assert!(r.open());
+            // After an attempt that decided nothing, the next waits the
+            // back-off from when it ended (its verdict's time, t(100)).
+            let held = r.retry_at(hour).map(|(at, last)| (at, last.experiment_id));
+            let last = r.attempts.last().unwrap().experiment_id;
+            assert_eq!(held, (n > 0).then_some((t(100) + hour, last)), "{r:?}");
             attempt(
                 &a,
                 &stage,
@@ -185,6 +196,7 @@ async fn attempts_that_ran_to_their_end_are_given_up_after_three_and_notes_chang
         }
         let r = a.stage_realization(stage.id).await.unwrap();
         assert!(r.given_up() && !r.open() && r.realized().is_none(), "{r:?}");
+        assert_eq!(r.retry_at(hour), None, "given up: nothing is due");
 
         assert!(
             a.note_realization(stage.id, "the live server runs another profile", t(700))
