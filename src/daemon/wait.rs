@@ -336,6 +336,19 @@ impl<'a> Waits<'a> {
             .min(max)
     }
 
+    /// When a converged wait looks again at the latest: `backoff` from
+    /// `now`, or sooner, when something held back (`due_at`, a realization
+    /// waiting out the back-off after an attempt that decided nothing)
+    /// falls due before then; a time already past looks at once.
+    pub fn look_again_at(
+        now: DateTime<Utc>,
+        backoff: Duration,
+        due_at: Option<DateTime<Utc>>,
+    ) -> DateTime<Utc> {
+        let until = now + chrono::Duration::from_std(backoff).unwrap_or_default();
+        due_at.map_or(until, |due| until.min(due.max(now)))
+    }
+
     /// Records (or continues) a wait of `kind`, until `until` at the
     /// latest, and says it on stdout.
     async fn record(
@@ -419,8 +432,7 @@ impl<'a> Waits<'a> {
         };
         let interval = self.config.cycle.interval_s.duration().max(MIN_POLL);
         let backoff = Self::backoff(interval, self.config.cycle.max_wait_s.duration(), looks);
-        let until = Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-        let until = c.due_at.map_or(until, |due| until.min(due));
+        let until = Self::look_again_at(Utc::now(), backoff, c.due_at);
         self.record(WaitKind::Converged, &c.reason, WAKES_ON, until, after)
             .await?;
         self.before_look().await?;
@@ -510,6 +522,17 @@ mod tests {
             [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600, 3600]
         );
         assert_eq!(Waits::backoff(i, max, u32::MAX), max);
+    }
+
+    #[test]
+    fn a_converged_wait_looks_again_when_a_held_back_realization_falls_due() {
+        let now = Utc::now();
+        let hour = Duration::from_secs(3600);
+        let at = |s: i64| now + chrono::Duration::seconds(s);
+        assert_eq!(Waits::look_again_at(now, hour, None), at(3600));
+        assert_eq!(Waits::look_again_at(now, hour, Some(at(600))), at(600));
+        assert_eq!(Waits::look_again_at(now, hour, Some(at(7200))), at(3600));
+        assert_eq!(Waits::look_again_at(now, hour, Some(at(-5))), now);
     }
 
     #[test]
