@@ -96,6 +96,7 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
     );
     let out = common::orchestrator(&config, &["run", "--cycles", "4"]);
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{log}");
     assert!(
         !log.contains('\u{1b}'),
@@ -110,7 +111,17 @@ fn the_real_engine_runs_the_example_cycle_after_cycle() {
     let out = common::orchestrator(&config, &["ledger", "--json"]);
     let cycles: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cycles = cycles.as_array().unwrap();
-    assert_eq!(cycles.len(), 4, "{cycles:#?}");
+    // Four cycles, or three when the loop converged before the fourth: on
+    // this nearly flat engine the draft and both sides of the split can
+    // all come out within noise (the least that converges it: the floor
+    // and the draft, then each side), and a bounded run then stops
+    // instead of waiting (CI at e97dc81, 2026-12-07).
+    let converged = lines.contains("stop        converged");
+    assert!(
+        cycles.len() == 4 || (converged && cycles.len() == 3),
+        "{} cycles, converged: {converged}\n{lines}\n{cycles:#?}",
+        cycles.len()
+    );
     let mut kinds = Vec::new();
     for c in cycles {
         let v = &c["verdicts"].as_array().unwrap()[0];
