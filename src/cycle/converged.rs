@@ -137,10 +137,9 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let live_digest = live.profile.digest();
         // An applied stage the live server runs, not realized yet: the next
         // cycle measures it, whatever the proposers have left.
-        if self.realization_measurable(&live).await? {
+        let Err(realization_due_at) = self.realization_look(&live).await? else {
             return Ok(None);
-        }
-        let realization_due_at = self.realization_retry_due(&live).await?;
+        };
         let (base, built_on) = self.working_base(live).await?;
         if self.policy.max_floor.is_none() {
             for method in self.candidate_methods() {

@@ -68,6 +68,8 @@ struct NotNow {
     why: String,
     /// The stage's replaced profile is damaged: logged at ERROR too.
     damaged: Option<String>,
+    /// Held back after an attempt that decided nothing: when it falls due.
+    due_at: Option<DateTime<Utc>>,
 }
 
 impl NotNow {
@@ -76,6 +78,7 @@ impl NotNow {
             stage,
             why,
             damaged: None,
+            due_at: None,
         }
     }
 }
@@ -107,6 +110,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                         why: format!("cannot be measured: {why}"),
                         damaged: Some(why),
                         stage: ready.stage,
+                        due_at: None,
                     },
                 }
             }
@@ -121,12 +125,18 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     }
 
     /// Whether a realization is due on `live` that can be measured now
-    /// (the daemon's read-only look before a cycle: not converged then).
-    pub(super) async fn realization_measurable(
+    /// (the daemon's read-only look before a cycle: not converged then),
+    /// or else when one held back after an attempt that decided nothing
+    /// falls due (the converged wait looks again by then).
+    pub(super) async fn realization_look(
         &self,
         live: &ProfileFile,
-    ) -> Result<bool, LedgerError> {
-        Ok(matches!(self.realization_state(live).await?, Some(Ok(_))))
+    ) -> Result<Result<(), Option<DateTime<Utc>>>, LedgerError> {
+        Ok(match self.realization_state(live).await? {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(not_now)) => Err(not_now.due_at),
+            None => Err(None),
+        })
     }
 
     /// Whether an open realization on `live` can be measured now, without
@@ -159,7 +169,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 last.reason.as_deref().unwrap_or("no reason recorded"),
                 at.format("%Y-%m-%d %H:%M:%S")
             );
-            return not_now(stage, why);
+            return Ok(Some(Err(NotNow {
+                due_at: Some(at),
+                ..NotNow::new(stage, why)
+            })));
         }
         let scorer = match self.scorers.for_realization(digest) {
             Ok(s) => s,
@@ -200,6 +213,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                     why: format!("cannot be measured: {why}"),
                     damaged: Some(why),
                     stage,
+                    due_at: None,
                 })));
             }
         };
@@ -221,23 +235,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let backoff =
             chrono::Duration::from_std(self.noisy_backoff()).unwrap_or(chrono::Duration::MAX);
         realization.retry_at(backoff)
-    }
-
-    /// When the realization of the applied stage live on `live` is tried
-    /// again, when an attempt of it decided nothing and the back-off after
-    /// it has not passed: the converged loop's wait looks again then.
-    pub(super) async fn realization_retry_due(
-        &self,
-        live: &ProfileFile,
-    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        let Some(stage) = self.ledger.live_stage(&live.profile.digest()).await? else {
-            return Ok(None);
-        };
-        let realization = self.ledger.stage_realization(stage.id).await?;
-        Ok(self
-            .realization_retry(&realization)
-            .map(|(at, _)| at)
-            .filter(|at| *at > self.clock.now()))
     }
 
     /// Notes on `stage` why it is not realized now; says so once per change.
