@@ -18,7 +18,10 @@
 //! 1.0` so the floor measured before the burst is the one judged against,
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
 //! shared machine still leads to the A/B (0.99, the widest the config
-//! takes, in the steady part, for the same reason; shipped: 0.50).
+//! takes, in the steady part, for the same reason; shipped: 0.50). The
+//! burst part's profile runs one thread (the default is two), and its
+//! steady load is of the idle scheduling class, so that the floor under it
+//! is narrow enough to judge the burst against.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,14 +46,35 @@ const ROOMY_START: &str = "[memory]\nbudget_gb = 0.2\ntrunk_gb = 0.1\ncache_gb =
 struct Hogs(Vec<Child>);
 
 impl Hogs {
+    /// `n` busy loops at the default priority: they take the cores from
+    /// the bench.
     fn of(n: usize) -> Hogs {
+        Hogs::spawn(n, &[])
+    }
+
+    /// `n` busy loops of the idle scheduling class (`chrt --idle 0`). They
+    /// are runnable, so `/proc/loadavg`'s contention counts them as fully
+    /// as any, but a waking task of the default class takes their core at
+    /// once. Nice 19 is not enough: a tiny checkpoint's run wakes many times
+    /// per token and waited out a nice-19 loop's slice each time (30 runs:
+    /// median s/token ×1.9, spread 0.48 against 0.12 quiet; as idle loops,
+    /// ×1.0 and 0.16; 2026-12-07).
+    fn idle(n: usize) -> Hogs {
+        Hogs::spawn(n, &["chrt", "--idle", "0"])
+    }
+
+    fn spawn(n: usize, prefix: &[&str]) -> Hogs {
+        let argv: Vec<&str> = prefix
+            .iter()
+            .copied()
+            .chain(["sh", "-c", "while :; do :; done"])
+            .collect();
         Hogs(
             (0..n)
                 .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .spawn()
-                        .unwrap()
+                    // `chrt` execs the shell, so the child killed on drop is
+                    // the loop itself.
+                    Command::new(argv[0]).args(&argv[1..]).spawn().unwrap()
                 })
                 .collect(),
         )
@@ -292,10 +316,25 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
         // checkpoint's floor on a shared machine can be wide.
         ("max_noise_floor = 0.50", "max_noise_floor = 0.95"),
     ]);
+    // One thread per run (the start profile's default is two): a run of two
+    // threads that wait on each other stalls whenever other work takes
+    // either thread's core. Beside the idle loops below, 30 runs of two
+    // threads spread 0.45, of one thread 0.16 (2026-12-07).
+    let start = demo.path("start.toml");
+    let profile = std::fs::read_to_string(&start).unwrap();
+    std::fs::write(&start, format!("{profile}[compute]\nthreads = 1\n")).unwrap();
     // A steady load of our own (one hog per core and one more), which
-    // drowns out the other work on a shared machine, and the floor under it.
-    // A floor the machine spoilt anyway is measured again, twice at most.
-    let steady = Hogs::of(cores() + 1);
+    // drowns out the other work on a shared machine in the contention the
+    // interference rule reads, and the floor under it. The steady hogs are
+    // of the idle class: at the default priority they left the tiny
+    // checkpoint's millisecond runs either a core or a time slice's wait,
+    // and its floor came out 75-96% wide three times running (CI at
+    // c5ecff6, 2026-12-07), so the burst could not be judged. Idle, they
+    // still count as runnable (the floor's contention is theirs too), but
+    // they take next to nothing from the bench; the burst's hogs, of the
+    // default class, do. A floor the machine spoilt anyway is measured
+    // again, twice at most.
+    let steady = Hogs::idle(cores() + 1);
     std::thread::sleep(Duration::from_secs(2));
     for _ in 0..3 {
         let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
@@ -332,11 +371,13 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // The tiny checkpoint's runs last milliseconds, and under the hogs a
-    // run either gets a core or waits out a time slice: on a shared 2-core
-    // machine its floor came out 117-188% wide in one run of this test in
-    // two (2026-12-01). The burst cannot be judged without a floor, so that
-    // case is a counted skip (a failure in CI), not a pass of the burst rule.
+    // The tiny checkpoint's runs last milliseconds, and under hogs of the
+    // default priority a run either gets a core or waits out a time slice:
+    // on a shared 2-core machine its floor came out 117-188% wide in one
+    // run of this test in two (2026-12-01), hence the idle steady load.
+    // Other work on the machine can still spoil it. The burst cannot be
+    // judged without a floor, so that case is a counted skip (a failure in
+    // CI), not a pass of the burst rule.
     let floors = noise_floors(&demo);
     assert!(!floors.is_empty(), "three cycles measured no floor");
     if !floors.iter().any(usable) {
