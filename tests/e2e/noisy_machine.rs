@@ -19,7 +19,7 @@
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
 //! shared machine still leads to the A/B (0.99, the widest the config
 //! takes, in the steady part, for the same reason; shipped: 0.50). The
-//! burst part's profile runs one thread (the default is two), and its
+//! profile runs one thread (the default is two), and the burst part's
 //! steady load is of the idle scheduling class, so that the floor under it
 //! is narrow enough to judge the burst against.
 
@@ -40,7 +40,12 @@ use crate::faults::{
 
 /// Budgets far above the tiny checkpoint's trunk and experts, so every
 /// trunk/cache split holds all of both: a candidate of the same speed.
-const ROOMY_START: &str = "[memory]\nbudget_gb = 0.2\ntrunk_gb = 0.1\ncache_gb = 0.1\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
+/// One thread per run (a profile's default is two): a run of two threads
+/// that wait on each other stalls whenever other work takes either
+/// thread's core. 30 runs beside three busy loops spread 0.08-0.13 (MAD σ
+/// of the pairs' log ratios) on one thread, 0.18-0.22 on two; beside three
+/// idle-class loops, 0.16 and 0.45 (2026-12-07).
+const ROOMY_START: &str = "[memory]\nbudget_gb = 0.2\ntrunk_gb = 0.1\ncache_gb = 0.1\n[far]\naddr = \"FAR\"\nwarm_set = 0\n[compute]\nthreads = 1\n";
 
 /// Busy loops, killed on drop.
 struct Hogs(Vec<Child>);
@@ -316,13 +321,6 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
         // checkpoint's floor on a shared machine can be wide.
         ("max_noise_floor = 0.50", "max_noise_floor = 0.95"),
     ]);
-    // One thread per run (the start profile's default is two): a run of two
-    // threads that wait on each other stalls whenever other work takes
-    // either thread's core. Beside the idle loops below, 30 runs of two
-    // threads spread 0.45, of one thread 0.16 (2026-12-07).
-    let start = demo.path("start.toml");
-    let profile = std::fs::read_to_string(&start).unwrap();
-    std::fs::write(&start, format!("{profile}[compute]\nthreads = 1\n")).unwrap();
     // A steady load of our own (one hog per core and one more), which
     // drowns out the other work on a shared machine in the contention the
     // interference rule reads, and the floor under it. The steady hogs are
