@@ -77,8 +77,8 @@ impl Hogs {
         Hogs(
             (0..n)
                 .map(|_| {
-                    // `chrt` execs the shell, so the child killed on drop is
-                    // the loop itself.
+                    // The shell is the child, or `chrt` execs it: the child
+                    // killed on drop is the loop itself.
                     Command::new(argv[0]).args(&argv[1..]).spawn().unwrap()
                 })
                 .collect(),
@@ -326,8 +326,9 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
     // interference rule reads, and the floor under it. The steady hogs are
     // of the idle class: at the default priority they left the tiny
     // checkpoint's millisecond runs either a core or a time slice's wait,
-    // and its floor came out 75-96% wide three times running (CI at
-    // c5ecff6, 2026-12-07), so the burst could not be judged. Idle, they
+    // and its floor came out 0.75-0.96 wide (log ratio: 111-161%) three
+    // times running (CI at c5ecff6, 2026-12-07), so the burst could not be
+    // judged. Idle, they
     // still count as runnable (the floor's contention is theirs too), but
     // they take next to nothing from the bench; the burst's hogs, of the
     // default class, do. A floor the machine spoilt anyway is measured
