@@ -19,6 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::CycleRunner;
+use super::realization::RealizationLook;
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
@@ -137,7 +138,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let live_digest = live.profile.digest();
         // An applied stage the live server runs, not realized yet: the next
         // cycle measures it, whatever the proposers have left.
-        let Err(realization_due_at) = self.realization_look(&live).await? else {
+        let RealizationLook::NotNow {
+            due_at: realization_due_at,
+        } = self.realization_look(&live).await?
+        else {
             return Ok(None);
         };
         let (base, built_on) = self.working_base(live).await?;

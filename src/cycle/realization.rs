@@ -81,6 +81,28 @@ impl NotNow {
             due_at: None,
         }
     }
+
+    /// The stage's replaced profile is damaged (`why`): it cannot be
+    /// measured until someone mends or reverts it.
+    fn damaged(stage: Stage, why: String) -> NotNow {
+        NotNow {
+            stage,
+            why: format!("cannot be measured: {why}"),
+            damaged: Some(why),
+            due_at: None,
+        }
+    }
+}
+
+/// The daemon's read-only look at the live stage's realization before a
+/// cycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum RealizationLook {
+    /// One can be measured now: the loop is not converged.
+    MeasurableNow,
+    /// None can be measured now; `due_at` is when one held back after an
+    /// attempt that decided nothing falls due, if one is.
+    NotNow { due_at: Option<DateTime<Utc>> },
 }
 
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
@@ -106,12 +128,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                             scorer: ready.scorer,
                         }));
                     }
-                    Err(why) => NotNow {
-                        why: format!("cannot be measured: {why}"),
-                        damaged: Some(why),
-                        stage: ready.stage,
-                        due_at: None,
-                    },
+                    Err(why) => NotNow::damaged(ready.stage, why),
                 }
             }
             Some(Err(not_now)) => not_now,
@@ -131,11 +148,13 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     pub(super) async fn realization_look(
         &self,
         live: &ProfileFile,
-    ) -> Result<Result<(), Option<DateTime<Utc>>>, LedgerError> {
+    ) -> Result<RealizationLook, LedgerError> {
         Ok(match self.realization_state(live).await? {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(not_now)) => Err(not_now.due_at),
-            None => Err(None),
+            Some(Ok(_)) => RealizationLook::MeasurableNow,
+            Some(Err(not_now)) => RealizationLook::NotNow {
+                due_at: not_now.due_at,
+            },
+            None => RealizationLook::NotNow { due_at: None },
         })
     }
 
@@ -209,12 +228,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             // Not this cycle's failure: the stage cannot be realized, and
             // says why; the cycle does something else.
             Err(why) => {
-                return Ok(Some(Err(NotNow {
-                    why: format!("cannot be measured: {why}"),
-                    damaged: Some(why),
-                    stage,
-                    due_at: None,
-                })));
+                return Ok(Some(Err(NotNow::damaged(stage, why))));
             }
         };
         Ok(Some(Ok(Ready {
