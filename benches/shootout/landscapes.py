@@ -6,8 +6,9 @@
 - B, near the optimum: the same engine and knob space, started from the
   lattice point of A's ground truth whose true speed is 10-25% below the
   grid optimum's (`standard.choose_near_start`): every remaining
-  difference is one to three noise floors, where keeping the best trial
-  seen recommends noise.
+  difference is meant to be one to three noise floors, where keeping the
+  best trial seen recommends noise (on this checkpoint a floor of such a
+  start is 11-15%, so it is one to two: `floor_width.py`).
 - C, the real engine: kimi-k3-in-c's `bin/k3` on the tiny checkpoint
   (`k3.py`), its two knobs (the draft length, the trunk/cache split) from a
   start where no split starves anything: expected nearly flat (its ground

@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import floor_width  # noqa: E402
 import k3  # noqa: E402
 import landscapes  # noqa: E402
 import stack  # noqa: E402
@@ -113,6 +114,33 @@ class Config(unittest.TestCase):
     def test_a_missing_text_stops_the_harness(self):
         with self.assertRaises(SystemExit):
             substitute("abc", [("xyz", "q")])
+
+
+class FloorWidth(unittest.TestCase):
+    def test_qn_is_the_judges(self):
+        # 0..9: the 15th smallest of the 45 gaps is 2, d_10 = 10 / 13.8
+        # (src/judge/noise.rs computes the same).
+        self.assertAlmostEqual(floor_width.qn([float(i) for i in range(10)]),
+                               2.219144465985076 * 10 / 13.8 * 2, places=12)
+
+    def test_a_floor_is_qn_of_each_window_of_floor_pairs_consecutive_pairs(self):
+        rng = random.Random(3)
+        spt = [0.03 * math.exp(rng.gauss(0, 0.1)) for _ in range(100)]
+        pairs, windows = floor_width.floors(spt)
+        self.assertEqual(len(pairs), 50)
+        self.assertAlmostEqual(pairs[0], math.log(spt[1] / spt[0]))
+        self.assertEqual(len(windows), 2)  # 50 pairs: two whole windows of 20
+        self.assertAlmostEqual(windows[1], floor_width.qn(pairs[20:40]))
+
+    def test_floor_pairs_is_the_shipped_configs(self):
+        text = (stack.REPO / "config.toml").read_text()
+        self.assertIn(f"floor_pairs = {floor_width.FLOOR_PAIRS}\n", text)
+
+    def test_the_run_length_substitution_finds_its_text(self):
+        with tempfile.TemporaryDirectory() as d:
+            text = floor_width.config_with_gen(Path(d), Path("/ck"), 64).read_text()
+            self.assertIn('"--gen", "64",', text)
+            self.assertNotIn('"--gen", "8",', text)
 
 
 class Truth(unittest.TestCase):
