@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +34,8 @@ import loop  # noqa: E402
 from stack import (ORCH, REPO, TINYK3, Proc, ensure_checkpoint, free_port, point,  # noqa: E402
                    starting_profile, substitute, wait_port)
 
-FLOOR_PAIRS = 20  # config.toml's [measure] floor_pairs
+# The pairs of one floor, as the shipped config measures it.
+FLOOR_PAIRS = tomllib.loads((REPO / "config.toml").read_text())["measure"]["floor_pairs"]
 
 
 def qn(x):
