@@ -5,7 +5,8 @@
 //! `within_noise`, or `inconclusive` with the noisy-machine reason.
 //!
 //! Two loads: hogs running steadily through the floor and the A/Bs (a busy
-//! machine, which the floor holds: candidates are judged), and more hogs
+//! machine: every core busy, one runnable task more than there are cores,
+//! which the floor holds: candidates are judged), and more hogs
 //! that start only after the floor was measured (a burst beside the A/B,
 //! which the floor does not hold: its blocks are discarded as interfered).
 //!
@@ -19,9 +20,10 @@
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
 //! shared machine still leads to the A/B (0.99, the widest the config
 //! takes, in the steady part, for the same reason; shipped: 0.50). The
-//! profile runs one thread (the default is two), and the burst part's
-//! steady load is of the idle scheduling class, so that the floor under it
-//! is narrow enough to judge the burst against.
+//! profile runs one thread (the default is two), and the steady load is of
+//! the idle scheduling class, so that the floor under it is narrow enough
+//! to judge against ([`steady_load`]); the burst's loops are of the default
+//! class.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,15 +140,25 @@ fn hogged_demo(replacements: &[(&str, &str)]) -> (FaultyHttpServer, Demo) {
     (model, demo)
 }
 
-/// `orchestrator run --cycles N` with CPU hogs running from `settle`
-/// before it to its end; its stderr, after checking it exited 0.
-fn run_under_hogs(demo: &Demo, cycles: u32, settle: Duration) -> String {
-    run_under_hogs_of(demo, cores() + 1, cycles, settle)
+/// The steady busy machine both tests judge on: a busy loop of the idle
+/// class on every core and one more. They are runnable, so the floor's
+/// contention (`/proc/loadavg`) and CPU pressure hold them, but they take
+/// next to nothing from the bench; the rest of the suite, running beside a
+/// heavy test, still does. Loops of the default priority spoilt the floor
+/// whenever other work joined them: the tiny checkpoint's millisecond runs
+/// either got a core or waited out a time slice, and in CI at e44977c
+/// (2026-12-07) every floor of both rounds of the steady test came out
+/// 104-172% wide, so nothing was judged. One default loop and two idle
+/// ones gave floors of 0.27-1.82 (log ratios) in five runs of that test
+/// here, all idle ones 0.21-0.52, with a busy loop of ours beside two of
+/// them (2026-12-07).
+fn steady_load() -> Hogs {
+    Hogs::idle(cores() + 1)
 }
 
-/// [`run_under_hogs`] with `n` hogs.
-fn run_under_hogs_of(demo: &Demo, n: usize, cycles: u32, settle: Duration) -> String {
-    let hogs = Hogs::of(n);
+/// `orchestrator run --cycles N` with `hogs` running from `settle` before
+/// it to its end; its stderr, after checking it exited 0.
+fn run_under(hogs: Hogs, demo: &Demo, cycles: u32, settle: Duration) -> String {
     std::thread::sleep(settle);
     let out = demo
         .cmd()
@@ -251,15 +263,16 @@ fn measured_under_hogs(v: &[(String, String, String)]) -> usize {
 fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
     let _heavy = crate::common::heavy();
     // The shipped judge, but for the widest floor it may judge against: a
-    // tiny checkpoint's floor under these hogs came out 55-118% wide (CI at
-    // fc219ec, four floors), and at the shipped 0.50 every A/B of that run
-    // was called too noisy, so nothing was judged on the busy machine.
+    // tiny checkpoint's floor under the steady load came out 24-69% wide
+    // (log ratios 0.21-0.52, five runs, 2026-12-07; [`steady_load`]), and
+    // at the shipped 0.50 some A/Bs would be called too noisy and nothing
+    // judged on the busy machine.
     let (_model, demo) = hogged_demo(&[("max_noise_floor = 0.50", "max_noise_floor = 0.99")]);
-    let mut log = run_under_hogs(&demo, 6, Duration::from_secs(2));
+    let mut log = run_under(steady_load(), &demo, 6, Duration::from_secs(2));
     // A floor wider still is measured again by the next cycle: one more
     // round of cycles, at most, before the test gives up (below).
     if measured_under_hogs(&verdicts(&demo)) == 0 {
-        log += &run_under_hogs(&demo, 6, Duration::from_secs(2));
+        log += &run_under(steady_load(), &demo, 6, Duration::from_secs(2));
     }
     let v = verdicts(&demo);
     let judged: Vec<&(String, String, String)> = v
@@ -280,8 +293,9 @@ fn a_same_speed_candidate_under_cpu_hogs_is_never_staged() {
         .iter()
         .filter(|(_, k, _)| k == "win" || k == "loss")
         .count();
+    let widths: Vec<f64> = noise_floors(&demo).iter().map(|f| f.value).collect();
     eprintln!(
-        "same-speed A/Bs decided win or loss: {decided_wrongly} of {}",
+        "same-speed A/Bs decided win or loss: {decided_wrongly} of {}; floors (log ratios): {widths:?}",
         judged.len()
     );
     for (_, kind, reason) in &judged {
@@ -321,19 +335,14 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
         // checkpoint's floor on a shared machine can be wide.
         ("max_noise_floor = 0.50", "max_noise_floor = 0.95"),
     ]);
-    // A steady load of our own (one hog per core and one more), which
-    // drowns out the other work on a shared machine in the contention the
-    // interference rule reads, and the floor under it. The steady hogs are
-    // of the idle class: at the default priority they left the tiny
-    // checkpoint's millisecond runs either a core or a time slice's wait,
-    // and its floor came out 0.75-0.96 wide (log ratio: 111-161%) three
-    // times running (CI at c5ecff6, 2026-12-07), so the burst could not be
-    // judged. Idle, they
-    // still count as runnable (the floor's contention is theirs too), but
-    // they take next to nothing from the bench; the burst's hogs, of the
-    // default class, do. A floor the machine spoilt anyway is measured
-    // again, twice at most.
-    let steady = Hogs::idle(cores() + 1);
+    // A steady load of our own ([`steady_load`]), which drowns out the
+    // other work on a shared machine in the contention the interference
+    // rule reads, and the floor under it. Of the default class it left the
+    // floor 0.75-0.96 wide (log ratio) three times running (CI at c5ecff6,
+    // 2026-12-07), so the burst could not be judged; the burst's hogs, of
+    // the default class, take the cores. A floor the machine spoilt anyway
+    // is measured again, twice at most.
+    let steady = steady_load();
     std::thread::sleep(Duration::from_secs(2));
     for _ in 0..3 {
         let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
@@ -403,7 +412,7 @@ fn a_burst_after_the_floor_is_interference_and_nothing_is_staged() {
     // runnable tasks, whatever the other work on the machine does meanwhile
     // (it can ease off by at most what it was).
     let n = (2.0 * f * cores() as f64).ceil() as usize + cores();
-    let log = run_under_hogs_of(&demo, n, 1, Duration::from_secs(1));
+    let log = run_under(Hogs::of(n), &demo, 1, Duration::from_secs(1));
     drop(steady);
     // The burst's one cycle: the newest.
     let v = verdicts_of(&demo.ledger()[..1]);
