@@ -27,7 +27,15 @@ pub fn start(config: &Config, http: &reqwest::Client) -> Option<StandAside> {
         max_wait_s = settings.max_wait.as_secs_f64(),
         "standing aside for the live server's users"
     );
-    Some(StandAside::spawn(load, settings, POLL, serves_model))
+    // The live profile is watched too: its change is a restart of the
+    // live server, which the runs wait out (`measure::stand_aside`).
+    Some(StandAside::spawn(
+        load,
+        settings,
+        POLL,
+        serves_model,
+        Some(config.stack.live_profile.clone()),
+    ))
 }
 
 /// Same scheme, host and port.

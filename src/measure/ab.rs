@@ -463,8 +463,12 @@ impl<S: Scorer + Sync, C: Clock> AbRunner<'_, S, C> {
             _ => self.scorer.score(profile, &self.cancel).await,
         };
         let machine = sample.until_now();
-        let live = watch.and_then(RunWatch::finish);
-        let interrupted = self.stand_aside.is_some_and(|sa| sa.interrupted(live));
+        let seen = watch.map(RunWatch::finish);
+        let live = seen.and_then(|s| s.peak);
+        let interrupted = self
+            .stand_aside
+            .zip(seen)
+            .is_some_and(|(sa, seen)| sa.interrupted(&seen));
         pressure::warn_once_if_missing(&machine);
         row.pressure = run_pressure(&machine);
         row.pressure.live_requests = live;

@@ -15,8 +15,21 @@
 //! and the request counter, which cannot tell them apart, is not read.
 //! A live server whose load cannot be read is not waited for: the daemon
 //! says so once and measures as if standing aside were off.
+//!
+//! A change of the live profile (an approval or a revert) is a restart of
+//! the live server on it: the operator's `--restart`, or their own after
+//! the daemon applied a stage. Loading the model is a burst of CPU the
+//! loop's runs would share a core with, so for `stand_aside_quiet_s` after
+//! the monitor sees the profile change no run starts, whether or not the
+//! server can be read meanwhile, and a run it overlapped is interrupted
+//! (its block is re-run). In the shoot-out at a9f8824 (2026-12-07), 9 of
+//! its 12 tinyk3 loop runs started a noise floor within 2 s of the
+//! auto-approver's restart; in 6 the floor lost three blocks to
+//! interference and ended `inconclusive`, and so did the A/B that needed
+//! it, whose value then stayed decided on that profile.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -106,18 +119,25 @@ struct State {
     watching_run: bool,
     /// The highest live load read while it went on.
     run_peak: Option<f64>,
+    /// The live profile changed while it went on.
+    run_saw_change: bool,
+    /// When the monitor last saw the live profile change.
+    changed_at: Option<Instant>,
     /// The last reading failed, with this.
     read_error: Option<String>,
     warned: bool,
 }
 
 impl StandAside {
-    /// Starts reading `source` every `poll` (see [`POLL`]).
+    /// Starts reading `source` every `poll` (see [`POLL`]), and looking
+    /// at `live_profile` as often, when given: its change holds runs back
+    /// for the quiet spell.
     pub fn spawn<L: LoadSource>(
         source: L,
         settings: StandAsideSettings,
         poll: Duration,
         serves_model: bool,
+        live_profile: Option<PathBuf>,
     ) -> StandAside {
         let (readings, _) = watch::channel(0);
         let inner = Arc::new(Inner {
@@ -127,7 +147,7 @@ impl StandAside {
             state: Mutex::new(State::default()),
             readings,
         });
-        let task = tokio::spawn(monitor(source, Arc::downgrade(&inner), poll));
+        let task = tokio::spawn(monitor(source, live_profile, Arc::downgrade(&inner), poll));
         StandAside { inner, task }
     }
 
@@ -183,7 +203,7 @@ impl StandAside {
             // a watch that has seen none is the start-up's, every time.
             let users_waited_for = match wait {
                 Wait::FirstReading => false,
-                Wait::Busy(_) => true,
+                Wait::Busy(_) | Wait::Settling { .. } => true,
                 Wait::Quieting { users, .. } => users,
             };
             if !logged && users_waited_for {
@@ -195,7 +215,9 @@ impl StandAside {
                 logged = true;
             }
             let until = match wait {
-                Wait::Quieting { clear_at, .. } => clear_at.min(deadline),
+                Wait::Quieting { clear_at, .. } | Wait::Settling { clear_at } => {
+                    clear_at.min(deadline)
+                }
                 _ => deadline,
             };
             tokio::select! {
@@ -208,13 +230,15 @@ impl StandAside {
     }
 
     /// Watches one run: [`RunWatch::finish`] says how many live requests
-    /// were in the server at most while it ran. `own`: the run sends its
-    /// requests to the live server itself (a `remeasure` of the surface).
+    /// were in the server at most while it ran, and whether the live
+    /// profile changed meanwhile. `own`: the run sends its requests to the
+    /// live server itself (a `remeasure` of the surface).
     pub fn watch_run(&self, own: bool) -> RunWatch<'_> {
         let guard = own.then(|| self.own_request());
         let mut s = self.inner.lock();
         s.watching_run = true;
         s.run_peak = None;
+        s.run_saw_change = false;
         drop(s);
         RunWatch {
             stand_aside: self,
@@ -249,9 +273,13 @@ impl StandAside {
             && s.last_user_at.is_none_or(|t| t < since)
     }
 
-    /// Whether a run that saw `peak` live requests was interrupted.
-    pub fn interrupted(&self, peak: Option<f64>) -> bool {
-        peak.is_some_and(|p| p > f64::from(self.inner.settings.above))
+    /// Whether a run that saw this was interrupted: users beyond the
+    /// threshold, or a restart of the live server on a changed profile.
+    pub fn interrupted(&self, seen: &RunSeen) -> bool {
+        seen.live_profile_changed
+            || seen
+                .peak
+                .is_some_and(|p| p > f64::from(self.inner.settings.above))
     }
 }
 
@@ -265,6 +293,21 @@ impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain numbers; go on.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The monitor saw the live profile change at `now`.
+    fn live_profile_changed(&self, now: Instant) {
+        let mut s = self.lock();
+        s.changed_at = Some(now);
+        if s.watching_run {
+            s.run_saw_change = true;
+        }
+        drop(s);
+        tracing::info!(
+            quiet_s = self.settings.quiet.as_secs_f64(),
+            "the live profile changed: its server restarts on it, so no run starts for [daemon] stand_aside_quiet_s"
+        );
+        self.readings.send_modify(|n| *n += 1);
     }
 
     fn record(&self, reading: Result<LoadReading, LoadError>, now: Instant) {
@@ -337,6 +380,9 @@ impl Inner {
 enum Wait {
     /// Nothing read yet.
     FirstReading,
+    /// The live profile changed less than the quiet spell ago: its server
+    /// is restarting on it.
+    Settling { clear_at: Instant },
     /// Beyond the threshold now.
     Busy(f64),
     /// At or below it since `since`, but not for `quiet` yet. `users` is
@@ -353,6 +399,13 @@ enum Wait {
 impl State {
     /// `None` when a run may start now.
     fn wait(&self, now: Instant, settings: &StandAsideSettings, poll: Duration) -> Option<Wait> {
+        // First: a restarting server may well be unreadable meanwhile.
+        if let Some(changed) = self.changed_at {
+            let clear_at = changed + settings.quiet;
+            if now < clear_at {
+                return Some(Wait::Settling { clear_at });
+            }
+        }
         if self.read_error.is_some() {
             return None;
         }
@@ -383,6 +436,11 @@ impl Wait {
     fn reason(self, settings: &StandAsideSettings) -> String {
         match self {
             Wait::FirstReading => "the live server's load was never read".into(),
+            Wait::Settling { .. } => format!(
+                "the live profile changed (an approval or a revert), so the live server restarts on \
+                 it: no run starts for [daemon] stand_aside_quiet_s = {:.0} s after the change",
+                settings.quiet.as_secs_f64()
+            ),
             Wait::Busy(live) => format!(
                 "the live server was serving {live:.0} request(s) of its users, more than [daemon] stand_aside_above = {}",
                 settings.above
@@ -434,11 +492,24 @@ pub struct RunWatch<'a> {
     _own: Option<OwnRequest<'a>>,
 }
 
+/// What the monitor saw while one run went on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunSeen {
+    /// The most live requests (the daemon's own excluded); `None` when
+    /// none was read.
+    pub peak: Option<f64>,
+    /// The live profile changed: its server restarted beside the run.
+    pub live_profile_changed: bool,
+}
+
 impl RunWatch<'_> {
-    /// The most live requests (the daemon's own excluded) seen while the
-    /// run went on; `None` when none was read.
-    pub fn finish(self) -> Option<f64> {
-        self.stand_aside.inner.lock().run_peak.take()
+    /// What was seen while the run went on.
+    pub fn finish(self) -> RunSeen {
+        let mut s = self.stand_aside.inner.lock();
+        RunSeen {
+            peak: s.run_peak.take(),
+            live_profile_changed: std::mem::take(&mut s.run_saw_change),
+        }
     }
 }
 
@@ -447,6 +518,7 @@ impl Drop for RunWatch<'_> {
         let mut s = self.stand_aside.inner.lock();
         s.watching_run = false;
         s.run_peak = None;
+        s.run_saw_change = false;
     }
 }
 
@@ -493,17 +565,54 @@ impl Interruptions {
     }
 }
 
-/// Reads `source` every `poll` until the [`StandAside`] is gone.
-async fn monitor<L: LoadSource>(source: L, inner: Weak<Inner>, poll: Duration) {
+/// Reads `source`, and looks at `live_profile`, every `poll` until the
+/// [`StandAside`] is gone.
+async fn monitor<L: LoadSource>(
+    source: L,
+    live_profile: Option<PathBuf>,
+    inner: Weak<Inner>,
+    poll: Duration,
+) {
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = live_profile.as_deref().and_then(Fingerprint::of);
     loop {
         tick.tick().await;
         let reading = source.read().await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        inner.record(reading, Instant::now());
+        let now = Instant::now();
+        // A profile that cannot be read now (being replaced, removed) is
+        // no change yet: the one written in its place is.
+        if let Some(now_seen) = live_profile.as_deref().and_then(Fingerprint::of) {
+            if seen.is_some_and(|was| was != now_seen) {
+                inner.live_profile_changed(now);
+            }
+            seen = Some(now_seen);
+        }
+        inner.record(reading, now);
+    }
+}
+
+/// Which version of a file is there: an atomic replacement (a new inode)
+/// or a write in place (a new modification time or length) changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+impl Fingerprint {
+    fn of(path: &Path) -> Option<Fingerprint> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Fingerprint {
+            inode: m.ino(),
+            modified: m.modified().ok(),
+            len: m.len(),
+        })
     }
 }
 
@@ -541,7 +650,7 @@ mod tests {
     }
 
     fn spawn(load: &ScriptedLoad, s: StandAsideSettings) -> StandAside {
-        StandAside::spawn(load.clone(), s, POLL, true)
+        StandAside::spawn(load.clone(), s, POLL, true, None)
     }
 
     #[tokio::test(start_paused = true)]
@@ -730,9 +839,9 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         load.set(1.0, Some(6.0));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let peak = run.finish();
-        assert_eq!(peak, Some(1.0));
-        assert!(sa.interrupted(peak));
+        let seen = run.finish();
+        assert_eq!(seen.peak, Some(1.0));
+        assert!(sa.interrupted(&seen));
         // A request that came and went between two readings still shows:
         // the counter moved.
         load.set(0.0, Some(6.0));
@@ -740,7 +849,7 @@ mod tests {
         let run = sa.watch_run(false);
         load.set(0.0, Some(7.0));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(sa.interrupted(run.finish()));
+        assert!(sa.interrupted(&run.finish()));
         // A remeasure of the live surface: its own request is in the
         // server (and moves the counter), nobody else's.
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -749,18 +858,91 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         load.set(0.0, Some(9.0));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let peak = run.finish();
-        assert_eq!(peak, Some(0.0));
-        assert!(!sa.interrupted(peak));
+        let seen = run.finish();
+        assert_eq!(seen.peak, Some(0.0));
+        assert!(!sa.interrupted(&seen));
         // After it the counter is read afresh: its last move was ours.
         let run = sa.watch_run(false);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(run.finish(), Some(0.0));
+        assert_eq!(run.finish().peak, Some(0.0));
         // A user's request queued behind the daemon's own shows beside it.
         let run = sa.watch_run(true);
         load.set(2.0, Some(11.0));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(sa.interrupted(run.finish()));
+        assert!(sa.interrupted(&run.finish()));
+    }
+
+    /// Replaces `path` the way an approval writes the live profile: a new
+    /// file renamed over it.
+    fn replace(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_live_profile_holds_runs_for_the_quiet_spell_and_interrupts_the_one_under_way()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = dir.path().join("live.toml");
+        std::fs::write(&profile, "[speculative]\ndraft_len = 0\n").unwrap();
+        let load = ScriptedLoad::default();
+        // A server that never served anyone: no start-up wait.
+        load.set(0.0, Some(0.0));
+        let sa = StandAside::spawn(
+            load.clone(),
+            settings(0, 10, 60),
+            POLL,
+            false,
+            Some(profile.clone()),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            sa.wait_clear(&Cancel::never()).await,
+            Gate::Clear(Duration::ZERO)
+        );
+        // A run under way when an approval rewrites the profile.
+        let run = sa.watch_run(false);
+        replace(&profile, "[speculative]\ndraft_len = 8\n");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let seen = run.finish();
+        assert!(seen.live_profile_changed, "{seen:?}");
+        assert_eq!(seen.peak, Some(0.0));
+        assert!(sa.interrupted(&seen));
+        // The restarting server cannot be read: the runs wait all the same,
+        // until the quiet spell after the change is over.
+        load.fail();
+        let Gate::Clear(waited) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("cleared after the quiet spell")
+        };
+        assert!(
+            waited > Duration::from_millis(8500) && waited <= Duration::from_secs(9),
+            "{waited:?}"
+        );
+        // The next run sees no change.
+        load.set(0.0, Some(0.0));
+        let run = sa.watch_run(false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!sa.interrupted(&run.finish()));
+        // A wait bound shorter than the quiet spell defers, saying why.
+        let sa = StandAside::spawn(
+            load.clone(),
+            settings(0, 10, 5),
+            POLL,
+            false,
+            Some(profile.clone()),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        replace(&profile, "[speculative]\ndraft_len = 4\n");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Gate::Deferred(d) = sa.wait_clear(&Cancel::never()).await else {
+            panic!("deferred")
+        };
+        assert!(
+            d.reason.contains("the live profile changed"),
+            "{}",
+            d.reason
+        );
     }
 
     #[tokio::test(start_paused = true)]

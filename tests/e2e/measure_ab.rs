@@ -620,7 +620,7 @@ async fn a_block_a_live_user_interrupted_is_discarded_for_both_arms_and_rerun() 
         quiet: Duration::ZERO,
         max_wait: Duration::from_secs(120),
     };
-    let sa = StandAside::spawn(load, settings, stand_aside::POLL, false);
+    let sa = StandAside::spawn(load, settings, stand_aside::POLL, false, None);
     let ledger = Ledger::open(tmp.path().join("ledger.db")).await.unwrap();
     let exp = experiment(&ledger, &live, &live).await;
     let mut gate = HashGate::load(&ledger, STACK, "bench:test").await.unwrap();
