@@ -199,14 +199,15 @@ impl StandAside {
                     reason: wait.deferred(&self.inner.settings, waited, longest),
                 });
             }
-            // Only users make this worth a line: the first quiet spell of
-            // a watch that has seen none is the start-up's, every time.
-            let users_waited_for = match wait {
+            // Only users or a restart make this worth a line: the first
+            // quiet spell of a watch that has seen none is the start-up's,
+            // every time.
+            let worth_a_line = match wait {
                 Wait::FirstReading => false,
                 Wait::Busy(_) | Wait::Settling { .. } => true,
                 Wait::Quieting { users, .. } => users,
             };
-            if !logged && users_waited_for {
+            if !logged && worth_a_line {
                 tracing::info!(
                     "standing aside: {}; waiting up to {:.0} s ([daemon] stand_aside_max_wait_s)",
                     wait.reason(&self.inner.settings),
@@ -653,6 +654,11 @@ mod tests {
         StandAside::spawn(load.clone(), s, POLL, true, None)
     }
 
+    /// [`spawn`], watching the live profile at `profile` too.
+    fn spawn_watching(load: &ScriptedLoad, s: StandAsideSettings, profile: &Path) -> StandAside {
+        StandAside::spawn(load.clone(), s, POLL, false, Some(profile.to_path_buf()))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_busy_live_server_defers_the_run_after_the_bound() {
         let load = ScriptedLoad::default();
@@ -889,13 +895,7 @@ mod tests {
         let load = ScriptedLoad::default();
         // A server that never served anyone: no start-up wait.
         load.set(0.0, Some(0.0));
-        let sa = StandAside::spawn(
-            load.clone(),
-            settings(0, 10, 60),
-            POLL,
-            false,
-            Some(profile.clone()),
-        );
+        let sa = spawn_watching(&load, settings(0, 10, 60), &profile);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             sa.wait_clear(&Cancel::never()).await,
@@ -925,13 +925,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!sa.interrupted(&run.finish()));
         // A wait bound shorter than the quiet spell defers, saying why.
-        let sa = StandAside::spawn(
-            load.clone(),
-            settings(0, 10, 5),
-            POLL,
-            false,
-            Some(profile.clone()),
-        );
+        let sa = spawn_watching(&load, settings(0, 10, 5), &profile);
         tokio::time::sleep(Duration::from_secs(1)).await;
         replace(&profile, "[speculative]\ndraft_len = 4\n");
         tokio::time::sleep(Duration::from_secs(1)).await;
