@@ -14,7 +14,8 @@
 //!
 //! Files: `prompt` (the text the model sees), `client` (the chat API),
 //! `error` (why a proposer could not answer), `convergence` (the arms worth
-//! measuring on a base, and when there is none),
+//! measuring on a base, and when there is none), `inconclusive` (when a
+//! value measured only `inconclusive` is measured again),
 //! `model` (the model proposer: validate, retry, back off), `fallback` (when
 //! the bandit chooses a cycle for the model), `bandit` (the non-model
 //! proposer).
@@ -24,6 +25,7 @@ pub mod client;
 pub mod convergence;
 pub mod error;
 mod fallback;
+pub mod inconclusive;
 pub mod levers;
 pub mod line_search;
 pub mod model;
@@ -40,12 +42,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::ledger::{
-    CycleId, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal, ProposalRejection,
+    CycleId, DecidedOn, ExperimentId, ExperimentOutcome, Ledger, LedgerError, NewProposal,
+    ProposalRejection,
 };
 use crate::menu::{Excluded, Menu, MenuId, Proposal, Rejection, exclusions};
 use crate::observe::LiveMetrics;
 use crate::profile::{Knob, KnobValue};
-use crate::vocab::{Digest, ProposerKind};
+use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 pub use bandit::{BanditAlgorithm, BanditProposer};
 pub use client::{ChatClient, Message, Role};
@@ -116,24 +119,39 @@ pub trait DuplicateCheck {
     }
 }
 
-/// [`DuplicateCheck`] over [`Ledger::already_decided`] for one base profile.
+/// [`DuplicateCheck`] over [`Ledger::decisions_of`] for one base profile.
 #[derive(Debug, Clone, Copy)]
 pub struct LedgerDuplicates<'a> {
     pub ledger: &'a Ledger,
     pub base_digest: &'a Digest,
+    /// When a value measured only `inconclusive` is open again
+    /// ([`inconclusive::Reopening`]); `None`: it stays decided.
+    pub reopening: Option<inconclusive::Reopening>,
+}
+
+impl LedgerDuplicates<'_> {
+    /// Whether the verdicts of one value still decide it.
+    fn decides(&self, verdicts: impl IntoIterator<Item = (VerdictKind, DateTime<Utc>)>) -> bool {
+        let mut verdicts = verdicts.into_iter().peekable();
+        match self.reopening {
+            Some(r) => !r.open(verdicts),
+            None => verdicts.peek().is_some(),
+        }
+    }
 }
 
 impl DuplicateCheck for LedgerDuplicates<'_> {
     async fn previous(&self, proposal: &Proposal) -> Result<Option<ExperimentId>, LedgerError> {
         let prior = self
             .ledger
-            .already_decided(
+            .decisions_of(
                 proposal.experiment,
                 &params_value(proposal),
                 self.base_digest,
             )
             .await?;
-        Ok(prior.map(|p| p.experiment_id))
+        let decided = self.decides(prior.iter().map(|p| (p.verdict, p.created_at)));
+        Ok(prior.first().filter(|_| decided).map(|p| p.experiment_id))
     }
 
     async fn refused_by_planner(
@@ -153,9 +171,22 @@ impl LedgerDuplicates<'_> {
     pub async fn refused(&self, menu: &Menu) -> Result<Vec<Excluded>, LedgerError> {
         let decided = self.ledger.decided_on(self.base_digest).await?;
         let refused = self.ledger.planner_refusals_on(self.base_digest).await?;
+        // One value's verdicts decide it together.
+        let verdicts_of = |d: &DecidedOn| -> Vec<_> {
+            decided
+                .iter()
+                .filter(|o| o.menu_id == d.menu_id && o.parameters == d.parameters)
+                .map(|o| (o.verdict, o.created_at))
+                .collect()
+        };
+        let still_decided = decided
+            .iter()
+            .filter(|d| self.decides(verdicts_of(d)))
+            .map(|d| (d.experiment_id.0, d.menu_id, d.parameters.clone()))
+            .collect();
         Ok(exclusions::from_ledger(
             menu,
-            decided.into_iter().map(|(e, m, p)| (e.0, m, p)).collect(),
+            still_decided,
             refused.into_iter().map(|(c, p)| (c.0, p)).collect(),
         ))
     }
@@ -345,6 +376,7 @@ mod tests {
         let check = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &live,
+            reopening: None,
         };
         // One cycle per case: (observed live profile, proposal, how it ended).
         let record = |digest: Digest, refusal: Option<Rejection>, verdict: VerdictKind| {
@@ -548,6 +580,7 @@ mod tests {
         let check = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &live,
+            reopening: None,
         };
         let refused = check.refused(&menu).await.unwrap();
         assert_eq!(refused.len(), 1, "{refused:?}");
@@ -572,6 +605,7 @@ mod tests {
         let elsewhere = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &other,
+            reopening: None,
         };
         assert!(elsewhere.refused(&menu).await.unwrap().is_empty());
     }
@@ -617,6 +651,7 @@ mod tests {
         let on_base = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &waiting,
+            reopening: None,
         };
         assert_eq!(
             on_base.refused_by_planner(&split).await.unwrap(),
@@ -626,9 +661,34 @@ mod tests {
         let on_live = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &live,
+            reopening: None,
         };
         assert_eq!(on_live.refused_by_planner(&split).await.unwrap(), None);
         assert!(on_live.refused(&menu).await.unwrap().is_empty());
+    }
+
+    /// A bench experiment of `proposal` on `base`, started `at`.
+    fn experiment_on(
+        base: &Digest,
+        proposal: &Proposal,
+        cycle: CycleId,
+        proposal_id: Option<crate::ledger::ProposalId>,
+        at: DateTime<Utc>,
+    ) -> NewExperiment {
+        NewExperiment {
+            cycle_id: cycle,
+            proposal_id,
+            confirmation_of: None,
+            created_at: at,
+            menu_id: proposal.experiment,
+            parameters: params_value(proposal),
+            method: Method::Bench,
+            base_profile: "base.toml".into(),
+            base_digest: base.clone(),
+            candidate_profile: "candidate.toml".into(),
+            candidate_digest: Digest::of(b"candidate"),
+            planner_notes: None,
+        }
     }
 
     /// The rows an outcome produces satisfy the ledger's schema, and the
@@ -685,25 +745,13 @@ mod tests {
 
         let base = Digest::of(b"base");
         let experiment = ledger
-            .insert_experiment(&NewExperiment {
-                cycle_id: cycle,
-                proposal_id: last,
-                confirmation_of: None,
-                created_at: at,
-                menu_id: proposal.experiment,
-                parameters: params_value(&proposal),
-                method: Method::Bench,
-                base_profile: "base.toml".into(),
-                base_digest: base.clone(),
-                candidate_profile: "candidate.toml".into(),
-                candidate_digest: Digest::of(b"candidate"),
-                planner_notes: None,
-            })
+            .insert_experiment(&experiment_on(&base, &proposal, cycle, last, at))
             .await
             .unwrap();
         let check = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &base,
+            reopening: None,
         };
         assert_eq!(
             check.previous(&proposal).await.unwrap(),
@@ -744,6 +792,7 @@ mod tests {
         let elsewhere = LedgerDuplicates {
             ledger: &ledger,
             base_digest: &other,
+            reopening: None,
         };
         assert_eq!(elsewhere.previous(&proposal).await.unwrap(), None);
         let near = menu.validate(&split.replace("0.35", "0.4")).unwrap();
@@ -754,6 +803,87 @@ mod tests {
             bandit::stats(&[proposal], &bandit_history)[0].pulls,
             1,
             "the bandit reads the ledger's history"
+        );
+    }
+
+    /// On the ledger: an `inconclusive` value is decided within the
+    /// back-off after its newest attempt, open after it, and decided for
+    /// good at its third attempt; without a reopening it stays decided.
+    #[tokio::test]
+    async fn an_inconclusive_value_is_open_again_after_the_backoff_up_to_three_attempts() {
+        let ledger = Ledger::open_in_memory().await.unwrap();
+        let t0 = Utc.with_ymd_and_hms(2026, 12, 7, 8, 0, 0).unwrap();
+        let hour = chrono::Duration::hours(1);
+        let menu = repo_menu();
+        let proposal = menu
+            .validate(r#"{"experiment":"rebalance_trunk_cache","params":{"trunk_fraction":0.35},"rationale":""}"#)
+            .unwrap();
+        let base = Digest::of(b"base");
+        let attempt = |at: DateTime<Utc>| {
+            let (ledger, proposal, base) = (&ledger, &proposal, &base);
+            async move {
+                let cycle = ledger.open_cycle(at, ProposerKind::Bandit).await.unwrap();
+                let id = ledger
+                    .insert_experiment(&experiment_on(base, proposal, cycle, None, at))
+                    .await
+                    .unwrap();
+                let v = NewVerdict {
+                    kind: VerdictKind::Inconclusive,
+                    decided_at: at + chrono::Duration::minutes(2),
+                    effect: Some(-0.19),
+                    interval: Some(Interval {
+                        low: -0.31,
+                        high: -0.08,
+                    }),
+                    noise_floor: Some(0.21),
+                    floor_is_bound: false,
+                    pairs: 16,
+                    method: Some("test".into()),
+                    reason: None,
+                };
+                ledger.insert_verdict(id, &v).await.unwrap();
+                id
+            }
+        };
+        let check = |now: DateTime<Utc>| LedgerDuplicates {
+            ledger: &ledger,
+            base_digest: &base,
+            reopening: Some(inconclusive::Reopening {
+                now,
+                backoff: hour.to_std().unwrap(),
+            }),
+        };
+        let first = attempt(t0).await;
+        let soon = check(t0 + hour - chrono::Duration::seconds(1));
+        assert_eq!(soon.previous(&proposal).await.unwrap(), Some(first));
+        assert_eq!(soon.refused(&menu).await.unwrap().len(), 1);
+        let later = check(t0 + hour);
+        assert_eq!(later.previous(&proposal).await.unwrap(), None);
+        assert!(later.refused(&menu).await.unwrap().is_empty());
+        let kept = LedgerDuplicates {
+            reopening: None,
+            ..later
+        };
+        assert_eq!(kept.previous(&proposal).await.unwrap(), Some(first));
+
+        let second = attempt(t0 + hour).await;
+        let third_due = t0 + hour * 2;
+        assert_eq!(
+            check(third_due - chrono::Duration::seconds(1))
+                .previous(&proposal)
+                .await
+                .unwrap(),
+            Some(second)
+        );
+        assert_eq!(check(third_due).previous(&proposal).await.unwrap(), None);
+        let third = attempt(third_due).await;
+        let long_after = check(third_due + hour * 1000);
+        assert_eq!(long_after.previous(&proposal).await.unwrap(), Some(third));
+        let refused = long_after.refused(&menu).await.unwrap();
+        assert_eq!(
+            refused.len(),
+            3,
+            "each attempt names the value: {refused:?}"
         );
     }
 }

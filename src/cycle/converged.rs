@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 
 use super::CycleRunner;
 use super::realization::RealizationLook;
+use crate::brain::inconclusive::Reopening;
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
@@ -70,6 +71,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let duplicates = LedgerDuplicates {
             ledger: self.ledger,
             base_digest: &digest,
+            reopening: Some(self.reopening()),
         };
         let menu = self
             .menu
@@ -101,18 +103,23 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The recent experiments, newest first, that the proposers, the line
     /// search's closed ranges and the convergence look all read: one
     /// window, so the menu and the look agree. An A/B that came out
-    /// `inconclusive` longer than [`Self::noisy_backoff`] ago is left out
+    /// `inconclusive` on a value open again is left out
     /// ([`without_stale_inconclusives`]).
     pub(super) async fn history(&self) -> Result<Vec<ExperimentOutcome>, LedgerError> {
         let recent = self
             .ledger
             .recent_experiments(self.config.cycle.history.max(64))
             .await?;
-        Ok(without_stale_inconclusives(
-            recent,
-            self.clock.now(),
-            self.noisy_backoff(),
-        ))
+        Ok(without_stale_inconclusives(recent, self.reopening()))
+    }
+
+    /// When a value measured only `inconclusive` is measured again: now,
+    /// by [`Self::noisy_backoff`].
+    pub(super) fn reopening(&self) -> Reopening {
+        Reopening {
+            now: self.clock.now(),
+            backoff: self.noisy_backoff(),
+        }
     }
 
     /// How long a measurement the machine was too noisy to decide keeps
@@ -198,33 +205,56 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
 }
 
 /// `history` without the A/Bs (not floors' A/As, not confirmations) that
-/// came out `inconclusive` at least `backoff` before `now`. An inconclusive
+/// came out `inconclusive` on a value `reopening` opens again
+/// ([`crate::brain::inconclusive`]: the back-off after its newest attempt
+/// is over, and fewer than three attempts, none decisive). An inconclusive
 /// A/B closes its side of the line ([`line_search::done_ranges`]) as a
 /// within-noise one does, but it decided nothing: mostly the machine was
 /// too noisy to measure a floor or to judge (CI, 2026-12-05: under CPU
 /// hogs, two such A/Bs closed both sides of the only knob the proposer
-/// named, and every later cycle was refused). Once the wait after it is
-/// over the side is open again, on the same profile, so a loop that met a
-/// busy hour tries again in a quiet one. The value itself stays decided
-/// (the ledger's duplicates exclude it); an inconclusive confirmation
-/// stays too, since it is what keeps its win unrepeated, and a floor's
-/// A/A has its own back-off ([`super::remeasure_offer`]).
+/// named, and every later cycle was refused). When its value is open again
+/// its side is too, on the same profile, so a loop that met a busy hour
+/// tries again in a quiet one, the value first. An inconclusive
+/// confirmation stays, since it is what keeps its win unrepeated, and a
+/// floor's A/A has its own back-off ([`super::remeasure_offer`]).
 fn without_stale_inconclusives(
     history: Vec<ExperimentOutcome>,
-    now: DateTime<Utc>,
-    backoff: Duration,
+    reopening: Reopening,
 ) -> Vec<ExperimentOutcome> {
+    let measured = |e: &ExperimentOutcome| {
+        e.verdict.filter(|k| {
+            matches!(
+                k,
+                VerdictKind::Win
+                    | VerdictKind::Loss
+                    | VerdictKind::WithinNoise
+                    | VerdictKind::Inconclusive
+                    | VerdictKind::HashMismatch
+            )
+        })
+    };
+    let reopened = |e: &ExperimentOutcome| {
+        reopening.open(history.iter().filter_map(|o| {
+            let same = o.menu_id == e.menu_id
+                && o.parameters == e.parameters
+                && o.base_digest == e.base_digest;
+            same.then(|| measured(o).map(|k| (k, o.created_at)))
+                .flatten()
+        }))
+    };
+    let drop: Vec<bool> = history
+        .iter()
+        .map(|e| {
+            e.verdict == Some(VerdictKind::Inconclusive)
+                && e.menu_id != MenuId::Remeasure
+                && e.confirmation_of.is_none()
+                && reopened(e)
+        })
+        .collect();
     history
         .into_iter()
-        .filter(|e| {
-            let stale = (now - e.created_at)
-                .to_std()
-                .is_ok_and(|age| age >= backoff);
-            !(stale
-                && e.verdict == Some(VerdictKind::Inconclusive)
-                && e.menu_id != MenuId::Remeasure
-                && e.confirmation_of.is_none())
-        })
+        .zip(drop)
+        .filter_map(|(e, drop)| (!drop).then_some(e))
         .collect()
 }
 
@@ -254,9 +284,13 @@ mod tests {
             1,
             "the side below the live split is closed"
         );
-        let kept = without_stale_inconclusives(on.history.clone(), at(59), hour);
+        let after = |m: i64| Reopening {
+            now: at(m),
+            backoff: hour,
+        };
+        let kept = without_stale_inconclusives(on.history.clone(), after(59));
         assert_eq!(closed(&kept), 1, "within the back-off it stays closed");
-        let reopened = without_stale_inconclusives(on.history.clone(), at(60), hour);
+        let reopened = without_stale_inconclusives(on.history.clone(), after(60));
         assert_eq!(closed(&reopened), 0, "after it the side is open again");
         // What stays whatever its age: a decided A/B, an inconclusive
         // confirmation (it keeps its win unrepeated), a floor's A/A.
@@ -266,7 +300,22 @@ mod tests {
             .decided(&remeasure(), VerdictKind::Inconclusive);
         let mut history = on.history;
         history[1].confirmation_of = Some(ExperimentId(9));
-        let kept = without_stale_inconclusives(history, at(600), hour);
+        let kept = without_stale_inconclusives(history, after(600));
         assert_eq!(kept.len(), 3, "{kept:#?}");
+        // The third inconclusive attempt at one value closes its side for
+        // good, as it keeps the value decided.
+        let on = OnLive::default()
+            .decided(&split(0.2), VerdictKind::Inconclusive)
+            .decided(&split(0.2), VerdictKind::Inconclusive)
+            .decided(&split(0.2), VerdictKind::Inconclusive);
+        let kept = without_stale_inconclusives(on.history.clone(), after(6000));
+        assert_eq!(closed(&kept), 1, "three attempts: closed for good");
+        let two = on.history[1..].to_vec();
+        let reopened = without_stale_inconclusives(two, after(6000));
+        assert_eq!(
+            closed(&reopened),
+            0,
+            "two attempts: open after the back-off"
+        );
     }
 }

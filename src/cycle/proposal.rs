@@ -47,6 +47,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let duplicates = LedgerDuplicates {
             ledger: self.ledger,
             base_digest: &base_digest,
+            reopening: Some(self.reopening()),
         };
         // The live profile's own values, what was decided or refused on it
         // and the sides of a line the search is done with leave the schema,

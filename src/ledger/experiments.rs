@@ -113,13 +113,29 @@ from_row!(ExperimentOutcome, |row| {
 pub struct PriorDecision {
     pub experiment_id: ExperimentId,
     pub verdict: VerdictKind,
+    /// When its A/B started: what an `inconclusive` one's back-off counts
+    /// from ([`crate::brain::inconclusive`]), as the history's does.
+    pub created_at: DateTime<Utc>,
     pub decided_at: DateTime<Utc>,
+}
+
+/// One experiment measured on a base profile ([`Ledger::decided_on`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecidedOn {
+    pub experiment_id: ExperimentId,
+    /// When its A/B started.
+    pub created_at: DateTime<Utc>,
+    pub menu_id: MenuId,
+    /// As stored.
+    pub parameters: Value,
+    pub verdict: VerdictKind,
 }
 
 from_row!(PriorDecision, |row| {
     Ok(PriorDecision {
         experiment_id: row.try_get("id")?,
         verdict: row.try_get("kind")?,
+        created_at: row.try_get("created_at")?,
         decided_at: row.try_get("decided_at")?,
     })
 });
@@ -142,19 +158,22 @@ pub(crate) const SQL_RECENT_EXPERIMENTS: &str = "SELECT e.id, e.cycle_id, e.crea
 
 /// Only verdicts that measured something count as "decided": a `failed` or
 /// `rejected` experiment never measured, so trying it again is not a repeat.
-pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, v.kind, v.decided_at FROM experiments e \
+/// Every such experiment of the value, newest first: whether `inconclusive`
+/// ones still decide it depends on how many and how old
+/// ([`crate::brain::inconclusive`]).
+pub(crate) const SQL_DUPLICATE_DECIDED: &str = "SELECT e.id, e.created_at, v.kind, v.decided_at FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
      JOIN cycles c ON c.id = e.cycle_id \
      WHERE e.menu_id = $1 AND e.base_digest = $2 AND e.parameters = $3 \
        AND v.kind IN ('win', 'loss', 'within_noise', 'inconclusive', 'hash_mismatch') \
        AND (CAST($4 AS TEXT) IS NULL OR c.stack = $4) \
        AND NOT EXISTS (SELECT 1 FROM realizations z WHERE z.experiment_id = e.id) \
-     ORDER BY e.id DESC LIMIT 1";
+     ORDER BY e.id DESC";
 
 /// Every experiment measured on a base profile (the duplicate check's
 /// list): what the proposer is told it need not propose again. Through
 /// `experiments_by_identity`, one menu id after the other; callers order.
-pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.menu_id, e.parameters FROM experiments e \
+pub(crate) const SQL_DECIDED_ON: &str = "SELECT e.id, e.created_at, e.menu_id, e.parameters, v.kind FROM experiments e \
      JOIN verdicts v ON v.experiment_id = e.id \
      JOIN cycles c ON c.id = e.cycle_id \
      WHERE e.menu_id IN ('rerank_pins', 'deepen_warm_set', 'stage_speculative', 'rebalance_trunk_cache') \
@@ -239,14 +258,14 @@ async fn decided(
     menu_id: MenuId,
     parameters: &Value,
     base_digest: &Digest,
-) -> Result<Option<PriorDecision>> {
+) -> Result<Vec<PriorDecision>> {
     on_db!(c, |c| {
         sqlx::query_as(SQL_DUPLICATE_DECIDED)
             .bind(menu_id)
             .bind(base_digest)
             .bind(canonical_json(parameters))
             .bind(cx.stack())
-            .fetch_optional(c)
+            .fetch_all(c)
             .await
             .map_err(cx.err("look for an identical decided experiment"))
     })
@@ -271,7 +290,10 @@ impl WriteTx {
         base_digest: &Digest,
     ) -> Result<Option<PriorDecision>> {
         let (c, cx) = self.parts();
-        decided(c, cx, menu_id, parameters, base_digest).await
+        Ok(decided(c, cx, menu_id, parameters, base_digest)
+            .await?
+            .into_iter()
+            .next())
     }
 }
 
@@ -301,11 +323,8 @@ impl Ledger {
     }
 
     /// Every experiment (but `remeasure`) measured on `base_digest`, newest
-    /// first: (id, menu id, parameters as stored).
-    pub async fn decided_on(
-        &self,
-        base_digest: &Digest,
-    ) -> Result<Vec<(ExperimentId, MenuId, Value)>> {
+    /// first, with its verdict.
+    pub async fn decided_on(&self, base_digest: &Digest) -> Result<Vec<DecidedOn>> {
         let op = "list the experiments decided on a profile";
         let mut c = self.conn(op).await?;
         let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_DECIDED_ON)
@@ -315,18 +334,18 @@ impl Ledger {
             .await
             .map_err(self.ctx.err(op))?
             .iter()
-            .map(
-                |row| -> Result<(ExperimentId, MenuId, Value), sqlx::Error> {
-                    Ok((
-                        row.try_get("id")?,
-                        row.try_get("menu_id")?,
-                        json_col(row, "parameters")?,
-                    ))
-                }
-            )
+            .map(|row| -> Result<DecidedOn, sqlx::Error> {
+                Ok(DecidedOn {
+                    experiment_id: row.try_get("id")?,
+                    created_at: row.try_get("created_at")?,
+                    menu_id: row.try_get("menu_id")?,
+                    parameters: json_col(row, "parameters")?,
+                    verdict: row.try_get("kind")?,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(self.ctx.err(op))?);
-        out.sort_by_key(|row| std::cmp::Reverse(row.0));
+        out.sort_by_key(|row| std::cmp::Reverse(row.experiment_id));
         Ok(out)
     }
 
@@ -340,6 +359,20 @@ impl Ledger {
         parameters: &Value,
         base_digest: &Digest,
     ) -> Result<Option<PriorDecision>> {
+        Ok(self
+            .decisions_of(menu_id, parameters, base_digest)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Every experiment [`Self::already_decided`] looks at, newest first.
+    pub async fn decisions_of(
+        &self,
+        menu_id: MenuId,
+        parameters: &Value,
+        base_digest: &Digest,
+    ) -> Result<Vec<PriorDecision>> {
         let mut c = self
             .conn("look for an identical decided experiment")
             .await?;

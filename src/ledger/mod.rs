@@ -214,7 +214,7 @@ pub use cycles::{
 pub use deferrals::CycleDeferral;
 pub use engine_time::{EngineRun, EngineSeconds};
 pub use error::LedgerError;
-pub use experiments::{Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
+pub use experiments::{DecidedOn, Experiment, ExperimentOutcome, NewExperiment, PriorDecision};
 pub use ids::{
     CompositionId, CycleId, ExperimentId, NoiseFloorId, ObservationId, ProposalId, ReferenceHashId,
     RunId, StageId, VerdictId, WaitId,

@@ -12,9 +12,9 @@
 //!
 //! Departures from the shipped config: the demo's quick protocol (a tiny
 //! checkpoint, 8 tokens, `max_pairs` 8), `floor_pairs = 10` (the least, to
-//! keep the test short), `[cycle] max_wait_s = 1` so a side of the line
-//! an inconclusive A/B closed is open again by the next cycle (shipped: an
-//! hour), and in the burst part `max_discarded_blocks = 1`
+//! keep the test short), `[cycle] max_wait_s = 1` so the value and the
+//! side of the line an inconclusive A/B closed are open again by the next
+//! cycle (shipped: an hour), and in the burst part `max_discarded_blocks = 1`
 //! so a too-noisy A/B gives up after two blocks, `floor_pressure_shift =
 //! 1.0` so the floor measured before the burst is the one judged against,
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
@@ -125,10 +125,11 @@ fn hogged_demo(replacements: &[(&str, &str)]) -> (FaultyHttpServer, Demo) {
     // before `run` into the load the floor's check reads, so the floor was
     // measured again under the burst instead of the burst being interference.
     edit_config(&demo, not_standing_aside);
-    // An A/B the hogs made inconclusive closes its side of the split's line
-    // for `max_wait_s`; at the shipped hour, two of them closed both sides
-    // of the one knob this proposer names, and every later cycle of the
-    // test was refused (CI, 2026-12-05). At 1 s each cycle judges a split.
+    // An A/B the hogs made inconclusive closes its value and its side of
+    // the split's line for `max_wait_s`; at the shipped hour, two of them
+    // closed both sides of the one knob this proposer names, and every
+    // later cycle of the test was refused (CI, 2026-12-05). At 1 s each
+    // cycle judges a split (a value at most three times).
     edit_config(&demo, |t| t.replace("max_wait_s = 3600", "max_wait_s = 1"));
     if !replacements.is_empty() {
         edit_config(&demo, |t| {

@@ -126,7 +126,7 @@ async fn a_realization_is_recorded_beside_its_stage_and_kept_from_the_proposers(
             .await
             .unwrap()
             .iter()
-            .map(|d| d.0)
+            .map(|d| d.experiment_id)
             .collect();
         assert!(!on_base.contains(&lost), "{on_base:?}");
         let prior = a

@@ -254,8 +254,8 @@ async fn a_stack_decides_only_from_its_own_history() {
         assert_eq!(dup(a.clone()).await, Some(ha.win));
         assert_eq!(dup(b.clone()).await, Some(hb.win));
         assert_eq!(dup(fresh.clone()).await, None);
-        let on = |v: Vec<(ExperimentId, MenuId, serde_json::Value)>| {
-            v.iter().map(|r| r.0).collect::<Vec<_>>()
+        let on = |v: Vec<crate::ledger::DecidedOn>| {
+            v.iter().map(|r| r.experiment_id).collect::<Vec<_>>()
         };
         assert_eq!(on(a.decided_on(&digest(1)).await.unwrap()), vec![ha.win]);
         assert!(fresh.decided_on(&digest(1)).await.unwrap().is_empty());
