@@ -83,6 +83,15 @@ spelled_enum!(
     }
 );
 
+impl VerdictKind {
+    /// Whether its A/B measured something: every verdict but `rejected`
+    /// and `failed`. What the ledger counts as decided (the duplicate
+    /// check's `SQL_DUPLICATE_DECIDED`).
+    pub fn is_measured(self) -> bool {
+        !matches!(self, VerdictKind::Rejected | VerdictKind::Failed)
+    }
+}
+
 spelled_enum!(
     /// A win waiting for a person: `staged` → `approved` | `rejected` | `expired`.
     StageState, "stage state" {

@@ -73,12 +73,26 @@ impl<R> Fallback<R> {
 
 /// How many of the served model's own experiments, newest first, were
 /// decided without a win (`within_noise` or `loss`, its `remeasure` A/As
-/// included), before the first of: a win of the model's, an experiment the
-/// bandit chose (a fallback resets the count). Confirmations and the
-/// orchestrator's scheduled A/As (no proposer) are passed over, and so are
-/// experiments that decided nothing (failed, inconclusive, hash mismatch):
-/// they say nothing of the model's choices.
+/// included, and a win its confirmation did not repeat), before the first
+/// of: a win of the model's that its confirmation repeated or is yet to
+/// judge, an experiment the bandit chose (a fallback resets the count).
+/// Confirmations and the orchestrator's scheduled A/As (no proposer) are
+/// passed over, and so are experiments that decided nothing (failed,
+/// inconclusive, hash mismatch): they say nothing of the model's choices.
+///
+/// A win that did not hold is no win found: it is never staged. Counted as
+/// one, it put the bandit's turn off. In the newcomer's run beside two CPU
+/// hogs at e17083c (2026-12-07), two of the model's pin counts won and were
+/// not confirmed, and the bandit's cycle, which found the draft (-86%),
+/// came after 1003 s instead of after about 510 s.
 pub fn no_win_in_a_row(history: &[ExperimentOutcome]) -> u32 {
+    let confirmed = |win: &ExperimentOutcome| {
+        history
+            .iter()
+            .filter(|c| c.confirmation_of == Some(win.experiment_id))
+            .find_map(|c| c.verdict.filter(|k| k.is_measured()))
+            .is_none_or(|k| k == VerdictKind::Win)
+    };
     let mut n = 0;
     for e in history {
         if e.confirmation_of.is_some() {
@@ -86,10 +100,11 @@ pub fn no_win_in_a_row(history: &[ExperimentOutcome]) -> u32 {
         }
         match (e.proposer, e.verdict) {
             (Some(ProposerKind::Bandit), _) => break,
-            (Some(ProposerKind::Model), Some(VerdictKind::Win)) => break,
-            (Some(ProposerKind::Model), Some(VerdictKind::WithinNoise | VerdictKind::Loss)) => {
-                n += 1
-            }
+            (Some(ProposerKind::Model), Some(VerdictKind::Win)) if confirmed(e) => break,
+            (
+                Some(ProposerKind::Model),
+                Some(VerdictKind::Win | VerdictKind::WithinNoise | VerdictKind::Loss),
+            ) => n += 1,
             _ => {}
         }
     }
@@ -142,6 +157,37 @@ mod tests {
         ];
         assert_eq!(no_win_in_a_row(&after_bandit), 1);
         assert_eq!(no_win_in_a_row(&[e(M, Win), e(M, Loss)]), 0);
+    }
+
+    #[test]
+    fn a_win_its_confirmation_did_not_repeat_counts_as_no_win() {
+        let win = |id: i64| ExperimentOutcome {
+            experiment_id: ExperimentId(id),
+            ..e(M, Win)
+        };
+        let confirming = |id: i64, verdict: VerdictKind| ExperimentOutcome {
+            confirmation_of: Some(ExperimentId(id)),
+            ..e(None, verdict)
+        };
+        // Newest first: two wins that did not hold, between no-wins.
+        let history = [
+            e(M, WithinNoise),
+            confirming(7, WithinNoise),
+            win(7),
+            e(M, Loss),
+            confirming(5, Loss),
+            win(5),
+            e(M, WithinNoise),
+        ];
+        assert_eq!(no_win_in_a_row(&history), 5);
+        // A confirmed win, and one whose confirmation is yet to come, stop
+        // the count; a confirmation that failed to measure judged nothing.
+        let held = [e(M, Loss), confirming(7, Win), win(7), e(M, Loss)];
+        assert_eq!(no_win_in_a_row(&held), 1);
+        let pending = [win(7), e(M, Loss)];
+        assert_eq!(no_win_in_a_row(&pending), 0);
+        let unmeasured = [confirming(7, Failed), win(7), e(M, Loss)];
+        assert_eq!(no_win_in_a_row(&unmeasured), 0);
     }
 
     #[test]

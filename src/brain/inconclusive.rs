@@ -39,23 +39,49 @@ impl Reopening {
     /// [`MAX_ATTEMPTS`] of them, and the newest started `backoff` ago or
     /// more. No verdict at all is open too (nothing decided it).
     pub fn open(&self, verdicts: impl IntoIterator<Item = (VerdictKind, DateTime<Utc>)>) -> bool {
+        match self.next_attempt(verdicts) {
+            NextAttempt::Never => false,
+            NextAttempt::Now => true,
+            NextAttempt::At(at) => self.now >= at,
+        }
+    }
+
+    /// When a value whose measured verdicts on a profile are `verdicts`
+    /// may be measured again.
+    pub fn next_attempt(
+        &self,
+        verdicts: impl IntoIterator<Item = (VerdictKind, DateTime<Utc>)>,
+    ) -> NextAttempt {
         let mut attempts = 0;
         let mut newest: Option<DateTime<Utc>> = None;
         for (kind, at) in verdicts {
             if kind != VerdictKind::Inconclusive {
-                return false;
+                return NextAttempt::Never;
             }
             attempts += 1;
             newest = newest.max(Some(at));
         }
-        let Some(newest) = newest else {
-            return true;
-        };
-        attempts < MAX_ATTEMPTS
-            && (self.now - newest)
-                .to_std()
-                .is_ok_and(|age| age >= self.backoff)
+        match newest {
+            None => NextAttempt::Now,
+            Some(_) if attempts >= MAX_ATTEMPTS => NextAttempt::Never,
+            // A back-off too long to add is one that never ends.
+            Some(newest) => chrono::Duration::from_std(self.backoff)
+                .ok()
+                .and_then(|b| newest.checked_add_signed(b))
+                .map_or(NextAttempt::Never, NextAttempt::At),
+        }
     }
+}
+
+/// When a value may be measured again ([`Reopening::next_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextAttempt {
+    /// Nothing measured it.
+    Now,
+    /// Its inconclusive attempts' back-off ends then.
+    At(DateTime<Utc>),
+    /// Decided for good.
+    Never,
 }
 
 #[cfg(test)]
@@ -105,5 +131,11 @@ mod tests {
             assert!(!after(100_000).open([(kind, at(0))]), "{kind:?}");
         }
         assert!(after(0).open([]));
+        assert_eq!(after(0).next_attempt([]), NextAttempt::Now);
+        assert_eq!(after(0).next_attempt(thrice), NextAttempt::Never);
+        assert_eq!(
+            after(0).next_attempt([(Inconclusive, at(0)), (Inconclusive, at(100))]),
+            NextAttempt::At(at(160))
+        );
     }
 }

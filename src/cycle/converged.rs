@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 
 use super::CycleRunner;
 use super::realization::RealizationLook;
-use crate::brain::inconclusive::Reopening;
+use crate::brain::inconclusive::{NextAttempt, Reopening};
 use crate::brain::{LedgerDuplicates, Proposer, convergence, levers, line_search};
 use crate::clock::Clock;
 use crate::ledger::{ExperimentOutcome, LedgerError};
@@ -43,8 +43,9 @@ pub struct Converged {
     /// `min_noise_floor`.
     pub drift_floor: f64,
     /// When something held back falls due whatever changes (a realization
-    /// waiting out the back-off after an attempt that decided nothing):
-    /// the wait looks again then at the latest.
+    /// waiting out the back-off after an attempt that decided nothing, an
+    /// inconclusive A/B's value open again): the wait looks again then at
+    /// the latest.
     pub due_at: Option<DateTime<Utc>>,
 }
 
@@ -184,20 +185,34 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .recent_token_parts(&base_digest, levers::RUNS)
             .await?;
         let shares = levers::TokenShares::of_runs(&parts);
+        let reopens = next_reopening(&history, &base_digest, self.reopening());
         Ok(
             convergence::converged(&menu, &history, Some(&base_digest), shares.as_ref()).map(
-                |reason| Converged {
-                    reason: match realization_due_at {
-                        Some(at) => format!(
-                            "{reason}; the live stage's realization is measured again at {} UTC",
+                |mut reason| {
+                    if let Some(at) = realization_due_at {
+                        reason += &format!(
+                            "; the live stage's realization is measured again at {} UTC",
                             at.format("%H:%M:%S")
-                        ),
-                        None => reason,
-                    },
-                    live: live_digest,
-                    base: base_digest,
-                    drift_floor,
-                    due_at: realization_due_at,
+                        );
+                    }
+                    if let Some((at, e)) = reopens {
+                        reason += &format!(
+                            "; {}'s inconclusive value (experiment {}) is open again at {} UTC",
+                            e.menu_id,
+                            e.experiment_id.0,
+                            at.format("%H:%M:%S")
+                        );
+                    }
+                    Converged {
+                        reason,
+                        live: live_digest,
+                        base: base_digest,
+                        drift_floor,
+                        due_at: [realization_due_at, reopens.map(|(at, _)| at)]
+                            .into_iter()
+                            .flatten()
+                            .min(),
+                    }
                 },
             ),
         )
@@ -221,41 +236,61 @@ fn without_stale_inconclusives(
     history: Vec<ExperimentOutcome>,
     reopening: Reopening,
 ) -> Vec<ExperimentOutcome> {
-    let measured = |e: &ExperimentOutcome| {
-        e.verdict.filter(|k| {
-            matches!(
-                k,
-                VerdictKind::Win
-                    | VerdictKind::Loss
-                    | VerdictKind::WithinNoise
-                    | VerdictKind::Inconclusive
-                    | VerdictKind::HashMismatch
-            )
-        })
-    };
-    let reopened = |e: &ExperimentOutcome| {
-        reopening.open(history.iter().filter_map(|o| {
-            let same = o.menu_id == e.menu_id
-                && o.parameters == e.parameters
-                && o.base_digest == e.base_digest;
-            same.then(|| measured(o).map(|k| (k, o.created_at)))
-                .flatten()
-        }))
-    };
     let drop: Vec<bool> = history
         .iter()
-        .map(|e| {
-            e.verdict == Some(VerdictKind::Inconclusive)
-                && e.menu_id != MenuId::Remeasure
-                && e.confirmation_of.is_none()
-                && reopened(e)
-        })
+        .map(|e| inconclusive_ab(e) && reopening.open(value_verdicts(&history, e)))
         .collect();
     history
         .into_iter()
         .zip(drop)
         .filter_map(|(e, drop)| (!drop).then_some(e))
         .collect()
+}
+
+/// The soonest an inconclusive A/B's value on `base` in `history` (as
+/// [`without_stale_inconclusives`] left it) is open again, with that A/B:
+/// what a converged loop's wait looks again at.
+fn next_reopening<'h>(
+    history: &'h [ExperimentOutcome],
+    base: &Digest,
+    reopening: Reopening,
+) -> Option<(DateTime<Utc>, &'h ExperimentOutcome)> {
+    history
+        .iter()
+        .filter(|e| inconclusive_ab(e) && e.base_digest == *base)
+        .filter_map(
+            |e| match reopening.next_attempt(value_verdicts(history, e)) {
+                NextAttempt::At(at) => Some((at, e)),
+                NextAttempt::Now | NextAttempt::Never => None,
+            },
+        )
+        .min_by_key(|(at, _)| *at)
+}
+
+/// An A/B (not a floor's A/A, not a confirmation) that came out
+/// `inconclusive`.
+fn inconclusive_ab(e: &ExperimentOutcome) -> bool {
+    e.verdict == Some(VerdictKind::Inconclusive)
+        && e.menu_id != MenuId::Remeasure
+        && e.confirmation_of.is_none()
+}
+
+/// The measured verdicts in `history` of `e`'s value on `e`'s base, with
+/// when each A/B started.
+fn value_verdicts<'h>(
+    history: &'h [ExperimentOutcome],
+    e: &'h ExperimentOutcome,
+) -> impl Iterator<Item = (VerdictKind, DateTime<Utc>)> + 'h {
+    history
+        .iter()
+        .filter(move |o| {
+            o.menu_id == e.menu_id && o.parameters == e.parameters && o.base_digest == e.base_digest
+        })
+        .filter_map(|o| {
+            o.verdict
+                .filter(|k| k.is_measured())
+                .map(|k| (k, o.created_at))
+        })
 }
 
 #[cfg(test)]
@@ -317,5 +352,40 @@ mod tests {
             0,
             "two attempts: open after the back-off"
         );
+    }
+
+    #[test]
+    fn a_converged_wait_is_due_when_the_soonest_inconclusive_value_opens_again() {
+        let base = live_digest();
+        let hour = Duration::from_secs(3600);
+        let on = OnLive::default()
+            .decided(&split(0.2), VerdictKind::Inconclusive)
+            .decided(&warm(512), VerdictKind::WithinNoise);
+        let made = on.history[1].created_at;
+        let at = |m: i64| Reopening {
+            now: made + chrono::Duration::minutes(m),
+            backoff: hour,
+        };
+        let due = next_reopening(&on.history, &base, at(10)).map(|(t, e)| (t, e.experiment_id));
+        assert_eq!(
+            due,
+            Some((
+                made + chrono::Duration::hours(1),
+                on.history[1].experiment_id
+            ))
+        );
+        assert_eq!(
+            next_reopening(&on.history, &Digest::of(b"another base"), at(10)),
+            None
+        );
+        // Once open, the history leaves the A/B out, and nothing is due.
+        let kept = without_stale_inconclusives(on.history, at(60));
+        assert_eq!(next_reopening(&kept, &base, at(60)), None);
+        // A value at its third inconclusive attempt is never due.
+        let on = OnLive::default()
+            .decided(&split(0.2), VerdictKind::Inconclusive)
+            .decided(&split(0.2), VerdictKind::Inconclusive)
+            .decided(&split(0.2), VerdictKind::Inconclusive);
+        assert_eq!(next_reopening(&on.history, &base, at(10)), None);
     }
 }
