@@ -131,6 +131,16 @@ pub struct DecidedOn {
     pub verdict: VerdictKind,
 }
 
+from_row!(DecidedOn, |row| {
+    Ok(DecidedOn {
+        experiment_id: row.try_get("id")?,
+        created_at: row.try_get("created_at")?,
+        menu_id: row.try_get("menu_id")?,
+        parameters: json_col(row, "parameters")?,
+        verdict: row.try_get("kind")?,
+    })
+});
+
 from_row!(PriorDecision, |row| {
     Ok(PriorDecision {
         experiment_id: row.try_get("id")?,
@@ -281,20 +291,6 @@ impl WriteTx {
         let (c, cx) = self.parts();
         get(c, cx, id).await
     }
-
-    /// [`Ledger::already_decided`] inside this transaction.
-    pub async fn already_decided(
-        &mut self,
-        menu_id: MenuId,
-        parameters: &Value,
-        base_digest: &Digest,
-    ) -> Result<Option<PriorDecision>> {
-        let (c, cx) = self.parts();
-        Ok(decided(c, cx, menu_id, parameters, base_digest)
-            .await?
-            .into_iter()
-            .next())
-    }
 }
 
 impl Ledger {
@@ -327,23 +323,11 @@ impl Ledger {
     pub async fn decided_on(&self, base_digest: &Digest) -> Result<Vec<DecidedOn>> {
         let op = "list the experiments decided on a profile";
         let mut c = self.conn(op).await?;
-        let mut out = on_db!(c.conn(), |c| sqlx::query(SQL_DECIDED_ON)
+        let mut out: Vec<DecidedOn> = on_db!(c.conn(), |c| sqlx::query_as(SQL_DECIDED_ON)
             .bind(base_digest)
             .bind(self.ctx.stack())
             .fetch_all(c)
             .await
-            .map_err(self.ctx.err(op))?
-            .iter()
-            .map(|row| -> Result<DecidedOn, sqlx::Error> {
-                Ok(DecidedOn {
-                    experiment_id: row.try_get("id")?,
-                    created_at: row.try_get("created_at")?,
-                    menu_id: row.try_get("menu_id")?,
-                    parameters: json_col(row, "parameters")?,
-                    verdict: row.try_get("kind")?,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
             .map_err(self.ctx.err(op))?);
         out.sort_by_key(|row| std::cmp::Reverse(row.experiment_id));
         Ok(out)
@@ -352,7 +336,10 @@ impl Ledger {
     /// The duplicate check: the latest experiment with the same menu id,
     /// parameters and base profile whose verdict measured something (`win`,
     /// `loss`, `within_noise`, `inconclusive`, `hash_mismatch`). `remeasure`
-    /// repeats on purpose; callers should not apply this check to it.
+    /// repeats on purpose; callers should not apply this check to it. The
+    /// daemon reads every such experiment ([`Self::decisions_of`]); the
+    /// latest alone is what the ledger's tests look at.
+    #[cfg(test)]
     pub async fn already_decided(
         &self,
         menu_id: MenuId,
