@@ -49,6 +49,21 @@ pub struct Converged {
     pub due_at: Option<DateTime<Utc>>,
 }
 
+impl<P, C: Clock> CycleRunner<'_, P, C> {
+    /// How long a measurement the machine was too noisy to decide keeps
+    /// its answer: `[cycle] max_wait_s` (the longest a converged loop waits
+    /// before it looks again), or `[measure] noise_floor_max_age_s` when
+    /// shorter (a config that wants floors every few seconds wants its
+    /// A/As and its lines tried as often).
+    pub(super) fn noisy_backoff(&self) -> Duration {
+        self.config
+            .cycle
+            .max_wait_s
+            .duration()
+            .min(self.config.measure.noise_floor_max_age_s.duration())
+    }
+}
+
 impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
     /// The menu the proposer is handed on `base`: without the live values
     /// and what was decided or refused there, without the values the
@@ -121,19 +136,6 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             now: self.clock.now(),
             backoff: self.noisy_backoff(),
         }
-    }
-
-    /// How long a measurement the machine was too noisy to decide keeps
-    /// its answer: `[cycle] max_wait_s` (the longest a converged loop waits
-    /// before it looks again), or `[measure] noise_floor_max_age_s` when
-    /// shorter (a config that wants floors every few seconds wants its
-    /// A/As and its lines tried as often).
-    pub(super) fn noisy_backoff(&self) -> Duration {
-        self.config
-            .cycle
-            .max_wait_s
-            .duration()
-            .min(self.config.measure.noise_floor_max_age_s.duration())
     }
 
     /// Whether the loop is converged now, and why. Only a ledger failure

@@ -187,7 +187,19 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
         let report = match (bounded, valid) {
             (Some(ran), _) => match ran.map_err(|e| ab_stop(e).during(&with_floor(None)))? {
                 BoundedAb::Done(report) => report,
-                BoundedAb::NeedsFloor(paused) => {
+                BoundedAb::NeedsFloor(paused) => 'needs: {
+                    // A floor too wide lately, on a machine that has not
+                    // changed since: not measured again yet (`floor`).
+                    if let Some(why) =
+                        current.too_wide_holds(self.clock.now(), self.noisy_backoff())
+                    {
+                        tracing::info!(experiment = %experiment_id, "{why}");
+                        let report = paused.without_floor(&why);
+                        if let AbVerdict::Decided(_) = report.verdict {
+                            reason = Some(why);
+                        }
+                        break 'needs report;
+                    }
                     let live_scorer = self
                         .scorers
                         .for_live(scorer.method())

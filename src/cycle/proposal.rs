@@ -35,6 +35,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 row: None,
                 stale: true,
                 why: None,
+                only_too_wide: false,
             },
         };
         let history = self.history().await?;

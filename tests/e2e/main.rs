@@ -68,4 +68,5 @@ mod stand_aside;
 mod stage_cli;
 mod stage_concurrency;
 mod stage_revert;
+mod too_wide_floor;
 mod unknown_stack;

@@ -14,7 +14,8 @@
 //! checkpoint, 8 tokens, `max_pairs` 8), `floor_pairs = 10` (the least, to
 //! keep the test short), `[cycle] max_wait_s = 1` so the value and the
 //! side of the line an inconclusive A/B closed are open again by the next
-//! cycle (shipped: an hour), and in the burst part `max_discarded_blocks = 1`
+//! cycle, and a floor too wide to judge with is measured again by the next
+//! A/B (shipped: an hour, `cycle::floor::CurrentFloor::too_wide_holds`), and in the burst part `max_discarded_blocks = 1`
 //! so a too-noisy A/B gives up after two blocks, `floor_pressure_shift =
 //! 1.0` so the floor measured before the burst is the one judged against,
 //! and `max_noise_floor = 0.95` so a tiny checkpoint's wide floor on a
