@@ -124,6 +124,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             .pins_path(&base.path)
             .and_then(|p| PinList::load(&p).ok());
         let dir = profiles_dir(&cfg.stack.live_profile);
+        let top_k = self.declared_top_k();
         let ctx = PlanContext {
             live: &base.profile,
             live_path: &base.path,
@@ -133,7 +134,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             heat: obs.heat.as_ref(),
             trace: obs.trace.as_ref(),
             current_pins: pins.as_ref(),
-            top_k: None,
+            top_k: top_k.as_ref().map(|(k, from)| (*k, from.as_str())),
             menu: Some(self.menu),
         };
         let as_parts: Vec<Part<'_>> = parts

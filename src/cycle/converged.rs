@@ -100,7 +100,10 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
         let sizes = plan::StackSizes {
             expert_bytes: self.config.stack.expert_bytes,
             cache_spare_slots: self.config.stack.cache_spare_slots,
-            top_k: pins.map(|p| p.top_k),
+            top_k: self
+                .declared_top_k()
+                .map(|(k, _)| k)
+                .or(pins.map(|p| p.top_k)),
         };
         let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));

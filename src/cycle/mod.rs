@@ -285,6 +285,15 @@ impl<P, C: Clock> CycleRunner<'_, P, C> {
         self.scorers.for_candidate(method).map(|s| s.method())
     }
 
+    /// top-k as the checkpoint the config names declares it, and where:
+    /// the planners' cache-slot rule needs it before any pin list or
+    /// trace exists ([`plan::checkpoint`]).
+    fn declared_top_k(&self) -> Option<(u32, String)> {
+        crate::plan::checkpoint::declared_by(self.config)
+            .top_k
+            .map(|said| (said.value, said.from))
+    }
+
     async fn floor(
         &self,
         method: Method,

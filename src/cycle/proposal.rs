@@ -81,6 +81,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             history: &history,
         };
         let profiles_dir = profiles_dir(&cfg.stack.live_profile);
+        let top_k = self.declared_top_k();
         let ctx = PlanContext {
             live: &base.profile,
             live_path: &base.path,
@@ -90,7 +91,7 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
             heat: obs.heat.as_ref(),
             trace: obs.trace.as_ref(),
             current_pins: current_pins.as_ref(),
-            top_k: None,
+            top_k: top_k.as_ref().map(|(k, from)| (*k, from.as_str())),
             menu: Some(self.menu),
         };
         let check = PlanningDuplicateCheck::new(duplicates, &ctx);

@@ -30,7 +30,7 @@ fn ctx(live: &Profile) -> PlanContext<'_> {
         heat: None,
         trace: None,
         current_pins: None,
-        top_k: Some(4),
+        top_k: Some((4, "given")),
         menu: None,
     }
 }

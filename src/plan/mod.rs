@@ -11,6 +11,7 @@
 //! - [`pin_list`]: the `K3EXPERTS` format.
 //! - [`compose`]: the combined candidate of staged wins on different entries.
 
+pub mod checkpoint;
 pub mod compose;
 pub mod deepen_warm_set;
 pub mod pin_list;
@@ -51,8 +52,10 @@ pub struct PlanContext<'a> {
     /// The live pin list (`live.pins_path(live_path)`), when the live profile
     /// names one.
     pub current_pins: Option<&'a PinList>,
-    /// Experts each token uses per layer, when the caller knows it.
-    pub top_k: Option<u32>,
+    /// Experts each token uses per layer, when the caller knows it, and
+    /// from where (the cycle: the checkpoint's declaration,
+    /// [`checkpoint::declared_by`]).
+    pub top_k: Option<(u32, &'a str)>,
     /// The menu the proposal was validated against: its parameters' grids
     /// (`step`), so a refusal names a value a search would propose.
     pub menu: Option<&'a Menu>,
@@ -61,9 +64,8 @@ pub struct PlanContext<'a> {
 impl PlanContext<'_> {
     /// top-k and where it came from: the caller, the live pin list's header,
     /// or the trace's shape (see [`replay::infer_top_k`]).
-    pub fn top_k(&self) -> Option<(u32, &'static str)> {
+    pub fn top_k(&self) -> Option<(u32, &str)> {
         self.top_k
-            .map(|k| (k, "given"))
             .or_else(|| self.current_pins.map(|p| (p.top_k, "the live pin list")))
             .or_else(|| {
                 self.trace
@@ -252,10 +254,10 @@ pub struct StackSizes {
     pub expert_bytes: Option<u64>,
     /// Cache slots the engine needs beyond top-k (`cache_spare_slots`).
     pub cache_spare_slots: u32,
-    /// Experts each token uses per layer, when the live pin list's header
-    /// says (else at least 1 is assumed). Not the trace's inference: the
-    /// convergence look reads no trace, and it must close what the cycle
-    /// closes.
+    /// Experts each token uses per layer, when the checkpoint declares it
+    /// or the live pin list's header says (else at least 1 is assumed).
+    /// Not the trace's inference: the convergence look reads no trace, and
+    /// it must close what the cycle closes.
     pub top_k: Option<u32>,
 }
 

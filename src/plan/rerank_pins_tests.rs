@@ -81,7 +81,7 @@ impl Fixture {
             heat: Some(&self.heat),
             trace: Some(&self.trace),
             current_pins: self.current.as_ref(),
-            top_k: Some(1),
+            top_k: Some((1, "given")),
             menu: None,
         }
     }
@@ -340,7 +340,7 @@ fn the_counts_closed_on_the_menu_are_those_the_cache_cannot_pay_for() {
     // A known top-k of 3 closes two counts more, each refused.
     let f = Fixture::new(live(6, 0), skewed());
     let mut ctx = f.ctx();
-    ctx.top_k = Some(3);
+    ctx.top_k = Some((3, "given"));
     let sizes = StackSizes {
         expert_bytes: Some(EB),
         cache_spare_slots: 0,

@@ -29,7 +29,7 @@ fn ctx<'a>(live: &'a Profile, dir: &'a Path) -> PlanContext<'a> {
         heat: None,
         trace: None,
         current_pins: None,
-        top_k: Some(4),
+        top_k: Some((4, "given")),
         menu: None,
     }
 }

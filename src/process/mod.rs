@@ -10,6 +10,7 @@
 //! - [`orphans`]: finding and killing the children a dead daemon left behind.
 //! - [`secrets`]: the variables no child may inherit.
 
+pub mod argv_files;
 pub mod cancel;
 pub mod group;
 pub mod orphans;

@@ -23,6 +23,7 @@ mod bandit_screening;
 mod bound_win;
 mod brain_tinyk3;
 mod check_cli;
+mod checkpoint_top_k;
 mod child_environment;
 mod ci_skips;
 mod class_confirm;

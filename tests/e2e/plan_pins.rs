@@ -127,7 +127,7 @@ fn replay_predicts_the_engines_own_hits_and_the_candidate_delivers_them() {
         heat: Some(&heat),
         trace: Some(&trace),
         current_pins: None,
-        top_k: Some(top_k),
+        top_k: Some((top_k, "given")),
         menu: None,
     };
     let proposal = Proposal {

@@ -9,7 +9,6 @@
 //! starts the stack and makes its checkpoint, so endpoints that do not
 //! answer and files not made yet are expected there and only reported.
 
-mod argv_files;
 mod engine;
 mod postgres;
 mod slots;
@@ -247,7 +246,7 @@ fn check_command(
             ),
         ),
     }
-    for file in argv_files::named_files(argv, &config.base_dir) {
+    for file in crate::process::argv_files::named_files(argv, &config.base_dir) {
         // Made before every run, so absent now is fine.
         if created.iter().any(|d| file.resolved.starts_with(d)) {
             continue;

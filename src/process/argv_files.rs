@@ -1,6 +1,8 @@
 //! The files a stack's command lines name: literal arguments that are paths
 //! (a `--model PATH`, a positional checkpoint directory), found in the argv
-//! templates so `check` can say a missing model before a run fails on it.
+//! templates so `check` can say a missing model before a run fails on it,
+//! and the planners can read what the checkpoint there declares
+//! (`plan::checkpoint`).
 
 use std::path::{Path, PathBuf};
 

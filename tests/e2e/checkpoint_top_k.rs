@@ -1,0 +1,72 @@
+//! The planners know top-k from the checkpoint before any pin list or trace
+//! exists: the real daemon on the embedded tinyk3 stack, from a start with
+//! no pin list on a checkpoint whose tokens each use 4 experts a layer, its
+//! menu narrowed to `rebalance_trunk_cache`.
+//!
+//! The start's RAM (1.5 MB of trunk, 1.55 MB of cache: 63 slots) is split
+//! in whole MB, so `trunk_fraction = 1.0` leaves 2 slots: enough for one
+//! expert, the least a planner assumed when nothing said top-k, and fewer
+//! than the 4 the engine needs. The bandit's first choice on the line is
+//! 1.0; with top-k unknown, the planner let it through and the engine
+//! refused the run (exit 2), failing the first cycle of every seed of the
+//! shoot-out's B (2026-12-07). With top-k read from the checkpoint's
+//! `manifest.json` (`plan::checkpoint`), the menu closes 1.0 and the cycle
+//! measures a split the engine runs.
+
+use crate::demo::Demo;
+use crate::faults::edit_config;
+
+const INIT: &str = r#""--seed", "1", "--layers", "4", "--experts", "8", "--top-k", "4", "--d-model", "32", "--d-expert", "64", "--d-dense", "64", "--heads", "2", "--vocab", "256""#;
+
+/// One expert of [`INIT`]'s checkpoint: three f32 matrices of 32 x 64.
+const EXPERT_BYTES: u64 = 3 * 32 * 64 * 4;
+
+const START: &str = "[memory]\nbudget_gb = 0.01\ntrunk_gb = 0.0015\ncache_gb = 0.00155\n[far]\naddr = \"FAR\"\nwarm_set = 0\n";
+
+#[test]
+fn a_first_cycle_with_no_pin_list_keeps_top_k_cache_slots() {
+    let _heavy = crate::common::heavy();
+    let demo = Demo::new("bandit", START, INIT, EXPERT_BYTES, 4);
+    edit_config(&demo, |t| {
+        t.replacen(
+            "\n[stack]\n",
+            "\n[stack]\nunsupported = [\"rerank_pins\", \"deepen_warm_set\", \"stage_speculative\"]\n",
+            1,
+        )
+    });
+    let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(
+        !log.contains("refused its arguments"),
+        "the engine refused a candidate the planner let through:\n{log}"
+    );
+    let cycles = demo.ledger();
+    assert_eq!(cycles.len(), 1, "{cycles:#?}");
+    let verdicts = cycles[0]["verdicts"].as_array().unwrap();
+    let ab = verdicts
+        .iter()
+        .find(|v| v["menu_id"] == "rebalance_trunk_cache")
+        .unwrap_or_else(|| panic!("cycle 1 measured a split: {cycles:#?}\n{log}"));
+    assert_ne!(ab["verdict"]["kind"], "failed", "{ab:#}\n{log}");
+    let fraction = ab["parameters"]["trunk_fraction"].as_f64().unwrap();
+    assert!(fraction < 1.0, "{ab:#}");
+    // The split measured keeps at least top-k slots, as the engine needs.
+    let candidate = demo.read_ledger(async |l| {
+        let id =
+            orchestrator::ledger::ExperimentId(ab["verdict"]["experiment_id"].as_i64().unwrap());
+        l.experiment(id).await.unwrap()
+    });
+    let profile = orchestrator::profile::Profile::parse(
+        &candidate.candidate_profile,
+        std::path::Path::new("candidate.toml"),
+    )
+    .unwrap();
+    let slots = (profile.memory.cache_gb * 1e9 / EXPERT_BYTES as f64).floor();
+    assert!(slots >= 4.0, "{slots} slots: {profile:?}");
+    demo.assert_children_gone();
+}
