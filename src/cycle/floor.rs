@@ -104,7 +104,12 @@ impl CurrentFloor {
         row.recorded.profile_digest = live.clone();
         row.recorded.value = value;
         row.recorded.method = method;
-        CurrentFloor::judged(row, live, rules, now)
+        // Carried, it was never measured on `live` alone: when too wide,
+        // `live` gets a floor of its own rather than holding this one.
+        CurrentFloor {
+            only_too_wide: false,
+            ..CurrentFloor::judged(row, live, rules, now)
+        }
     }
 
     /// Why an A/B the bound did not decide measures no floor now, if it
@@ -392,6 +397,19 @@ mod tests {
             at(0.5, &Digest::of(b"other")).too_wide_holds(t0, minute),
             None
         );
+        // Carried over from the profile an approval replaced: the new
+        // profile gets a floor of its own.
+        let other = Digest::of(b"replaced");
+        let carried = CurrentFloor::carried(
+            &f,
+            &other,
+            0.42,
+            "carried".into(),
+            &rules(Some(0.5), None),
+            t0,
+        );
+        assert!(carried.stale && !carried.only_too_wide, "{carried:?}");
+        assert_eq!(carried.too_wide_holds(t0, minute), None);
         // A floor narrow enough is no reason to wait.
         let mut narrow = f.clone();
         narrow.recorded.value = 0.05;
