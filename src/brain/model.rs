@@ -107,6 +107,15 @@ impl<R: Rng + Send> ModelProposer<R> {
         let mut refusals: Vec<Rejection> = Vec::new();
         let mut retries = 0u32;
         for number in 1..=self.max_attempts {
+            // Every value this cycle's refusals left out: nothing to ask
+            // for, and the cycle ends with the answers refused so far.
+            if !menu.offers_anything() {
+                tracing::info!(
+                    attempt = number,
+                    "nothing is left on the menu after this cycle's refusals; the model is not asked again"
+                );
+                break;
+            }
             let situation = Situation { menu: &menu, ..*s };
             let schema = menu.json_schema();
             let messages = prompt::messages(&situation, &refusals);

@@ -12,7 +12,7 @@ use super::double::{
     Decided, LogCapture, Reply, ScriptedModelServerDouble, dead_address, model_config, repo_menu,
 };
 use super::*;
-use crate::menu::ParamValue;
+use crate::menu::{MenuId, ParamValue};
 
 const KEY_VAR: &str = "BRAIN_TEST_API_KEY";
 const KEY: &str = "sk-test-ZEBRA-7741-do-not-leak";
@@ -622,6 +622,69 @@ async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     let o = p.propose(&s, &PlannerRefuses(refused)).await;
     assert_eq!(kinds(&o), ["not_measured", "duplicate", "duplicate"]);
     assert!(matches!(o.decision, Decision::Rejected));
+}
+
+/// When the planner refuses the last value the menu offered, the model is
+/// not asked again with an empty schema (a model server answers that with
+/// HTTP 400, which failed the cycle): the cycle ends `rejected`.
+#[tokio::test]
+async fn a_refusal_that_empties_the_menu_ends_the_cycle_without_another_request() {
+    let only_speculation = repo_menu().without(
+        &[
+            MenuId::RerankPins,
+            MenuId::DeepenWarmSet,
+            MenuId::RebalanceTrunkCache,
+            MenuId::Remeasure,
+        ],
+        "test",
+    );
+    let menu = only_speculation.excluding(crate::menu::exclusions::base_values(
+        (1..=8)
+            .map(|n| {
+                (
+                    MenuId::StageSpeculative,
+                    "draft_len",
+                    ParamValue::Integer(n),
+                )
+            })
+            .collect(),
+    ));
+    assert!(menu.offers_anything(), "draft_len 0 is left");
+    let last =
+        json!({"experiment": "stage_speculative", "params": {"draft_len": 0}, "rationale": "x"})
+            .to_string();
+    let refused = menu.validate(&last).unwrap();
+    assert!(
+        !menu
+            .clone()
+            .excluding(crate::menu::exclusions::of_proposal(
+                &refused,
+                &crate::menu::exclusions::Why::Live
+            ))
+            .offers_anything()
+    );
+    let server = ScriptedModelServerDouble::start(vec![Reply::Content(last.clone()); 3]).await;
+    let mut p = proposer(server.base_url(), 5.0, 3);
+    let metrics = LiveMetrics::default();
+    let s = Situation {
+        live_digest: None,
+        token_shares: None,
+        menu: &menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics: &metrics,
+        noise_floor: &NoiseFloorState::Missing,
+        history: &[],
+    };
+    let o = p.propose(&s, &PlannerRefuses(refused)).await;
+    assert_eq!(kinds(&o), ["not_measured"]);
+    assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);
+    assert_eq!(
+        server.received().len(),
+        1,
+        "one request, none with an empty schema"
+    );
 }
 
 /// A cycle the bandit chooses for the model: the proposer says so before

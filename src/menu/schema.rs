@@ -45,6 +45,16 @@ impl Menu {
             .collect();
         json!({ "anyOf": alternatives })
     }
+
+    /// Whether any answer is left to give: the schema has an alternative.
+    /// A request with none carries an empty `anyOf`, which a model server
+    /// refuses (HTTP 400: a shoot-out cycle failed so after its planner
+    /// refused the last value on the menu, 2026-12-07).
+    pub fn offers_anything(&self) -> bool {
+        self.json_schema()["anyOf"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    }
 }
 
 /// The schema of one entry's answers, or `None` when every value of one of
