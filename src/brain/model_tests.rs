@@ -530,6 +530,22 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
     assert!(ChatClient::with_env(&none, |_| panic!("no lookup without api_key_env")).is_ok());
 }
 
+/// A cycle's situation with nothing measured yet: `menu` and `metrics`
+/// only.
+fn bare<'a>(menu: &'a Menu, metrics: &'a LiveMetrics) -> Situation<'a> {
+    Situation {
+        live_digest: None,
+        token_shares: None,
+        menu,
+        stack: &crate::brain::double::MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics,
+        noise_floor: &NoiseFloorState::Missing,
+        history: &[],
+    }
+}
+
 /// Stands in for the cycle's planner: refuses one proposal as the live
 /// profile, as the planner does for the live `draft_len`.
 struct PlannerRefuses(Proposal);
@@ -573,17 +589,7 @@ async fn a_planner_refusal_is_told_to_the_model_and_asked_again() {
     .await;
     let mut p = proposer(server.base_url(), 5.0, 3);
     let metrics = LiveMetrics::default();
-    let s = Situation {
-        live_digest: None,
-        token_shares: None,
-        menu: &menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: &NoiseFloorState::Missing,
-        history: &[],
-    };
+    let s = bare(&menu, &metrics);
     let o = p.propose(&s, &PlannerRefuses(refused.clone())).await;
     assert_eq!(kinds(&o), ["not_measured", "accepted"]);
     assert_eq!(o.attempts[0].parsed, Some(proposal_value(&refused)));
@@ -666,17 +672,7 @@ async fn a_refusal_that_empties_the_menu_ends_the_cycle_without_another_request(
     let server = ScriptedModelServerDouble::start(vec![Reply::Content(last.clone()); 3]).await;
     let mut p = proposer(server.base_url(), 5.0, 3);
     let metrics = LiveMetrics::default();
-    let s = Situation {
-        live_digest: None,
-        token_shares: None,
-        menu: &menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: &NoiseFloorState::Missing,
-        history: &[],
-    };
+    let s = bare(&menu, &metrics);
     let o = p.propose(&s, &PlannerRefuses(refused)).await;
     assert_eq!(kinds(&o), ["not_measured"]);
     assert!(matches!(o.decision, Decision::Rejected), "{:?}", o.decision);

@@ -34,13 +34,7 @@ fn a_first_cycle_with_no_pin_list_keeps_top_k_cache_slots() {
             1,
         )
     });
-    let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{log}");
+    let log = demo.run_ok(&["run", "--cycles", "1"]);
     assert!(
         !log.contains("refused its arguments"),
         "the engine refused a candidate the planner let through:\n{log}"

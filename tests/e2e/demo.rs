@@ -113,6 +113,20 @@ impl Demo {
         c
     }
 
+    /// Runs `orchestrator ARGS` on the demo, asserts it exited 0 and
+    /// returns its stdout and stderr, one after the other (the log a
+    /// failed assertion prints).
+    pub fn run_ok(&self, args: &[&str]) -> String {
+        let out = self.cmd().args(args).output().unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "orchestrator {args:?}:\n{log}");
+        log
+    }
+
     /// `read` on the demo's SQLite ledger, opened through the crate's own
     /// [`Ledger`] API (never a shell, whose absence would read as nothing).
     pub fn read_ledger<T>(&self, read: impl AsyncFnOnce(&Ledger) -> T) -> T {

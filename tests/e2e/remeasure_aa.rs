@@ -86,13 +86,7 @@ fn a_remeasure_on_a_same_speed_stack_never_takes_a_direction() {
             .replace("max_noise_floor = 0.50", "max_noise_floor = 0.95")
     });
 
-    let out = demo.cmd().args(["run", "--cycles", "1"]).output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{log}");
+    let log = demo.run_ok(&["run", "--cycles", "1"]);
     let cycles = demo.ledger();
     assert_eq!(cycles.len(), 1, "{cycles:#?}");
     let verdicts = cycles[0]["verdicts"].as_array().unwrap();

@@ -96,13 +96,7 @@ fn a_second_ab_meets_the_too_wide_floor() -> bool {
         })
     });
 
-    let out = demo.cmd().args(["run", "--cycles", "2"]).output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{log}");
+    let log = demo.run_ok(&["run", "--cycles", "2"]);
     let cycles = demo.ledger();
     assert_eq!(cycles.len(), 2, "{cycles:#?}\n{log}");
     // `ledger --json` lists the newest cycle first.
