@@ -392,10 +392,21 @@ fn the_live_value_is_no_arm() {
         assert!(all.contains(&p), "{p:?} is on the full grid");
         assert!(!left.contains(&p), "{p:?} is the live value");
     }
+    // No pins: a re-rank of none is the live profile too.
+    let pins = |n: i64| Proposal {
+        experiment: MenuId::RerankPins,
+        params: [("pin_count".to_string(), ParamValue::Integer(n))].into(),
+    };
+    assert!(all.contains(&pins(0)) && !left.contains(&pins(0)));
     for p in [split(0.45), split(0.55), draft(1), warm(32)] {
         assert!(left.contains(&p), "{p:?} is still an arm");
     }
-    assert_eq!(left.len(), all.len() - 3);
+    assert!(
+        left.iter()
+            .any(|p| p.experiment == MenuId::RerankPins && *p != pins(0)),
+        "other pin counts are still arms"
+    );
+    assert_eq!(left.len(), all.len() - 4);
     for seed in 0..20 {
         let o = propose_with(
             &mut bandit(seed),

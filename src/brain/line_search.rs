@@ -270,7 +270,7 @@ fn lines<'m>(
             continue;
         };
         let (min, max, integer) = match param.kind {
-            _ if entry.id == MenuId::Remeasure => continue,
+            _ if !searched_along_a_line(entry.id) => continue,
             ParamKind::Enum { .. } => continue,
             ParamKind::Integer { min, max, .. } => (min as f64, max as f64, true),
             ParamKind::Number { min, max, .. } => (min, max, false),
@@ -322,6 +322,14 @@ fn number(x: f64, integer: bool) -> ParamValue {
     }
 }
 
+/// Whether `id` may have a line at all: not `remeasure` (no parameter), and
+/// not `rerank_pins`, whose re-rank at the live count follows the heat;
+/// its live value, named only on a profile with no pins (where a re-rank
+/// of none is that profile), leaves the menu but is no line's origin.
+fn searched_along_a_line(id: MenuId) -> bool {
+    !matches!(id, MenuId::Remeasure | MenuId::RerankPins)
+}
+
 /// Whether `id` is searched along a line on `menu`'s live profile: an entry
 /// with one number parameter whose live value the menu names (the same
 /// condition as [`next_arms`]'s). Every other entry's arms come in UCB1's
@@ -333,7 +341,7 @@ pub fn has_line(menu: &Menu, id: MenuId) -> bool {
     let [param] = entry.params.as_slice() else {
         return false;
     };
-    id != MenuId::Remeasure
+    searched_along_a_line(id)
         && !matches!(param.kind, ParamKind::Enum { .. })
         && menu.excluded().iter().any(|x| {
             x.experiment == id

@@ -14,7 +14,7 @@ use super::{
     cache_slots, gb_to_bytes, integer,
 };
 use crate::heat::{Expert, Heat, Trace};
-use crate::menu::{MenuId, Proposal};
+use crate::menu::{MenuId, ParamValue, Proposal};
 use crate::profile::{Pins, Profile};
 use crate::vocab::Digest;
 
@@ -24,6 +24,18 @@ pub struct RerankPins;
 impl Planner for RerankPins {
     fn id(&self) -> MenuId {
         MenuId::RerankPins
+    }
+
+    /// A profile with no pins: a re-rank of none is that profile, so
+    /// `pin_count 0` leaves the menu as the live value (it is no line's
+    /// origin: `brain::line_search`). At any other count a re-rank at the
+    /// live count is an experiment (other pins, as many), so nothing is
+    /// the live value. Without it the menu offered `pin_count 0` on a
+    /// profile with none, the convergence look counted it as an arm left,
+    /// and the served model's answer naming it was refused by the planner,
+    /// the last value on the menu (the shoot-out's B, 2026-12-07).
+    fn unchanged(&self, live: &Profile) -> Option<(&'static str, ParamValue)> {
+        (live.pins.count == 0).then_some(("pin_count", ParamValue::Integer(0)))
     }
 
     /// More pins than the live cache and pins can pay for while the cache
@@ -53,6 +65,10 @@ impl Planner for RerankPins {
 
     fn plan(&self, ctx: &PlanContext<'_>, proposal: &Proposal) -> Result<Plan, PlanRefusal> {
         let n = integer(proposal, "pin_count")? as usize;
+        // No pins, re-ranked: the live profile, whatever the heat says.
+        if n == 0 && ctx.live.pins.count == 0 {
+            return Err(PlanRefusal::NoChange);
+        }
         let (heat, trace, eb) = inputs(ctx)?;
         let shape = heat.shape();
         let current = current_pins(ctx, heat)?;

@@ -412,16 +412,33 @@ fn the_unchanged_value_of_each_planner_plans_to_the_live_profile() {
     for live in &profiles {
         let same = unchanged(live);
         let ids: Vec<MenuId> = same.iter().map(|(id, _, _)| *id).collect();
-        assert_eq!(
-            ids,
-            [
+        // rerank_pins follows the heat, not the profile alone, but for a
+        // profile with no pins, whose re-rank of none is itself.
+        let rerank: &[MenuId] = if live.pins.count == 0 {
+            &[MenuId::RerankPins]
+        } else {
+            &[]
+        };
+        let expected: Vec<MenuId> = rerank
+            .iter()
+            .copied()
+            .chain([
                 MenuId::DeepenWarmSet,
                 MenuId::StageSpeculative,
-                MenuId::RebalanceTrunkCache
-            ],
-            "rerank_pins follows the heat, not the profile alone"
-        );
+                MenuId::RebalanceTrunkCache,
+            ])
+            .collect();
+        assert_eq!(ids, expected);
         for (id, param, value) in same {
+            if id == MenuId::RerankPins {
+                // A step away needs the heat: `rerank_pins_tests`.
+                let p = proposal(id, &[(param, value.clone())]);
+                assert_eq!(
+                    plan(&ctx(live, dir), &p).unwrap_err(),
+                    PlanRefusal::NoChange
+                );
+                continue;
+            }
             if id == MenuId::DeepenWarmSet && live.far.addr.is_empty() {
                 continue;
             }
@@ -447,11 +464,12 @@ fn the_unchanged_value_of_each_planner_plans_to_the_live_profile() {
             );
         }
     }
+    // Each profile here has no pins: rerank_pins' 0 comes first.
     let split = unchanged(&profiles[2]);
-    assert_eq!(split[2].2, ParamValue::Number(0.5), "a 50/50 split is 0.5");
+    assert_eq!(split[3].2, ParamValue::Number(0.5), "a 50/50 split is 0.5");
     let small = unchanged(&profiles[1]);
-    assert_eq!(small[1].2, ParamValue::Integer(3));
-    assert_eq!(small[2].2, ParamValue::Number(0.2));
+    assert_eq!(small[2].2, ParamValue::Integer(3));
+    assert_eq!(small[3].2, ParamValue::Number(0.2));
 }
 
 /// The band [`Planner::same_within`] gives is the planner's own rounding:
