@@ -559,12 +559,13 @@ fn on_the_live_profile<'a>(
 }
 
 /// The line search plays only what it expects to tell something new: once
-/// every line is done and the pins tried, it proposes no other value of a
-/// done line (UCB1 would walk them all).
+/// every line is done and the pins tried (on a pinned profile, where they
+/// have no line), it proposes no other value of a done line (UCB1 would
+/// walk them all).
 #[test]
 fn the_line_search_plays_only_arms_worth_measuring() {
-    use crate::brain::double::{OnLive, draft, live_digest, slow_start, split, warm};
-    let live = slow_start();
+    use crate::brain::double::{OnLive, draft, live_digest, pinned_start, split, warm};
+    let live = pinned_start();
     let mut on = OnLive::default()
         .decided(&draft(8), VerdictKind::WithinNoise)
         .decided(&split(1.0), VerdictKind::WithinNoise)

@@ -8,9 +8,10 @@
 //!   search is the loop's judgement of which moves can still show an
 //!   effect (a side whose move lost, broke the output or failed is
 //!   bisected, a side whose move showed nothing is done); or
-//! - an arm of an entry that has no line (`rerank_pins`, whose re-ranking
-//!   at the live count is an experiment of its own) not yet decided,
-//!   refused or failed on the base; or
+//! - an arm of an entry that has no line (`rerank_pins` on a pinned
+//!   profile, whose re-ranking at the live count is an experiment of its
+//!   own; with no pins, `pin_count 0` is live and the pins are a line)
+//!   not yet decided, refused or failed on the base; or
 //! - `remeasure`, while the menu offers it (its floor is missing or stale,
 //!   or the live metrics moved since it was measured:
 //!   `cycle::remeasure_offer`; the proposal menu withholds it when no
@@ -115,7 +116,8 @@ pub fn converged(
 mod tests {
     use super::*;
     use crate::brain::double::{
-        OnLive, TRUNK_BOUND, draft, live_digest, measured_on, repo_menu, slow_start, split, warm,
+        OnLive, TRUNK_BOUND, draft, live_digest, measured_on, most_pins, pinned_start, pins,
+        repo_menu, slow_start, split, warm,
     };
     use crate::menu::{Excluded, Why, Withheld};
 
@@ -176,9 +178,9 @@ mod tests {
     /// menu, so it measures one A/B per side (six) and the lines are done;
     /// on the menu with values excluded one by one it went on measuring
     /// values of done sides, an A/B within noise each (the shoot-out's
-    /// 95-119 warm-set A/Bs per seed, #30). The pins have no line; the
-    /// planner refuses each of their values here (no heat, as on the
-    /// shoot-out's stack), which costs a cycle and no engine time.
+    /// 95-119 warm-set A/Bs per seed, #30). The planner refuses each pin
+    /// count here (no heat, as on the shoot-out's stack), which costs a
+    /// cycle and no engine time and closes the pins' side beyond it.
     #[test]
     fn a_model_naming_values_off_the_grid_measures_one_ab_per_side_on_the_closed_menu() {
         use rand::{Rng, SeedableRng};
@@ -248,10 +250,11 @@ mod tests {
 
     /// A line whose moves showed nothing is done, though its grid still
     /// has untried values: the loop does not walk them one by one. The
-    /// entries without a line are tried value by value.
+    /// entries without a line (the pins on a pinned profile) are tried
+    /// value by value.
     #[test]
     fn a_done_line_leaves_its_untried_values_and_the_pins_are_tried_each() {
-        let live = slow_start();
+        let live = pinned_start();
         let on = OnLive::default()
             .decided(&draft(8), VerdictKind::WithinNoise)
             .decided(&split(1.0), VerdictKind::WithinNoise)
@@ -288,5 +291,39 @@ mod tests {
         // Measured on another base, the same history says nothing here.
         let other = Digest::of(b"another base");
         assert!(converged(&menu, &on.history, Some(&other), Some(&TRUNK_BOUND)).is_none());
+    }
+
+    /// On a profile with no pins, a re-rank of none is the live profile,
+    /// and the pins are a line like the other knobs: its leap to the most
+    /// pins within noise is done with the side, and the loop converges
+    /// without walking the smaller counts (a served model measured seven
+    /// of them on the shoot-out's A, each within noise).
+    #[test]
+    fn on_a_profile_with_no_pins_the_pins_line_ends_with_its_leap() {
+        let live = slow_start();
+        let base = live_digest();
+        let on = OnLive::default()
+            .decided(&draft(8), VerdictKind::WithinNoise)
+            .decided(&split(1.0), VerdictKind::WithinNoise)
+            .decided(&split(0.3), VerdictKind::WithinNoise)
+            .decided(&warm(1024), VerdictKind::WithinNoise);
+        let menu = on.menu(&live).withholding(fresh());
+        let most = most_pins(&menu);
+        let worth = worth_measuring(&menu, &on.history, Some(&base), Some(&TRUNK_BOUND));
+        assert_eq!(worth, vec![pins(most)], "the pins' leap only");
+        let on = on.decided(&pins(most), VerdictKind::WithinNoise);
+        let menu = on.menu(&live).withholding(fresh());
+        let why =
+            converged(&menu, &on.history, Some(&base), Some(&TRUNK_BOUND)).expect("converged");
+        assert!(why.contains("rerank_pins"), "{why}");
+        assert!(!why.contains("every value of"), "{why}");
+        // The closed menu every proposer is handed offers no pin count.
+        let closed = on.closed_menu(&live).withholding(fresh());
+        assert!(
+            bandit::arms(&closed)
+                .iter()
+                .all(|p| p.experiment != MenuId::RerankPins),
+            "a served model is offered no other pin count"
+        );
     }
 }

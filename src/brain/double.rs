@@ -313,6 +313,18 @@ pub(crate) fn slow_start() -> crate::profile::Profile {
     .unwrap()
 }
 
+/// [`slow_start`] with 16 experts pinned: no pin count is its live value
+/// (a re-rank at 16 follows the heat), so the pins have no line there.
+pub(crate) fn pinned_start() -> crate::profile::Profile {
+    crate::profile::Profile::parse(
+        "[memory]\nbudget_gb = 8.0\ntrunk_gb = 1.0\ncache_gb = 2.0\n\
+         [far]\naddr = \"127.0.0.1:1\"\nwarm_set = 0\n\
+         [pins]\nfile = \"pins.txt\"\ncount = 16\n",
+        std::path::Path::new("live.toml"),
+    )
+    .unwrap()
+}
+
 pub(crate) fn live_digest() -> Digest {
     Digest::of(b"live")
 }
@@ -350,6 +362,24 @@ pub(crate) fn draft(n: i64) -> Proposal {
         "draft_len",
         crate::menu::ParamValue::Integer(n),
     )
+}
+
+pub(crate) fn pins(n: i64) -> Proposal {
+    proposal(
+        MenuId::RerankPins,
+        "pin_count",
+        crate::menu::ParamValue::Integer(n),
+    )
+}
+
+/// The largest pin count among `menu`'s arms: where the pins' line leaps
+/// first on a profile with no pins.
+pub(crate) fn most_pins(menu: &Menu) -> i64 {
+    super::bandit::arms(menu)
+        .iter()
+        .filter(|a| a.experiment == MenuId::RerankPins)
+        .filter_map(|a| a.params.get("pin_count")?.as_f64())
+        .fold(0.0, f64::max) as i64
 }
 
 pub(crate) fn warm(n: i64) -> Proposal {

@@ -34,6 +34,14 @@
 //! first, shared over the values of the entry already measured here; an
 //! entry whose next value is a step has a quarter of its lead, so leaps go
 //! first.
+//!
+//! `rerank_pins` has a line only on a profile with no pins, where a re-rank
+//! of none is the live profile (`pin_count 0`). On a pinned profile a
+//! re-rank at the live count follows the heat, an experiment of its own,
+//! so no count is the live value, and the pins' arms come in UCB1's order.
+//! Without the line, a served model on a profile with no pins measured pin
+//! count after pin count, each within noise (the shoot-out's A at d663376:
+//! seven, 9.1 of the 17 engine s after its last approval).
 
 use super::levers::{self, TokenShares};
 use crate::ledger::ExperimentOutcome;
@@ -270,7 +278,6 @@ fn lines<'m>(
             continue;
         };
         let (min, max, integer) = match param.kind {
-            _ if !searched_along_a_line(entry.id) => continue,
             ParamKind::Enum { .. } => continue,
             ParamKind::Integer { min, max, .. } => (min as f64, max as f64, true),
             ParamKind::Number { min, max, .. } => (min, max, false),
@@ -322,14 +329,6 @@ fn number(x: f64, integer: bool) -> ParamValue {
     }
 }
 
-/// Whether `id` may have a line at all: not `remeasure` (no parameter), and
-/// not `rerank_pins`, whose re-rank at the live count follows the heat;
-/// its live value, named only on a profile with no pins (where a re-rank
-/// of none is that profile), leaves the menu but is no line's origin.
-fn searched_along_a_line(id: MenuId) -> bool {
-    !matches!(id, MenuId::Remeasure | MenuId::RerankPins)
-}
-
 /// Whether `id` is searched along a line on `menu`'s live profile: an entry
 /// with one number parameter whose live value the menu names (the same
 /// condition as [`next_arms`]'s). Every other entry's arms come in UCB1's
@@ -341,8 +340,7 @@ pub fn has_line(menu: &Menu, id: MenuId) -> bool {
     let [param] = entry.params.as_slice() else {
         return false;
     };
-    searched_along_a_line(id)
-        && !matches!(param.kind, ParamKind::Enum { .. })
+    !matches!(param.kind, ParamKind::Enum { .. })
         && menu.excluded().iter().any(|x| {
             x.experiment == id
                 && x.param == param.name

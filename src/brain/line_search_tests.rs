@@ -8,7 +8,8 @@ use rand::rngs::StdRng;
 use super::*;
 use crate::brain::bandit::{BanditAlgorithm, BanditProposer, arms};
 use crate::brain::double::{
-    EXPERT_BOUND, OnLive, TRUNK_BOUND, draft, live_digest, slow_start, split, warm,
+    EXPERT_BOUND, OnLive, TRUNK_BOUND, draft, live_digest, most_pins, pinned_start, pins,
+    slow_start, split, warm,
 };
 
 #[test]
@@ -19,11 +20,17 @@ fn the_big_step_on_the_favoured_side_comes_first() {
     // take their deepest values after.
     assert_eq!(&next[..2], &[draft(8), split(1.0)]);
     assert!(next.contains(&warm(1024)), "{next:?}");
-    // Re-ranking at the live count is an experiment of its own (new heat,
-    // new list), so the pins have no live value and no line: UCB1's.
+    // With no pins, a re-rank of none is the live profile: the pins' line
+    // leaps to the most pins the menu offers.
+    let most = most_pins(&OnLive::default().menu(&slow_start()));
+    assert!(most > 0 && next.contains(&pins(most)), "{next:?}");
+    // Pinned, a re-rank at the live count is an experiment of its own (new
+    // heat, new list): no count is the live value, no line: UCB1's.
+    let pinned = OnLive::default().next(&pinned_start(), Some(&TRUNK_BOUND));
+    assert!(pinned.starts_with(&[draft(8), split(1.0)]), "{pinned:?}");
     assert!(
-        next.iter().all(|p| p.experiment != MenuId::RerankPins),
-        "{next:?}"
+        pinned.iter().all(|p| p.experiment != MenuId::RerankPins),
+        "{pinned:?}"
     );
     // An expert-bound token moves the split towards the cache.
     let down = OnLive::default().next_of(
@@ -110,13 +117,15 @@ fn the_bandit_chooses_the_line_searchs_arm_first_and_ucb1_after() {
     );
     assert_eq!(ranked[0].0, draft(8));
     assert_eq!(ranked[1].0, split(1.0));
-    // Every line done: the flat warm set's shallower values are still arms,
-    // in UCB1's order.
+    // Every line done, the pins' too: the flat warm set's shallower values
+    // and the smaller pin counts are still arms, in UCB1's order.
+    let most = most_pins(&on.menu(&live));
     let on = OnLive::default()
         .decided(&draft(8), VerdictKind::WithinNoise)
         .decided(&split(1.0), VerdictKind::WithinNoise)
         .decided(&split(0.3), VerdictKind::WithinNoise)
-        .decided(&warm(1024), VerdictKind::WithinNoise);
+        .decided(&warm(1024), VerdictKind::WithinNoise)
+        .decided(&pins(most), VerdictKind::WithinNoise);
     let menu = on.menu(&live);
     let ranked = b.ranked(&menu, &on.history, Some(&live_digest()), Some(&TRUNK_BOUND));
     let next = next_arms(
@@ -128,6 +137,11 @@ fn the_bandit_chooses_the_line_searchs_arm_first_and_ucb1_after() {
     );
     assert!(next.is_empty(), "{next:?}");
     assert!(ranked.iter().any(|(p, _)| *p == warm(128)));
+    assert!(
+        ranked
+            .iter()
+            .any(|(p, _)| p.experiment == MenuId::RerankPins && *p != pins(most))
+    );
     assert_eq!(ranked.len(), arms(&menu).len());
     // None of them was measured anywhere: UCB1 plays each once.
     assert!(ranked.iter().all(|(_, s)| s.is_infinite()));

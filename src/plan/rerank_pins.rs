@@ -27,8 +27,8 @@ impl Planner for RerankPins {
     }
 
     /// A profile with no pins: a re-rank of none is that profile, so
-    /// `pin_count 0` leaves the menu as the live value (it is no line's
-    /// origin: `brain::line_search`). At any other count a re-rank at the
+    /// `pin_count 0` leaves the menu as the live value, the origin of the
+    /// pins' line (`brain::line_search`). At any other count a re-rank at the
     /// live count is an experiment (other pins, as many), so nothing is
     /// the live value. Without it the menu offered `pin_count 0` on a
     /// profile with none, the convergence look counted it as an arm left,
