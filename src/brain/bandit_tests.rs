@@ -564,13 +564,9 @@ fn on_the_live_profile<'a>(
 /// walk them all).
 #[test]
 fn the_line_search_plays_only_arms_worth_measuring() {
-    use crate::brain::double::{OnLive, draft, live_digest, pinned_start, split, warm};
+    use crate::brain::double::{OnLive, live_digest, pinned_start};
     let live = pinned_start();
-    let mut on = OnLive::default()
-        .decided(&draft(8), VerdictKind::WithinNoise)
-        .decided(&split(1.0), VerdictKind::WithinNoise)
-        .decided(&split(0.3), VerdictKind::WithinNoise)
-        .decided(&warm(1024), VerdictKind::WithinNoise);
+    let mut on = OnLive::flat_lines();
     let pins: Vec<Proposal> = arms(&on.menu(&live))
         .into_iter()
         .filter(|a| a.experiment == MenuId::RerankPins)

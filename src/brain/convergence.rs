@@ -116,8 +116,8 @@ pub fn converged(
 mod tests {
     use super::*;
     use crate::brain::double::{
-        OnLive, TRUNK_BOUND, draft, live_digest, measured_on, most_pins, pinned_start, pins,
-        repo_menu, slow_start, split, warm,
+        OnLive, TRUNK_BOUND, live_digest, measured_on, most_pins, pinned_start, pins, repo_menu,
+        slow_start, warm,
     };
     use crate::menu::{Excluded, Why, Withheld};
 
@@ -255,11 +255,7 @@ mod tests {
     #[test]
     fn a_done_line_leaves_its_untried_values_and_the_pins_are_tried_each() {
         let live = pinned_start();
-        let on = OnLive::default()
-            .decided(&draft(8), VerdictKind::WithinNoise)
-            .decided(&split(1.0), VerdictKind::WithinNoise)
-            .decided(&split(0.3), VerdictKind::WithinNoise)
-            .decided(&warm(1024), VerdictKind::WithinNoise);
+        let on = OnLive::flat_lines();
         let menu = on.menu(&live).withholding(fresh());
         let base = live_digest();
         let worth = worth_measuring(&menu, &on.history, Some(&base), Some(&TRUNK_BOUND));
@@ -302,11 +298,7 @@ mod tests {
     fn on_a_profile_with_no_pins_the_pins_line_ends_with_its_leap() {
         let live = slow_start();
         let base = live_digest();
-        let on = OnLive::default()
-            .decided(&draft(8), VerdictKind::WithinNoise)
-            .decided(&split(1.0), VerdictKind::WithinNoise)
-            .decided(&split(0.3), VerdictKind::WithinNoise)
-            .decided(&warm(1024), VerdictKind::WithinNoise);
+        let on = OnLive::flat_lines();
         let menu = on.menu(&live).withholding(fresh());
         let most = most_pins(&menu);
         let worth = worth_measuring(&menu, &on.history, Some(&base), Some(&TRUNK_BOUND));

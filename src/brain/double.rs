@@ -400,6 +400,17 @@ pub(crate) struct OnLive {
 }
 
 impl OnLive {
+    /// Every line of [`slow_start`] but the pins' done, each move within
+    /// noise: the draft's and the warm set's leaps and both sides of the
+    /// split.
+    pub(crate) fn flat_lines() -> OnLive {
+        OnLive::default()
+            .decided(&draft(8), VerdictKind::WithinNoise)
+            .decided(&split(1.0), VerdictKind::WithinNoise)
+            .decided(&split(0.3), VerdictKind::WithinNoise)
+            .decided(&warm(1024), VerdictKind::WithinNoise)
+    }
+
     pub(crate) fn decided(mut self, p: &Proposal, verdict: VerdictKind) -> OnLive {
         let id = self.history.len() as i64 + 1;
         self.excluded.extend(crate::menu::exclusions::of_proposal(

@@ -120,12 +120,7 @@ fn the_bandit_chooses_the_line_searchs_arm_first_and_ucb1_after() {
     // Every line done, the pins' too: the flat warm set's shallower values
     // and the smaller pin counts are still arms, in UCB1's order.
     let most = most_pins(&on.menu(&live));
-    let on = OnLive::default()
-        .decided(&draft(8), VerdictKind::WithinNoise)
-        .decided(&split(1.0), VerdictKind::WithinNoise)
-        .decided(&split(0.3), VerdictKind::WithinNoise)
-        .decided(&warm(1024), VerdictKind::WithinNoise)
-        .decided(&pins(most), VerdictKind::WithinNoise);
+    let on = OnLive::flat_lines().decided(&pins(most), VerdictKind::WithinNoise);
     let menu = on.menu(&live);
     let ranked = b.ranked(&menu, &on.history, Some(&live_digest()), Some(&TRUNK_BOUND));
     let next = next_arms(

@@ -97,13 +97,12 @@ impl<P: Proposer, C: Clock> CycleRunner<'_, P, C> {
                 &base.profile,
             )))
             .excluding(duplicates.refused(self.menu).await?);
+        let declared = plan::checkpoint::declared_by(self.config);
         let sizes = plan::StackSizes {
             expert_bytes: self.config.stack.expert_bytes,
             cache_spare_slots: self.config.stack.cache_spare_slots,
-            top_k: self
-                .declared_top_k()
-                .map(|(k, _)| k)
-                .or(pins.map(|p| p.top_k)),
+            top_k: declared.top_k.map(|k| k.value).or(pins.map(|p| p.top_k)),
+            experts: declared.experts.map(|e| e.value),
         };
         let infeasible = plan::infeasible(&base.profile, &sizes, &menu);
         let done = line_search::done_ranges(&menu, history, Some(&digest));

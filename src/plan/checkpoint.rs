@@ -1,15 +1,18 @@
 //! What a checkpoint declares about itself: the engine's slot size for one
-//! routed expert and top-k, read from the directories the stack's command
-//! lines name (and the embedded default's `model_dir`). `check` compares
-//! them with `[stack] expert_bytes` and the live cache; the planners take
-//! top-k from here when no pin list says it, so a first cycle does not
-//! propose a split whose cache holds fewer than top-k experts (the engine
-//! refuses such a run with exit 2: every seed of the shoot-out's B, whose
-//! start has no pin list, failed its first cycle so, 2026-12-07).
+//! routed expert, top-k and the routed experts in all, read from the
+//! directories the stack's command lines name (and the embedded default's
+//! `model_dir`). `check` compares the first two with `[stack] expert_bytes`
+//! and the live cache; the planners take top-k from here when no pin list
+//! says it, so a first cycle does not propose a split whose cache holds
+//! fewer than top-k experts (the engine refuses such a run with exit 2:
+//! every seed of the shoot-out's B, whose start has no pin list, failed its
+//! first cycle so, 2026-12-07). The experts in all bound the warm sets that
+//! differ from the live one before any heat is recorded
+//! (`DeepenWarmSet::infeasible_from`).
 //!
 //! A checkpoint says its slot size in one of two files: tinyk3's
 //! `manifest.json` (`experts.stride`, the distance the cache divides its
-//! bytes by, and `shape.top_k`), and the `orchestrator.env` that
+//! bytes by, `shape.top_k`, and `shape.n_layers` times `shape.n_experts`), and the `orchestrator.env` that
 //! `scripts/k3_checkpoint.py` writes beside a kimi-k3-in-c checkpoint
 //! (`K3_EXPERT_BYTES`, `K3_TOP_K`). A kimi-k3-in-c `config.json` gives
 //! top-k only (`num_experts_per_token`): the engine sizes its slot from the
@@ -32,6 +35,10 @@ pub struct Said<T> {
 pub struct Declared {
     pub slot_bytes: Option<Said<u64>>,
     pub top_k: Option<Said<u32>>,
+    /// Routed experts in the whole model (layers times experts a layer):
+    /// tinyk3's manifest declares its shape; a kimi-k3-in-c checkpoint mixes
+    /// dense layers in, which no small file counts.
+    pub experts: Option<Said<u64>>,
 }
 
 /// Reads the declarations of the checkpoint in `dir`, if it holds one.
@@ -50,6 +57,14 @@ fn declared(dir: &Path) -> Declared {
             .map(|v| Said {
                 value: v,
                 from: at("shape.top_k"),
+            });
+        let layers = m["shape"]["n_layers"].as_u64();
+        d.experts = layers
+            .zip(m["shape"]["n_experts"].as_u64())
+            .and_then(|(l, e)| l.checked_mul(e))
+            .map(|v| Said {
+                value: v,
+                from: at("shape.n_layers x shape.n_experts"),
             });
         return d;
     }
@@ -119,6 +134,7 @@ pub fn declared_by(config: &Config) -> Declared {
         .fold(Declared::default(), |acc, d| Declared {
             slot_bytes: acc.slot_bytes.or(d.slot_bytes),
             top_k: acc.top_k.or(d.top_k),
+            experts: acc.experts.or(d.experts),
         })
 }
 
@@ -131,12 +147,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("manifest.json"),
-            r#"{"format":"tinyk3","shape":{"top_k":2},"experts":{"stride":24576}}"#,
+            r#"{"format":"tinyk3","shape":{"top_k":2,"n_layers":4,"n_experts":32},"experts":{"stride":24576}}"#,
         )
         .unwrap();
         let d = declared(dir.path());
         assert_eq!(d.slot_bytes.unwrap().value, 24576);
         assert_eq!(d.top_k.unwrap().value, 2);
+        assert_eq!(d.experts.unwrap().value, 128);
 
         let k3 = tempfile::tempdir().unwrap();
         std::fs::write(

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{Plan, PlanContext, PlanRefusal, Planner, integer};
+use super::{Infeasible, Plan, PlanContext, PlanRefusal, Planner, StackSizes, integer};
 use crate::menu::{MenuId, ParamValue, Proposal};
 use crate::profile::Profile;
 
@@ -51,5 +51,29 @@ impl Planner for DeepenWarmSet {
     fn unchanged(&self, live: &Profile) -> Option<(&'static str, ParamValue)> {
         let n = i64::try_from(live.far.warm_set).ok()?;
         Some(("warm_set", ParamValue::Integer(n)))
+    }
+
+    /// A live warm set that holds every expert the far tier can be asked
+    /// for (those not pinned, of the experts the checkpoint declares):
+    /// every warm set from that many on is the live profile again. The
+    /// planner refuses each once a heat is recorded ([`Planner::plan`]);
+    /// before one is, the shoot-out's B (2026-12-07, a live 128 of 128)
+    /// measured `warm_set 1024` as a first A/B, and its served model named
+    /// warm set after warm set above 128, each a cycle refused.
+    fn infeasible_from(&self, live: &Profile, sizes: &StackSizes) -> Option<Infeasible> {
+        if live.far.addr.is_empty() {
+            return None;
+        }
+        let experts = sizes.experts?;
+        let askable = experts.saturating_sub(live.pins.count);
+        (live.far.warm_set >= askable).then(|| Infeasible {
+            param: "warm_set",
+            from: askable as f64,
+            why: format!(
+                "holds all {askable} experts the far tier can be asked for ({experts} in the \
+                 checkpoint, {} pinned), as the live warm set of {} does: the live profile again",
+                live.pins.count, live.far.warm_set
+            ),
+        })
     }
 }

@@ -237,10 +237,11 @@ pub trait Planner: Sync {
     }
 
     /// The values of the entry's number parameter from which on every
-    /// value is refused on `live`, whatever the heat or the trace: read
-    /// off the live profile and the stack's fixed sizes alone, with why
-    /// (after the value, in the validator's words). `None` where no such
-    /// bound is known.
+    /// value is refused on `live`, whatever the heat or the trace, or is
+    /// the live profile again under another number: read off the live
+    /// profile and the stack's fixed sizes alone, with why (after the
+    /// value, in the validator's words). `None` where no such bound is
+    /// known.
     fn infeasible_from(&self, _live: &Profile, _sizes: &StackSizes) -> Option<Infeasible> {
         None
     }
@@ -259,6 +260,9 @@ pub struct StackSizes {
     /// Not the trace's inference: the convergence look reads no trace, and
     /// it must close what the cycle closes.
     pub top_k: Option<u32>,
+    /// Routed experts in the whole model, when the checkpoint declares
+    /// them ([`checkpoint::Declared::experts`]).
+    pub experts: Option<u64>,
 }
 
 /// Every value of `param` from `from` on is refused by the planner

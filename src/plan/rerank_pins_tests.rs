@@ -304,6 +304,7 @@ fn the_counts_closed_on_the_menu_are_those_the_cache_cannot_pay_for() {
             expert_bytes: Some(EB),
             cache_spare_slots: spare,
             top_k: f.current.as_ref().map(|p| p.top_k),
+            experts: None,
         };
         let from = RerankPins.infeasible_from(&f.live, &sizes).unwrap().from as i64;
         assert_eq!(
@@ -345,6 +346,7 @@ fn the_counts_closed_on_the_menu_are_those_the_cache_cannot_pay_for() {
         expert_bytes: Some(EB),
         cache_spare_slots: 0,
         top_k: Some(3),
+        experts: None,
     };
     let from = RerankPins.infeasible_from(&f.live, &sizes).unwrap().from as i64;
     assert_eq!(from, 4);

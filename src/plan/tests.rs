@@ -111,6 +111,62 @@ fn warm_set_needs_a_far_tier_and_a_difference_it_can_make() {
     assert!(err.to_string().contains("far.addr is empty"), "{err}");
 }
 
+/// The warm sets the menu closes with no heat recorded yet are those the
+/// planner refuses once one is: from the experts the far tier can be asked
+/// for on, while the live warm set holds them all.
+#[test]
+fn the_warm_sets_closed_on_the_menu_are_the_live_set_again() {
+    let menu = Menu::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")).unwrap();
+    let dir = Path::new("/ledger");
+    let closed_warm = |live: &Profile, sizes: &StackSizes| -> Vec<crate::menu::Closed> {
+        infeasible(live, sizes, &menu)
+            .into_iter()
+            .filter(|c| c.experiment == MenuId::DeepenWarmSet)
+            .collect()
+    };
+    // 2 x 8 = 16 experts, as the checkpoint declares and the heat counts;
+    // the live warm set of 64 holds them all.
+    let heat = Heat::parse(r#"{"n_layers":2,"n_experts":8,"counts":{"0,1":3}}"#, "h").unwrap();
+    let sizes = StackSizes {
+        experts: Some(16),
+        ..StackSizes::default()
+    };
+    let mut live = live();
+    for pins in [0, 4] {
+        live.pins.count = pins;
+        live.pins.file = if pins > 0 {
+            "pins.txt".into()
+        } else {
+            String::new()
+        };
+        let closed = closed_warm(&live, &sizes);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        let (from, to) = (closed[0].lo as i64, closed[0].hi as i64);
+        assert_eq!(from, 16 - pins as i64, "{closed:?}");
+        assert!(
+            closed[0].why.contains("the live profile again"),
+            "{closed:?}"
+        );
+        let mut c = ctx(&live, dir);
+        c.heat = Some(&heat);
+        for n in [from, from + 1, 96, to] {
+            let err = super::plan(&c, &int(MenuId::DeepenWarmSet, "warm_set", n)).unwrap_err();
+            assert_eq!(err.kind(), "not_predicted_to_help", "{pins} {n}: {err}");
+        }
+        // One short of them all is another profile, and open.
+        super::plan(&c, &int(MenuId::DeepenWarmSet, "warm_set", from - 1)).unwrap();
+    }
+    // A live set short of them all closes nothing: a deeper one differs.
+    live.pins = Default::default();
+    live.far.warm_set = 8;
+    assert!(closed_warm(&live, &sizes).is_empty());
+    // Without the checkpoint's count, or a far tier, nothing is known.
+    live.far.warm_set = 64;
+    assert!(closed_warm(&live, &StackSizes::default()).is_empty());
+    live.far.addr.clear();
+    assert!(closed_warm(&live, &sizes).is_empty());
+}
+
 fn plan_err(live: &Profile, dir: &Path, p: &Proposal) -> PlanRefusal {
     plan(&ctx(live, dir), p).unwrap_err()
 }

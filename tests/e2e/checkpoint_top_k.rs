@@ -12,6 +12,13 @@
 //! shoot-out's B (2026-12-07). With top-k read from the checkpoint's
 //! `manifest.json` (`plan::checkpoint`), the menu closes 1.0 and the cycle
 //! measures a split the engine runs.
+//!
+//! The same checkpoint declares its experts in all (4 layers of 8): a live
+//! warm set of 32 holds every one, so every deeper warm set is the live
+//! profile again and the menu closes them before any heat is recorded.
+//! Without that, the bandit's first warm set was the deepest, 1024,
+//! measured against a live set that already held everything (the
+//! shoot-out's B, 2026-12-07).
 
 use crate::demo::Demo;
 use crate::faults::edit_config;
@@ -62,5 +69,33 @@ fn a_first_cycle_with_no_pin_list_keeps_top_k_cache_slots() {
     .unwrap();
     let slots = (profile.memory.cache_gb * 1e9 / EXPERT_BYTES as f64).floor();
     assert!(slots >= 4.0, "{slots} slots: {profile:?}");
+    demo.assert_children_gone();
+}
+
+#[test]
+fn a_live_warm_set_holding_every_expert_is_not_measured_deeper() {
+    let _heavy = crate::common::heavy();
+    let start = START.replace("warm_set = 0", "warm_set = 32");
+    let demo = Demo::new("bandit", &start, INIT, EXPERT_BYTES, 4);
+    edit_config(&demo, |t| {
+        t.replacen(
+            "\n[stack]\n",
+            "\n[stack]\nunsupported = [\"rerank_pins\", \"stage_speculative\", \"rebalance_trunk_cache\"]\n",
+            1,
+        )
+    });
+    let log = demo.run_ok(&["run", "--cycles", "1"]);
+    let cycles = demo.ledger();
+    assert_eq!(cycles.len(), 1, "{cycles:#?}");
+    let verdicts = cycles[0]["verdicts"].as_array().unwrap();
+    let ab = verdicts
+        .iter()
+        .find(|v| v["menu_id"] == "deepen_warm_set")
+        .unwrap_or_else(|| panic!("cycle 1 measured a warm set: {cycles:#?}\n{log}"));
+    let warm = ab["parameters"]["warm_set"].as_i64().unwrap();
+    assert!(
+        warm < 32,
+        "a warm set of {warm} holds no more than the live 32 of 32:\n{ab:#}"
+    );
     demo.assert_children_gone();
 }

@@ -21,7 +21,9 @@ use crate::profile::Profile;
 /// rebalance).
 pub fn check(config: &Config, live: Option<(&Profile, &Path)>, found: &mut Findings) {
     let stack = &config.stack;
-    let Declared { slot_bytes, top_k } = declared_by(config);
+    let Declared {
+        slot_bytes, top_k, ..
+    } = declared_by(config);
     match (stack.expert_bytes, &slot_bytes) {
         (Some(eb), Some(s)) if eb != s.value => found.fail(
             "slots",
