@@ -44,17 +44,7 @@ fn propose_with(
     check: &(impl DuplicateCheck + Sync),
 ) -> Outcome {
     let metrics = LiveMetrics::default();
-    let s = Situation {
-        live_digest: None,
-        token_shares: None,
-        menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics: &metrics,
-        noise_floor: floor,
-        history,
-    };
+    let s = crate::brain::double::situation(menu, &metrics, floor, history);
     rt().block_on(bandit.propose(&s, check))
 }
 

@@ -302,6 +302,27 @@ pub(crate) static MOE_STACK: std::sync::LazyLock<super::StackDescription> =
         experts: true,
     });
 
+/// A cycle's situation on no particular live profile (no digest, parts or
+/// knobs): the brain tests' common case.
+pub(crate) fn situation<'a>(
+    menu: &'a Menu,
+    metrics: &'a crate::observe::LiveMetrics,
+    floor: &'a super::NoiseFloorState,
+    history: &'a [ExperimentOutcome],
+) -> super::Situation<'a> {
+    super::Situation {
+        live_digest: None,
+        token_shares: None,
+        menu,
+        stack: &MOE_STACK,
+        live_knobs: &[],
+        target_seconds_per_token: 1.0,
+        metrics,
+        noise_floor: floor,
+        history,
+    }
+}
+
 /// The demo's slow start in miniature: a third of the RAM for the trunk,
 /// nothing pinned or warm, no draft.
 pub(crate) fn slow_start() -> crate::profile::Profile {

@@ -533,17 +533,7 @@ fn a_missing_key_variable_is_named_and_its_absence_is_an_error() {
 /// A cycle's situation with nothing measured yet: `menu` and `metrics`
 /// only.
 fn bare<'a>(menu: &'a Menu, metrics: &'a LiveMetrics) -> Situation<'a> {
-    Situation {
-        live_digest: None,
-        token_shares: None,
-        menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics,
-        noise_floor: &NoiseFloorState::Missing,
-        history: &[],
-    }
+    super::double::situation(menu, metrics, &NoiseFloorState::Missing, &[])
 }
 
 /// Stands in for the cycle's planner: refuses one proposal as the live

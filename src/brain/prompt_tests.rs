@@ -7,9 +7,9 @@ use chrono::{TimeZone, Utc};
 use serde_json::json;
 
 use super::*;
-use crate::brain::double::repo_menu;
+use crate::brain::double::{repo_menu, situation};
 use crate::ledger::{CycleId, ExperimentId, ExperimentOutcome, Interval};
-use crate::menu::{Menu, MenuId};
+use crate::menu::MenuId;
 use crate::vocab::{Digest, ProposerKind, VerdictKind};
 
 fn outcome(
@@ -95,25 +95,6 @@ fn metrics() -> LiveMetrics {
         far_available: Some(1.0),
         draft_acceptance: None,
         other: BTreeMap::from([("cold_reads_per_token".to_string(), 12.5)]),
-    }
-}
-
-fn situation<'a>(
-    menu: &'a Menu,
-    metrics: &'a LiveMetrics,
-    floor: &'a NoiseFloorState,
-    history: &'a [ExperimentOutcome],
-) -> Situation<'a> {
-    Situation {
-        live_digest: None,
-        token_shares: None,
-        menu,
-        stack: &crate::brain::double::MOE_STACK,
-        live_knobs: &[],
-        target_seconds_per_token: 1.0,
-        metrics,
-        noise_floor: floor,
-        history,
     }
 }
 

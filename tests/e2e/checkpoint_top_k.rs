@@ -46,13 +46,7 @@ fn a_first_cycle_with_no_pin_list_keeps_top_k_cache_slots() {
         !log.contains("refused its arguments"),
         "the engine refused a candidate the planner let through:\n{log}"
     );
-    let cycles = demo.ledger();
-    assert_eq!(cycles.len(), 1, "{cycles:#?}");
-    let verdicts = cycles[0]["verdicts"].as_array().unwrap();
-    let ab = verdicts
-        .iter()
-        .find(|v| v["menu_id"] == "rebalance_trunk_cache")
-        .unwrap_or_else(|| panic!("cycle 1 measured a split: {cycles:#?}\n{log}"));
+    let ab = the_one_cycles_ab(&demo, "rebalance_trunk_cache", &log);
     assert_ne!(ab["verdict"]["kind"], "failed", "{ab:#}\n{log}");
     let fraction = ab["parameters"]["trunk_fraction"].as_f64().unwrap();
     assert!(fraction < 1.0, "{ab:#}");
@@ -85,17 +79,24 @@ fn a_live_warm_set_holding_every_expert_is_not_measured_deeper() {
         )
     });
     let log = demo.run_ok(&["run", "--cycles", "1"]);
-    let cycles = demo.ledger();
-    assert_eq!(cycles.len(), 1, "{cycles:#?}");
-    let verdicts = cycles[0]["verdicts"].as_array().unwrap();
-    let ab = verdicts
-        .iter()
-        .find(|v| v["menu_id"] == "deepen_warm_set")
-        .unwrap_or_else(|| panic!("cycle 1 measured a warm set: {cycles:#?}\n{log}"));
+    let ab = the_one_cycles_ab(&demo, "deepen_warm_set", &log);
     let warm = ab["parameters"]["warm_set"].as_i64().unwrap();
     assert!(
         warm < 32,
         "a warm set of {warm} holds no more than the live 32 of 32:\n{ab:#}"
     );
     demo.assert_children_gone();
+}
+
+/// The verdict of the A/B of `menu_id` in the ledger's one cycle.
+fn the_one_cycles_ab(demo: &Demo, menu_id: &str, log: &str) -> serde_json::Value {
+    let cycles = demo.ledger();
+    assert_eq!(cycles.len(), 1, "{cycles:#?}");
+    cycles[0]["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["menu_id"] == menu_id)
+        .cloned()
+        .unwrap_or_else(|| panic!("cycle 1 measured {menu_id}: {cycles:#?}\n{log}"))
 }
